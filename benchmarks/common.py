@@ -1,0 +1,62 @@
+"""Shared helpers for the benchmark scripts: data loading and writing result tables."""
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parent
+DEFAULT_DATA = ROOT.parent.parent / "shared" / "data"
+
+
+def load_dataset(name: str, data_dir: Path = DEFAULT_DATA):
+    """(features DataFrame, labels) of a UCI table in ``data_dir`` (label column split off)."""
+    path = Path(data_dir) / f"{name}.csv.gz"
+    if not path.exists():
+        raise SystemExit(f"{path} not found: pass --data-dir pointing at the folder with {name}.csv.gz")
+    df = pd.read_csv(path)
+    y = df.pop("label").to_numpy()
+    return df, y
+
+
+def standardized(df: pd.DataFrame) -> np.ndarray:
+    x = df.to_numpy(np.float64)
+    sd = x.std(0)
+    return ((x - x.mean(0)) / np.where(sd > 0, sd, 1)).astype(np.float32)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), {gpu}"
+
+
+def markdown_table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no rows)\n"
+    cols = list(rows[0])
+    for r in rows[1:]:
+        cols += [c for c in r if c not in cols]
+    fmt = lambda v: f"{v:.4g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -1,0 +1,161 @@
+"""The ``neurcam`` command.
+
+``neurcam demo`` fits a model on scikit-learn's bundled digits data and writes it with its metrics;
+``neurcam fit`` does the same for a CSV or Parquet file; ``neurcam predict`` scores a file with a
+saved model. Every output directory is written atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import __version__, metrics
+from .estimator import NeurCAM
+from .persist import atomic_directory
+
+ID_LIKE = ("id", "label")
+
+
+def read_table(path: str) -> pd.DataFrame:
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"no such file: {path}")
+    name = p.name.lower()
+    if name.endswith((".parquet", ".pq")) or p.is_dir():
+        return pd.read_parquet(p)
+    if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
+        return pd.read_csv(p)
+    raise ValueError(f"{path}: expected a .csv(.gz) or .parquet file")
+
+
+def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None):
+    if label is not None and label not in df.columns:
+        raise ValueError(f"label column {label!r} is not in the data (columns: {list(df.columns)})")
+    if features:
+        missing = [f for f in features if f not in df.columns]
+        if missing:
+            raise ValueError(f"feature columns {missing} are not in the data")
+        cols = list(features)
+    else:
+        cols = [c for c in df.columns if c != label and str(c).lower() not in ID_LIKE
+                and pd.api.types.is_numeric_dtype(df[c])]
+        if not cols:
+            raise ValueError("no numeric feature columns found: name them with --features")
+    y = df[label].to_numpy() if label is not None else None
+    return df[cols], y
+
+
+def digits_frame() -> pd.DataFrame:
+    """scikit-learn's bundled 8x8 digits (1,797 rows, 64 pixel features), with its label column."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    df = pd.DataFrame(d.data, columns=[f"px{i // 8}_{i % 8}" for i in range(64)])
+    df["label"] = d.target
+    return df
+
+
+def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict) -> dict:
+    X, y = split_columns(df, features, label)
+    t0 = time.perf_counter()
+    est = NeurCAM(**params).fit(X)
+    seconds = time.perf_counter() - t0
+    result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
+              "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+              "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
+              **metrics.scores(est._features(X), est.predict(X), y)}
+
+    def write(tmp: Path) -> None:
+        est.save(tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(result, indent=1))
+
+    atomic_directory(Path(out), write)
+    return result
+
+
+def _params(args) -> dict:
+    p = {"n_clusters": args.n_clusters, "n_pairs": args.n_pairs, "random_state": args.seed,
+         "precision": args.precision, "verbose": not args.quiet}
+    for name in ("epochs", "warmup_epochs", "n_single", "m", "gamma", "epsilon", "batch_size"):
+        v = getattr(args, name)
+        if v is not None:
+            p[name] = v
+    return p
+
+
+def _add_model_args(p: argparse.ArgumentParser, n_clusters: int | None, n_pairs: int) -> None:
+    p.add_argument("--n-clusters", type=int, default=n_clusters, required=n_clusters is None)
+    p.add_argument("--n-pairs", type=int, default=n_pairs, help="pairwise shape functions (0: NeurCAM)")
+    p.add_argument("--n-single", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--warmup-epochs", type=int, default=None)
+    p.add_argument("--m", type=float, default=None)
+    p.add_argument("--gamma", type=float, default=None)
+    p.add_argument("--epsilon", type=float, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neurcam", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="fit Neur2CAM on the bundled digits data")
+    demo.add_argument("--out", default="runs/demo")
+    _add_model_args(demo, 10, 8)
+    fit = sub.add_parser("fit", help="fit on a CSV or Parquet file")
+    fit.add_argument("--data", required=True)
+    fit.add_argument("--out", required=True)
+    fit.add_argument("--features", nargs="+", default=None)
+    fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
+    _add_model_args(fit, None, 0)
+    pred = sub.add_parser("predict", help="score a CSV or Parquet file with a saved model")
+    pred.add_argument("--model", required=True)
+    pred.add_argument("--input", required=True)
+    pred.add_argument("--output", required=True, help="Parquet file to write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            result = fit_and_write(digits_frame(), args.out, None, "label", _params(args))
+            _report(result, args.out)
+        elif args.command == "fit":
+            result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args))
+            _report(result, args.out)
+        elif args.command == "predict":
+            est = NeurCAM.load(args.model)
+            df = read_table(args.input)
+            X = df[est.feature_names_in_] if set(est.feature_names_in_) <= set(df.columns) else df
+            proba = est.predict_proba(X)
+            out = pd.DataFrame({"cluster": proba.argmax(1)})
+            for k in range(proba.shape[1]):
+                out[f"proba_{k}"] = proba[:, k]
+            target = Path(args.output)
+            tmp = target.with_name(f".{target.name}.tmp")
+            out.to_parquet(tmp, index=False)
+            tmp.replace(target)
+            print(f"wrote {len(out)} rows to {target}")
+    except ValueError as exc:
+        print(f"neurcam: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _report(result: dict, out: str) -> None:
+    keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
+    print(json.dumps({k: result[k] for k in keys if k in result}))
+    print(f"model and metrics written to {out}/ (load with neurcam_dist.NeurCAM.load('{out}/model'))")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""One training epoch: the single implementation of the math that every driver calls.
+
+The in-memory estimator feeds it slices of tensors it holds; the Ray Train worker feeds it the
+batches of its dataset shard and wraps the network in DDP. Both hand in the teacher's log
+assignment per batch (cached per row, or computed by ``target_fn``) so the KL term costs no
+second forward pass when a cache is available.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+
+from .loss import fuzzy_loss, kl_to_target, squared_distances
+
+DISTILL_WEIGHT = 1.0  # weight of the KL toward the k-means assignment during ``init='distill'``
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor            # (n, D) interpretable features (standardized)
+    xr: torch.Tensor           # (n, R) representation used by the clustering loss
+    target: torch.Tensor | None = None  # (n, K) teacher log-assignment, when the phase uses one
+
+
+class EpochStats:
+    """Row-weighted sums of (loss, clustering loss, KL), kept on the device until read
+    (no host sync per batch); ``sums()`` is what a data-parallel driver all-reduces."""
+
+    def __init__(self) -> None:
+        self._sums: torch.Tensor | None = None
+        self.rows = 0
+
+    def add(self, loss: torch.Tensor, clust: torch.Tensor, kl: torch.Tensor, n: int) -> None:
+        v = torch.stack([loss, clust, kl]).detach().double() * n
+        self._sums = v if self._sums is None else self._sums + v
+        self.rows += n
+
+    def sums(self) -> torch.Tensor:
+        """(loss, clust, kl, rows) as one float64 tensor."""
+        s = self._sums.cpu() if self._sums is not None else torch.zeros(3, dtype=torch.float64)
+        return torch.cat([s, torch.tensor([float(self.rows)], dtype=torch.float64)])
+
+    @staticmethod
+    def means_of(sums: torch.Tensor) -> dict:
+        loss, clust, kl, rows = (float(v) for v in sums)
+        r = max(rows, 1.0)
+        return {"loss": loss / r, "clust_loss": clust / r, "kl": kl / r, "rows": int(rows)}
+
+    def means(self) -> dict:
+        return self.means_of(self.sums())
+
+
+def autocast_context(precision: str, device: torch.device):
+    """bf16 autocast for the network's matmuls; the loss and softmax stay in fp32."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def batch_loss(model, centroids: torch.Tensor, batch: Batch, t: float, t2: float, m: float,
+               kl_weight: float, precision: str = "fp32"):
+    """(total, clustering, kl) for one batch. ``model`` may be a DDP wrapper of ``NeurCAMNet``."""
+    with autocast_context(precision, batch.x.device):
+        logits = model(batch.x, t, t2)
+    log_w = torch.log_softmax(logits.float(), dim=1)
+    clust = fuzzy_loss(log_w, squared_distances(batch.xr, centroids), m)
+    if batch.target is not None and kl_weight > 0:
+        kl = kl_to_target(batch.target, log_w)
+    else:
+        kl = torch.zeros((), device=log_w.device)
+    return clust + kl_weight * kl, clust, kl
+
+
+def kl_weight_for(phase: str, gamma: float) -> float:
+    if phase == "distill":
+        return DISTILL_WEIGHT
+    if phase in ("anneal_pairs", "anneal_single", "final"):
+        return gamma
+    return 0.0
+
+
+def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batches: Iterable[Batch],
+                *, phase: str, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
+                target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
+    """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums."""
+    stats = EpochStats()
+    kl_weight = kl_weight_for(phase, gamma)
+    model.train()
+    for batch in batches:
+        if kl_weight > 0 and batch.target is None:
+            if target_fn is None:
+                raise ValueError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
+            batch.target = target_fn(batch)
+        loss, clust, kl = batch_loss(model, centroids, batch, t, t2, m, kl_weight, precision)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        stats.add(loss, clust, kl, batch.x.shape[0])
+    return stats

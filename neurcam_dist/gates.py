@@ -1,0 +1,59 @@
+"""Feature-selection gates: entmax15 over learned logits, annealed by a temperature until one-hot.
+
+A gate is a row of a (channels, D) matrix; the selected input of a channel is ``x @ gate``.
+While relaxed, the gate is ``entmax15(logits / T)``: a sparse mixture of features. Once every
+gate of a kind is exactly one-hot (a single non-zero), the kind is *locked*: its selection is
+frozen to the argmax and the gate becomes a constant one-hot matrix, so later optimiser steps
+(Adam momentum included) cannot move a selection that the model's explanation relies on.
+"""
+from __future__ import annotations
+
+import torch
+from entmax import entmax15
+from torch import nn
+
+
+def relaxed_gates(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """entmax15 over the last axis of ``logits / temperature``; exact zeros outside the support."""
+    return entmax15(logits / temperature, dim=-1)
+
+
+def is_one_hot(gates: torch.Tensor) -> bool:
+    """True when every gate row has exactly one non-zero entry (no tolerance: exact zeros)."""
+    if gates.numel() == 0:
+        return True
+    return bool(((gates != 0).sum(dim=-1) == 1).all())
+
+
+class SelectionGates(nn.Module):
+    """``n`` groups of ``arity`` gates over ``n_features`` inputs (arity 1: single, 2: pairwise)."""
+
+    def __init__(self, n: int, arity: int, n_features: int, generator: torch.Generator | None = None):
+        super().__init__()
+        self.n, self.arity, self.n_features = n, arity, n_features
+        init = torch.randn(n, arity, n_features, generator=generator) if n else torch.zeros(n, arity, n_features)
+        self.logits = nn.Parameter(init)
+        # Locked state lives in buffers so it travels with state_dict (checkpoints, save/load).
+        self.register_buffer("locked", torch.zeros((), dtype=torch.bool))
+        self.register_buffer("index", torch.zeros(n, arity, dtype=torch.long))
+
+    def matrix(self, temperature: float) -> torch.Tensor:
+        """The (n, arity, D) gate matrix at this temperature (one-hot constant once locked)."""
+        if bool(self.locked):
+            return nn.functional.one_hot(self.index, self.n_features).to(self.logits.dtype)
+        return relaxed_gates(self.logits, temperature)
+
+    @torch.no_grad()
+    def one_hot_at(self, temperature: float) -> bool:
+        return bool(self.locked) or is_one_hot(relaxed_gates(self.logits, temperature))
+
+    @torch.no_grad()
+    def lock(self) -> None:
+        """Freeze the selection to the argmax; callers check ``one_hot_at`` first."""
+        self.index.copy_(self.logits.argmax(dim=-1))
+        self.locked.fill_(True)
+        self.logits.requires_grad_(False)
+
+    def selected(self) -> torch.Tensor:
+        """(n, arity) selected feature indices (the argmax; equal to the locked index once locked)."""
+        return self.index.clone() if bool(self.locked) else self.logits.detach().argmax(dim=-1)

@@ -1,0 +1,96 @@
+"""The NeurCAM network: gated Neural Basis Model shape functions plus free centroids.
+
+Pure math: no I/O, no device moves, no Python loop over channels or clusters. All channels of a
+kind go through their shared backbone as one batched matmul over (rows x channels), and the
+per-channel reconstruction weights are contracted in one matmul over (channels x bases).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .gates import SelectionGates
+
+
+class Backbone(nn.Module):
+    """Shared MLP ``arity -> hidden... -> n_bases`` (ReLU between layers), applied on the last axis."""
+
+    def __init__(self, arity: int, hidden: tuple[int, ...], n_bases: int):
+        super().__init__()
+        dims = (arity, *hidden, n_bases)
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, s: torch.Tensor) -> torch.Tensor:
+        h = s
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.layers) - 1:
+                h = torch.relu(h)
+        return h
+
+
+class ShapeFunctions(nn.Module):
+    """``n`` gated channels of one arity sharing one backbone; each has its own (B x K) weights."""
+
+    def __init__(self, n: int, arity: int, n_features: int, n_clusters: int,
+                 hidden: tuple[int, ...], n_bases: int, generator: torch.Generator | None = None):
+        super().__init__()
+        self.n, self.arity = n, arity
+        self.gates = SelectionGates(n, arity, n_features, generator)
+        self.backbone = Backbone(arity, hidden, n_bases)
+        bound = 1.0 / math.sqrt(max(1, n_bases))
+        self.weight = nn.Parameter(torch.empty(n, n_bases, n_clusters).uniform_(-bound, bound, generator=generator))
+        self.bias = nn.Parameter(torch.zeros(n, n_clusters))
+
+    def bases(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
+        """(N, n, B) basis activations of every channel at its selected input(s)."""
+        s = torch.einsum("nd,cad->nca", x, self.matrix(temperature))  # (N, n, arity)
+        return self.backbone(s)
+
+    def matrix(self, temperature: float) -> torch.Tensor:
+        return self.gates.matrix(temperature)
+
+    def logits(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
+        """(N, K) summed contribution of all channels: one matmul over (channels x bases)."""
+        b = self.bases(x, temperature)
+        flat = b.reshape(b.shape[0], -1)
+        return flat @ self.weight.reshape(-1, self.weight.shape[-1]).to(flat.dtype) + self.bias.sum(0)
+
+    def contributions(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
+        """(N, n, K) contribution of each channel; sums over channels to ``logits``."""
+        return torch.einsum("ncb,cbk->nck", self.bases(x, temperature), self.weight) + self.bias
+
+
+class NeurCAMNet(nn.Module):
+    """Logits ``g(x) = sum_c f_c(x) + sum_p f_p(x)`` and centroids ``z`` in the representation space."""
+
+    def __init__(self, n_features: int, n_clusters: int, n_single: int, n_pairs: int,
+                 hidden: tuple[int, ...], n_bases: int, centroids: torch.Tensor, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)  # nn.Linear's default init draws from the global generator
+        self.n_features, self.n_clusters = n_features, n_clusters
+        self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g)
+        self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g)
+        self.centroids = nn.Parameter(centroids.detach().clone().float())
+
+    def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
+        out = self.single.logits(x, t) if self.single.n else None
+        if self.pairs.n:
+            p = self.pairs.logits(x, t2)
+            out = p if out is None else out + p
+        return out
+
+    def contributions(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
+        """(N, C + P, K) per-channel contributions; their sum over channels equals ``forward``."""
+        parts = []
+        if self.single.n:
+            parts.append(self.single.contributions(x, t))
+        if self.pairs.n:
+            parts.append(self.pairs.contributions(x, t2))
+        return torch.cat(parts, dim=1)
+
+    def all_one_hot(self, t: float, t2: float) -> bool:
+        return self.single.gates.one_hot_at(t) and self.pairs.gates.one_hot_at(t2)

@@ -1,0 +1,35 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from neurcam_dist import NeurCAM
+
+SMALL = dict(hidden=(32, 32), n_bases=8, warmup_epochs=8, epochs=30, distill_epochs=3, batch_size=32,
+             verbose=False, device="cpu")
+
+
+def blobs(n=240, d=4, k=3, seed=0):
+    """Well-separated clusters along the first two features; the rest is noise."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 6, size=(k, d))
+    centers[:, 2:] = 0
+    labels = rng.integers(0, k, size=n)
+    X = centers[labels] + rng.normal(size=(n, d))
+    return pd.DataFrame(X, columns=[f"f{j}" for j in range(d)]), labels
+
+
+@pytest.fixture(scope="session")
+def data():
+    return blobs()
+
+
+@pytest.fixture(scope="session")
+def fitted(data):
+    X, _ = data
+    return NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X)
+
+
+@pytest.fixture(scope="session")
+def fitted_pairs(data):
+    X, _ = data
+    return NeurCAM(n_clusters=3, n_pairs=3, random_state=1, **SMALL).fit(X)

@@ -1,0 +1,193 @@
+"""Invariants of the model and the estimator: one-hot gates, additivity, the loss, determinism."""
+import numpy as np
+import pytest
+import torch
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.estimator import log_assignment
+from neurcam_dist.gates import SelectionGates, is_one_hot, relaxed_gates
+from neurcam_dist.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
+from neurcam_dist.nbm import NeurCAMNet
+from neurcam_dist.schedule import Schedule
+
+from .conftest import SMALL
+
+
+def test_relaxed_gates_become_one_hot_as_temperature_falls():
+    logits = torch.tensor([[0.3, 0.2, -1.0, 0.1]])
+    assert not is_one_hot(relaxed_gates(logits, 1.0))
+    assert is_one_hot(relaxed_gates(logits, 0.04))  # gap 0.1 >= 2T: entmax15 gives exactly one non-zero
+    g = relaxed_gates(logits, 0.04)
+    assert torch.equal(g, torch.tensor([[1.0, 0.0, 0.0, 0.0]]))
+
+
+def test_locked_gates_are_constant_one_hot_and_get_no_gradient():
+    gates = SelectionGates(3, 2, 5, torch.Generator().manual_seed(0))
+    expected = gates.logits.detach().argmax(-1)
+    gates.lock()
+    mat = gates.matrix(0.5)
+    assert is_one_hot(mat)
+    assert torch.equal(mat.argmax(-1), expected)
+    assert not mat.requires_grad
+
+
+@pytest.mark.parametrize("est_name", ["fitted", "fitted_pairs"])
+def test_every_gate_exactly_one_hot_after_fit(est_name, request):
+    est = request.getfixturevalue(est_name)
+    t, t2 = est.temperatures_
+    for shape_fns, temp in ((est.net_.single, t), (est.net_.pairs, t2)):
+        relaxed = relaxed_gates(shape_fns.gates.logits.detach(), temp)
+        assert ((relaxed != 0).sum(-1) == 1).all(), "entmax at the final temperature is not exactly one-hot"
+        assert bool(shape_fns.gates.locked) or shape_fns.n == 0
+        assert torch.equal(shape_fns.gates.matrix(temp), relaxed)
+    assert len(est.selected_features_) == 4
+    assert len(est.selected_pairs_) == (3 if est_name == "fitted_pairs" else 0)
+    assert all(f in est.feature_names_in_ for f in est.selected_features_)
+
+
+@pytest.mark.parametrize("est_name", ["fitted", "fitted_pairs"])
+def test_predictions_are_exactly_additive(est_name, request, data):
+    est = request.getfixturevalue(est_name)
+    X, _ = data
+    contrib = est.contributions(X)
+    logits = est.decision_function(X)
+    assert contrib.shape == (len(X), est.net_.single.n + est.net_.pairs.n, 3)
+    np.testing.assert_allclose(contrib.sum(1), logits, rtol=1e-5, atol=1e-4)
+
+
+def test_each_channel_depends_only_on_its_selected_features(fitted_pairs, data):
+    X, _ = data
+    est = fitted_pairs
+    base = est.contributions(X)
+    used = set(est.selected_features_) | {f for p in est.selected_pairs_ for f in p}
+    for col in X.columns:
+        shifted = X.copy()
+        shifted[col] = shifted[col] + 3.0
+        delta = np.abs(est.contributions(shifted) - base).max(axis=(0, 2))
+        channels = [c for c, f in enumerate(est.selected_features_) if f == col]
+        channels += [len(est.selected_features_) + p for p, pair in enumerate(est.selected_pairs_) if col in pair]
+        untouched = [c for c in range(base.shape[1]) if c not in channels]
+        assert np.all(delta[untouched] == 0), f"channels not using {col} changed when {col} moved"
+        if col not in used:
+            assert np.array_equal(est.predict_proba(shifted), est.predict_proba(X))
+
+
+def test_predict_proba_rows_sum_to_one(fitted, data):
+    X, _ = data
+    p = fitted.predict_proba(X)
+    assert p.shape == (len(X), 3)
+    np.testing.assert_allclose(p.sum(1), 1.0, rtol=0, atol=1e-12)
+    assert np.array_equal(p.argmax(1), fitted.predict(X))
+
+
+def test_same_seed_same_model_other_seed_other_model(data, fitted):
+    X, _ = data
+    again = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X)
+    assert np.array_equal(again.predict_proba(X), fitted.predict_proba(X))
+    other = NeurCAM(n_clusters=3, random_state=5, **SMALL).fit(X)
+    assert not np.array_equal(other.predict_proba(X), fitted.predict_proba(X))
+
+
+def test_clusters_recovered_on_separated_blobs(fitted, data):
+    from neurcam_dist import metrics
+    X, y = data
+    assert metrics.ari(y, fitted.predict(X)) > 0.9
+
+
+def test_teacher_kl_is_zero_when_annealing_starts_and_cache_equals_recomputation(data):
+    X, _ = data
+    seen = {}
+
+    def callback(ctx):
+        if ctx["action"] == "freeze_teacher":
+            net, sched, x = ctx["net"], ctx["schedule"], ctx["x"]
+            current = log_assignment(net, x, sched.t, sched.t2)
+            seen["kl_start"] = float(kl_to_target(ctx["targets"], current))
+            seen["temps"] = (sched.t, sched.t2)
+        elif ctx["teacher"] is not None and "recomputed" not in seen:
+            idx = torch.randperm(ctx["x"].shape[0])[:50]
+            with torch.no_grad():
+                fresh = torch.log_softmax(ctx["teacher"](ctx["x"][idx], 1.0, 1.0).float(), 1)
+            seen["recomputed"] = float((fresh - ctx["targets"][idx]).abs().max())
+
+    NeurCAM(n_clusters=3, n_pairs=2, random_state=0, **SMALL).fit(X, callback=callback)
+    assert seen["temps"] == (1.0, 1.0)
+    assert seen["kl_start"] == pytest.approx(0.0, abs=1e-7)
+    assert seen["recomputed"] < 1e-5
+
+
+def test_loss_matches_hand_computation():
+    xr = torch.tensor([[0.0, 0.0], [2.0, 1.0], [1.0, -1.0]])
+    z = torch.tensor([[0.0, 1.0], [2.0, 0.0]])
+    logits = torch.tensor([[0.5, -0.5], [0.0, 0.0], [-1.0, 2.0]])
+    m = 1.5
+    w = np.exp(logits.numpy()) / np.exp(logits.numpy()).sum(1, keepdims=True)
+    d2 = ((xr.numpy()[:, None, :] - z.numpy()[None]) ** 2).sum(-1)
+    hand = (w ** m * d2).sum(1).mean()
+    got = fuzzy_loss(torch.log_softmax(logits, 1), squared_distances(xr, z), m)
+    assert float(got) == pytest.approx(hand, rel=1e-6)
+    target = np.array([[0.9, 0.1], [0.5, 0.5], [0.2, 0.8]])
+    hand_kl = (target * np.log(target / w)).sum(1).mean()
+    got_kl = kl_to_target(torch.log(torch.tensor(target, dtype=torch.float32)), torch.log_softmax(logits, 1))
+    assert float(got_kl) == pytest.approx(hand_kl, rel=1e-5)
+
+
+def test_fcm_membership_is_the_fuzzy_loss_optimum():
+    d2 = torch.tensor([[1.0, 4.0, 9.0]])
+    m = 2.0
+    u = fcm_log_membership(d2, m).exp()
+    inv = 1.0 / d2
+    np.testing.assert_allclose(u.numpy(), (inv / inv.sum()).numpy(), rtol=1e-6)
+    assert torch.equal(fcm_log_membership(d2, 1.0).exp(), torch.tensor([[1.0, 0.0, 0.0]]))
+
+
+def test_network_forward_has_no_python_loop_over_channels():
+    # 40 channels cost about the same number of autograd nodes as 2: channels are batched.
+    def nodes(c):
+        net = NeurCAMNet(6, 3, c, c, (8,), 4, torch.zeros(3, 6))
+        out = net(torch.randn(5, 6))
+        seen, stack = set(), [out.grad_fn]
+        while stack:
+            fn = stack.pop()
+            if fn is None or fn in seen:
+                continue
+            seen.add(fn)
+            stack.extend(f for f, _ in fn.next_functions)
+        return len(seen)
+    assert nodes(40) == nodes(2)
+
+
+def test_schedule_phases_and_state_round_trip():
+    s = Schedule(epochs=50, warmup_epochs=3, distill_epochs=1, epsilon=0.5, has_pairs=True, early_stopping=False)
+    assert s.phase == "distill"
+    hot = {"pairs": False, "single": False}
+    actions = []
+    for _ in range(8):
+        actions.append(s.end_epoch(1.0, lambda t: hot["pairs"], lambda t: hot["single"]))
+        if s.t2 < 0.2:
+            hot["pairs"] = True
+        if s.t < 0.3:
+            hot["single"] = True
+    assert "freeze_teacher" in actions and "lock_pairs" in actions and "lock_single" in actions
+    assert [e["phase"] for e in s.events] == ["warmup", "anneal_pairs", "anneal_single", "final"]
+    clone = Schedule.from_state_dict(s.state_dict())
+    assert clone.state_dict() == s.state_dict()
+
+
+def test_history_records_phases_and_stop_reason(fitted):
+    h = fitted.history_
+    phases = [r["phase"] for r in h["epochs"]]
+    assert phases[0] == "distill" and "warmup" in phases and phases[-1] == "final"
+    assert h["stop_reason"]
+    assert {"loss", "clust_loss", "kl", "T", "T2", "lr"} <= set(h["epochs"][0])
+    assert all(r["kl"] == 0 for r in h["epochs"] if r["phase"] == "warmup")
+
+
+def test_x_repr_is_used_for_the_loss_and_inertia(data):
+    X, y = data
+    rep = np.eye(3)[y] * 10 + np.random.default_rng(0).normal(size=(len(y), 3)) * 0.1
+    est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X, X_repr=rep)
+    assert est.cluster_centers_.shape == (3, 3)
+    assert est.inertia(X, rep) < 1.0
+    with pytest.raises(ValueError, match="X_repr"):
+        est.inertia(X)
