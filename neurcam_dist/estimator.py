@@ -80,7 +80,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (256, 256), n_bases: int = 64,
                  standardize: bool = True, random_state: int = 0, device: str = "auto",
                  init: str = "distill", distill_epochs: int = 10, lr_patience: int = 10,
-                 early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-4,
+                 early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
                  precision: str = "fp32", verbose: bool = True):
         self.n_clusters = n_clusters
         self.n_single = n_single

@@ -162,7 +162,7 @@ def test_schedule_phases_and_state_round_trip():
     assert s.phase == "distill"
     hot = {"pairs": False, "single": False}
     actions = []
-    for _ in range(8):
+    for _ in range(12):
         actions.append(s.end_epoch(1.0, lambda t: hot["pairs"], lambda t: hot["single"]))
         if s.t2 < 0.2:
             hot["pairs"] = True

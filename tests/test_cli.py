@@ -1,0 +1,57 @@
+"""The ``neurcam`` command: fit on a file, predict with the saved model, clear errors."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.cli import main
+
+
+def test_fit_then_predict_from_files(data, tmp_path, capsys):
+    X, y = data
+    table = X.assign(label=y, id=np.arange(len(X)))
+    csv = tmp_path / "table.csv"
+    table.to_csv(csv, index=False)
+    out = tmp_path / "run"
+    rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--label", "label",
+               "--warmup-epochs", "5", "--epochs", "15", "--quiet"])
+    assert rc == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["n_rows"] == 240 and m["n_features"] == 4  # id and label are not features
+    assert {"inertia", "ari", "nmi", "acc"} <= set(m)
+    est = NeurCAM.load(out / "model")
+    assert est.feature_names_in_ == ["f0", "f1", "f2", "f3"]
+    assert m["inertia"] == est.inertia(X)
+
+    table.to_parquet(tmp_path / "table.parquet")
+    scored = tmp_path / "scored.parquet"
+    assert main(["predict", "--model", str(out / "model"), "--input", str(tmp_path / "table.parquet"),
+                 "--output", str(scored)]) == 0
+    res = pd.read_parquet(scored)
+    assert len(res) == 240
+    assert np.array_equal(res["cluster"].to_numpy(), est.predict(X))
+    np.testing.assert_allclose(res[[f"proba_{k}" for k in range(3)]].sum(1), 1.0, atol=1e-9)
+
+
+def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
+    X, _ = data
+    csv = tmp_path / "t.csv"
+    X.to_csv(csv, index=False)
+    out = tmp_path / "run"
+    rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--label", "truth", "--quiet"])
+    assert rc == 2
+    assert "label column 'truth' is not in the data" in capsys.readouterr().err
+    assert not out.exists()
+    X.assign(f2=X.f2.astype(str).where(X.index != 3, "unknown")).to_csv(csv, index=False)
+    rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--features", "f0", "f2", "--quiet"])
+    assert rc == 2
+    assert "non-numeric columns ['f2']" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_console_script_is_installed():
+    res = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "--version"], capture_output=True, text=True)
+    assert res.returncode == 0 and "neurcam-dist" in res.stdout
