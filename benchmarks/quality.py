@@ -81,7 +81,7 @@ def main() -> None:
         for r in km_runs:
             r["inertia"] = metrics.inertia(x, r["labels"])
         km_best = best_of(km_runs)
-        ref = row("mKMC", km_best["labels"], {"seconds/run": np.mean([r["seconds"] for r in km_runs])})
+        ref = row("mKMC", km_best["labels"], {"seconds/run": float(np.mean([r["seconds"] for r in km_runs]))})
         cart = {}
         for depth in (5, 7):
             tree = DecisionTreeClassifier(max_depth=depth, random_state=0).fit(x, km_best["labels"])
@@ -112,12 +112,19 @@ def main() -> None:
                 r["ARI / mKMC"] = r["ari"] / ref["ari"]
                 r["beats CART-5,7"] = bool(r["inertia"] < min(cart[5]["inertia"], cart[7]["inertia"]))
                 r["targets met"] = bool(r["inertia / mKMC"] <= 1.03 and r["ARI / mKMC"] >= 0.95 and r["beats CART-5,7"])
+                write_results(args, seeds, table, runs_table, started, done=False)
+    print(write_results(args, seeds, table, runs_table, started, done=True))
+
+
+def write_results(args, seeds, table, runs_table, started, done: bool) -> str:
+    """Rewrite the results file after every method, so an interrupted run still leaves its tables."""
     total = time.perf_counter() - started
+    state = "total wall time" if done else "INCOMPLETE, wall time so far"
     text = (f"# Clustering quality (best of {len(seeds)} seeds by inertia, X_repr = standardized X)\n\n"
-            f"Machine: {machine()}; precision {args.precision}; total wall time {total / 60:.1f} min\n\n"
+            f"Machine: {machine()}; precision {args.precision}; {state} {total / 60:.1f} min\n\n"
             + markdown_table(table) + "\n## Every run\n\n" + markdown_table(runs_table))
     write_atomic(args.out, text)
-    print(text)
+    return text
 
 
 if __name__ == "__main__":

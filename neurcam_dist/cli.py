@@ -74,7 +74,7 @@ def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict) -> 
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(result, indent=1))
 
-    atomic_directory(Path(out), write)
+    atomic_directory(Path(out), write, marker="metrics.json")
     return result
 
 
@@ -88,7 +88,8 @@ def _params(args) -> dict:
     return p
 
 
-def _add_model_args(p: argparse.ArgumentParser, n_clusters: int | None, n_pairs: int) -> None:
+def _add_model_args(p: argparse.ArgumentParser, n_clusters: int | None, n_pairs: int,
+                    precision: str = "fp32") -> None:
     p.add_argument("--n-clusters", type=int, default=n_clusters, required=n_clusters is None)
     p.add_argument("--n-pairs", type=int, default=n_pairs, help="pairwise shape functions (0: NeurCAM)")
     p.add_argument("--n-single", type=int, default=None)
@@ -98,7 +99,8 @@ def _add_model_args(p: argparse.ArgumentParser, n_clusters: int | None, n_pairs:
     p.add_argument("--gamma", type=float, default=None)
     p.add_argument("--epsilon", type=float, default=None)
     p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=precision,
+                   help="auto: bf16 where the hardware has fast bf16 matmuls, else fp32")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -109,13 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="fit Neur2CAM on the bundled digits data")
     demo.add_argument("--out", default="runs/demo")
-    _add_model_args(demo, 10, 8)
+    _add_model_args(demo, 10, 8, precision="auto")
     fit = sub.add_parser("fit", help="fit on a CSV or Parquet file")
     fit.add_argument("--data", required=True)
     fit.add_argument("--out", required=True)
     fit.add_argument("--features", nargs="+", default=None)
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
     _add_model_args(fit, None, 0)
+    exp = sub.add_parser("explain", help="shape graphs, pair heat maps, importance and an HTML report")
+    exp.add_argument("--model", required=True)
+    exp.add_argument("--data", required=True, help="CSV or Parquet with the model's feature columns (others ignored)")
+    exp.add_argument("--out", required=True)
+    exp.add_argument("--grid-size", type=int, default=128)
+    exp.add_argument("--pair-grid-size", type=int, default=32)
     pred = sub.add_parser("predict", help="score a CSV or Parquet file with a saved model")
     pred.add_argument("--model", required=True)
     pred.add_argument("--input", required=True)
@@ -132,6 +140,17 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "fit":
             result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args))
             _report(result, args.out)
+        elif args.command == "explain":
+            from .report import write_report
+            est = NeurCAM.load(args.model)
+            df = read_table(args.data)
+            missing = [c for c in est.feature_names_in_ if c not in df.columns]
+            if missing:
+                raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
+            expl = est.explain(df[est.feature_names_in_], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
+            report = write_report(expl, args.out)
+            print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
+            print(f"open the report: {Path(report).resolve().as_uri()}")
         elif args.command == "predict":
             est = NeurCAM.load(args.model)
             df = read_table(args.input)

@@ -24,13 +24,27 @@ from .schedule import Schedule
 from .validation import check_matrix, check_number
 
 INITS = ("distill", "kmeans")
-PRECISIONS = ("fp32", "bf16")
+REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
+PRECISIONS = ("fp32", "bf16", "auto")
 
 
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``auto``: bf16 where the hardware has fast bf16 matmuls (CUDA with bf16, CPUs with
+    AVX-512 BF16 / AMX through oneDNN), fp32 elsewhere."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    except (AttributeError, RuntimeError):
+        return "fp32"
 
 
 def kmeans_centroids(xr: np.ndarray, n_clusters: int, batch_size: int, seed: int) -> np.ndarray:
@@ -188,6 +202,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         device = resolve_device(self.device)
         if device.type == "cpu":
             keep_freed_memory()
+        self.precision_ = precision = resolve_precision(self.precision, device)
 
         t0 = time.perf_counter()
         centroids = kmeans_centroids(xr, self.n_clusters, self.batch_size, seed)
@@ -213,7 +228,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             stats = train_epoch(net, net.centroids, opt, _batches(x_t, xr_t, targets if sched.uses_teacher else None,
                                                                 self.batch_size, gen),
                                 phase=phase, t=sched.t, t2=sched.t2, m=self.m, gamma=self.gamma,
-                                precision=self.precision)
+                                precision=precision)
             rec = {"epoch": sched.epoch + 1, "phase": phase, **stats.means(), "T": sched.t, "T2": sched.t2,
                    "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - te}
             del rec["rows"]
@@ -246,6 +261,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.cluster_centers_ = net.centroids.detach().cpu().numpy()
         self._set_selection()
         self.labels_ = self.predict_proba(X).argmax(1)
+        # Training-data means of every channel: the reference that centres per-row explanations.
+        self.channel_means_ = sum(c.astype(np.float64).sum(0) for c in self._contribution_chunks(X)) / n
+        keep = np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS]
+        self._reference = X.iloc[np.sort(keep)] if isinstance(X, pd.DataFrame) else arr[np.sort(keep)]
         return self
 
     def _set_selection(self) -> None:
@@ -268,12 +287,16 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         return self.decision_function(X).argmax(1)
 
-    @torch.no_grad()
     def contributions(self, X) -> np.ndarray:
         """(N, C + P, K) per-channel contributions; they sum over channels to ``decision_function``."""
+        return np.concatenate(list(self._contribution_chunks(X)))
+
+    @torch.no_grad()
+    def _contribution_chunks(self, X, chunk: int = 8192):
         x = torch.from_numpy(self._features(X)).to(self._device())
         t, t2 = self.temperatures_
-        return self.net_.contributions(x, t, t2).float().cpu().numpy()
+        for i in range(0, x.shape[0], chunk):
+            yield self.net_.contributions(x[i:i + chunk], t, t2).float().cpu().numpy()
 
     def inertia(self, X, X_repr=None) -> float:
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
@@ -282,6 +305,22 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             raise ValueError("this model was fitted with X_repr: pass the same representation to inertia()")
         rep = self._representation(X, X_repr, x_std)
         return metrics.inertia(rep, self.predict(X))
+
+    def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
+        """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
+        (default: up to 20,000 training rows kept since ``fit``). See ``neurcam_dist.explain``."""
+        from .explain import build_explanation
+        if X is None:
+            X = getattr(self, "_reference", None)
+            if X is None:
+                raise ValueError("explain() needs data: this model was loaded from disk, pass X "
+                                 "(rows from the data it clusters)")
+        return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
+
+    def explain_rows(self, X):
+        """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``)."""
+        from .explain import explain_rows
+        return explain_rows(self, X)
 
     def _device(self) -> torch.device:
         return next(self.net_.parameters()).device

@@ -42,10 +42,13 @@ def _jsonable(obj):
     return obj
 
 
-def atomic_directory(target: Path, write) -> None:
+def atomic_directory(target: Path, write, marker: str | None = None) -> None:
     """Build a directory with ``write(tmp_dir)`` and move it to ``target`` in one rename
-    (an existing ``target`` is moved aside first and removed only after the swap)."""
+    (an existing ``target`` is moved aside first and removed only after the swap). With
+    ``marker``, a non-empty existing ``target`` that lacks that file is not ours: refuse."""
     target = Path(target)
+    if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
+        raise ValueError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -63,11 +66,21 @@ def atomic_directory(target: Path, write) -> None:
         raise
 
 
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write a file through a temporary sibling and one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def save_estimator(est, path) -> None:
     est._check_fitted()
     path = Path(path)
-    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "manifest.json").exists())):
-        raise ValueError(f"{path} exists and is not a NeurCAM model directory: refusing to overwrite it")
     params = _jsonable(est.get_params())
     net = est.net_
     config = {
@@ -78,6 +91,7 @@ def save_estimator(est, path) -> None:
         "mean": est.mean_.tolist(), "scale": est.scale_.tolist(),
         "repr_dim": int(est.repr_dim_), "uses_features_as_repr": bool(est.uses_features_as_repr_),
         "temperatures": list(est.temperatures_),
+        "channel_means": est.channel_means_.tolist(),
         "selected_features": list(est.selected_features_),
         "selected_pairs": [list(p) for p in est.selected_pairs_],
         "history": _jsonable(est.history_),
@@ -90,7 +104,7 @@ def save_estimator(est, path) -> None:
         manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
 
-    atomic_directory(path, write)
+    atomic_directory(path, write, marker="manifest.json")
 
 
 def load_estimator(path, device: str = "cpu"):
@@ -138,6 +152,7 @@ def load_estimator(path, device: str = "cpu"):
     est.repr_dim_ = config["repr_dim"]
     est.uses_features_as_repr_ = config["uses_features_as_repr"]
     est.temperatures_ = tuple(config["temperatures"])
+    est.channel_means_ = np.asarray(config["channel_means"], dtype=np.float64)
     est.history_ = config["history"]
     est.n_iter_ = est.history_.get("n_epochs")
     est.cluster_centers_ = net.centroids.detach().cpu().numpy()

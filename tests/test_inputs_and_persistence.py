@@ -119,7 +119,7 @@ def test_load_refuses_altered_or_missing_files(fitted, tmp_path):
 def test_save_refuses_to_overwrite_a_foreign_directory(fitted, tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.txt").write_text("keep me")
-    with pytest.raises(ValueError, match="not a NeurCAM model directory"):
+    with pytest.raises(ValueError, match="was not written by neurcam"):
         fitted.save(tmp_path / "docs")
     assert (tmp_path / "docs" / "notes.txt").read_text() == "keep me"
 

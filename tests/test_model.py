@@ -177,7 +177,8 @@ def test_schedule_phases_and_state_round_trip():
 def test_history_records_phases_and_stop_reason(fitted):
     h = fitted.history_
     phases = [r["phase"] for r in h["epochs"]]
-    assert phases[0] == "distill" and "warmup" in phases and phases[-1] == "final"
+    assert phases[0] == "distill" and "warmup" in phases and "anneal_single" in phases
+    assert [e["phase"] for e in h["events"]] == ["warmup", "anneal_single", "final"]
     assert h["stop_reason"]
     assert {"loss", "clust_loss", "kl", "T", "T2", "lr"} <= set(h["epochs"][0])
     assert all(r["kl"] == 0 for r in h["epochs"] if r["phase"] == "warmup")
@@ -191,3 +192,13 @@ def test_x_repr_is_used_for_the_loss_and_inertia(data):
     assert est.inertia(X, rep) < 1.0
     with pytest.raises(ValueError, match="X_repr"):
         est.inertia(X)
+
+
+def test_bf16_training_gives_a_valid_fp32_scored_model(data):
+    X, _ = data
+    est = NeurCAM(n_clusters=3, precision="bf16", random_state=0, **SMALL).fit(X)
+    assert est.precision_ == "bf16"
+    for shape_fns in (est.net_.single, est.net_.pairs):
+        assert is_one_hot(shape_fns.gates.matrix(1e-9))
+    np.testing.assert_allclose(est.contributions(X).sum(1), est.decision_function(X), rtol=1e-5, atol=1e-4)
+    assert next(est.net_.parameters()).dtype == torch.float32  # autocast only: weights stay fp32

@@ -1,0 +1,184 @@
+"""Explanations: additivity, purification, serialisation, the table scorer, plots and the report."""
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.cli import main
+from neurcam_dist.explain import Explanation, interp_pair, purify
+from neurcam_dist.report import write_plots, write_report
+
+
+@pytest.fixture(scope="module")
+def explanation(fitted_pairs, data):
+    X, _ = data
+    return fitted_pairs.explain(X)
+
+
+def test_rows_decompose_exactly_into_intercept_and_terms(fitted_pairs, data):
+    X, _ = data
+    rows = fitted_pairs.explain_rows(X)
+    assert rows.contributions.shape == (len(X), len(rows.terms), 3)
+    np.testing.assert_allclose(rows.intercept + rows.contributions.sum(1), rows.logits, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(rows.logits, fitted_pairs.decision_function(X), rtol=1e-5, atol=1e-4)
+    # centred on the training data: every term averages to zero over it
+    np.testing.assert_allclose(rows.contributions.mean(0), 0.0, atol=1e-6)
+    frame = rows.to_frame()
+    assert len(frame) == rows.contributions.size
+    assert frame.groupby("row").contribution.sum().shape == (len(X),)
+
+
+def test_table_model_is_additive_and_matches_the_network(explanation, fitted_pairs, data):
+    X, _ = data
+    cols = {n: X[n].to_numpy(float) for n in explanation.feature_names}
+    parts = np.stack([t.evaluate([cols[f] for f in t.features]) for t in explanation.terms], 1)
+    np.testing.assert_allclose(explanation.intercept + parts.sum(1), explanation.logits(X), atol=1e-9)
+    scorer = explanation.to_scorer()
+    agreement = (scorer.predict(X) == fitted_pairs.predict(X)).mean()
+    assert agreement >= 0.995
+    np.testing.assert_allclose(scorer.predict_proba(X).sum(1), 1.0, atol=1e-12)
+
+
+def test_terms_are_in_original_units_and_centred(explanation, data):
+    X, _ = data
+    for t in explanation.terms:
+        for f, g in zip(t.features, t.grids):
+            assert g.min() == pytest.approx(X[f].min(), rel=1e-6) and g.max() == pytest.approx(X[f].max(), rel=1e-6)
+        at_rows = t.evaluate([X[f].to_numpy(float) for f in t.features])
+        if t.kind == "main":  # pair terms are centred by purification (see the purification test)
+            np.testing.assert_allclose(at_rows.mean(0), 0.0, atol=1e-6)
+        np.testing.assert_allclose(t.importance, np.abs(at_rows).mean(0), atol=1e-6)
+
+
+def test_purification_keeps_the_sum_and_zeroes_row_and_column_means():
+    rng = np.random.default_rng(0)
+    pair = rng.normal(size=(5, 4, 3)) + np.arange(5)[:, None, None] - np.arange(4)[None, :, None]
+    weights = rng.integers(0, 5, size=(5, 4)).astype(float)
+    weights[2] = 0  # a grid row with no data
+    pure, ma, mb = purify(pair, weights)
+    np.testing.assert_allclose(pure + ma[:, None, :] + mb[None, :, :], pair, atol=1e-12)
+    rows = np.einsum("ab,abk->ak", weights, pure)[weights.sum(1) > 0]
+    cols = np.einsum("ab,abk->bk", weights, pure)
+    assert np.abs(rows).max() < 1e-9 and np.abs(cols).max() < 1e-9
+
+
+def test_purification_inside_the_explanation_leaves_logits_unchanged(fitted_pairs, data):
+    X, _ = data
+    expl = fitted_pairs.explain(X)
+    unpurified = _table_logits_without_purification(fitted_pairs, X, expl)
+    np.testing.assert_allclose(expl.logits(X), unpurified, atol=1e-8)
+    for t in expl.terms:
+        if t.kind == "pair":
+            ga, gb = t.grids
+            from neurcam_dist.explain import nearest_index
+            w = np.zeros((len(ga), len(gb)))
+            np.add.at(w, (nearest_index(ga, X[t.features[0]].to_numpy(float)),
+                          nearest_index(gb, X[t.features[1]].to_numpy(float))), 1.0)
+            assert np.abs(np.einsum("ab,abk->ak", w, t.values)).max() < 1e-6 * len(X)
+            assert np.abs(np.einsum("ab,abk->bk", w, t.values)).max() < 1e-6 * len(X)
+
+
+def _table_logits_without_purification(est, X, expl):
+    """Table model built from raw (unpurified, uncentred) channel tables on the explanation's grids."""
+    from neurcam_dist.explain import _term_table, interp_main, term_groups
+    terms, owner = term_groups(est)
+    names = est.feature_names_in_
+    out = np.zeros((len(X), 3))
+    for n, t in enumerate(terms):
+        grids = expl.term(" & ".join(names[i] for i in t)).grids
+        table = _term_table(est, np.flatnonzero(owner == n), t, grids)
+        cols = [X[names[i]].to_numpy(float) for i in t]
+        out += interp_main(grids[0], table, cols[0]) if len(t) == 1 else interp_pair(grids[0], grids[1], table, *cols)
+    return out
+
+
+def test_pair_chosen_by_two_channels_is_reported_once_with_their_sum(data):
+    X, _ = data
+    est = NeurCAM(n_clusters=3, n_pairs=2, random_state=3, hidden=(16,), n_bases=4, warmup_epochs=4, epochs=8,
+                  distill_epochs=1, batch_size=32, verbose=False).fit(X)
+    gates = est.net_.pairs.gates
+    gates.index.copy_(torch.tensor([[0, 1], [1, 0]]))  # both channels now read the pair (f0, f1)
+    est._set_selection()
+    expl = est.explain(X, pair_grid_size=8)
+    pair_terms = [t for t in expl.terms if t.kind == "pair"]
+    assert [t.name for t in pair_terms] == ["f0 & f1"]
+    rows = est.explain_rows(X)
+    assert rows.terms.count("f0 & f1") == 1
+    c = est.contributions(X)
+    single = est.net_.single.n
+    both = c[:, single, :] + c[:, single + 1, :] - est.channel_means_[single] - est.channel_means_[single + 1]
+    np.testing.assert_allclose(rows.contributions[:, rows.terms.index("f0 & f1"), :], both, atol=1e-5)
+
+
+def test_json_round_trip_is_exact(explanation, tmp_path):
+    explanation.to_json(tmp_path / "e.json")
+    back = Explanation.from_json(tmp_path / "e.json")
+    assert back.to_dict() == explanation.to_dict()
+    bad = explanation.to_dict()
+    bad["schema_version"] = 99
+    with pytest.raises(ValueError, match="schema version 99"):
+        Explanation.from_dict(bad)
+
+
+def test_parquet_tables(explanation, tmp_path):
+    explanation.to_parquet(tmp_path / "tables")
+    terms = pd.read_parquet(tmp_path / "tables" / "terms.parquet")
+    values = pd.read_parquet(tmp_path / "tables" / "values.parquet")
+    assert set(terms.term) == {t.name for t in explanation.terms}
+    assert len(values) == sum(t.values.size for t in explanation.terms)
+
+
+class _Collect(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.imgs, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        if tag == "img":
+            self.imgs.append(dict(attrs)["src"])
+
+
+def test_plots_and_self_contained_report(explanation, tmp_path):
+    import base64
+    import io
+
+    from PIL import Image
+    paths = write_plots(explanation, tmp_path / "plots")
+    assert len(paths) == len(explanation.terms) + 1
+    for p in paths:
+        Image.open(p).verify()
+    report = write_report(explanation, tmp_path / "report")
+    page = report.read_text()
+    parser = _Collect()
+    parser.feed(page)
+    assert "table" in parser.tags and len(parser.imgs) == len(explanation.terms) + 1
+    for src in parser.imgs:
+        assert src.startswith("data:image/png;base64,")
+        Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).verify()
+    assert "http://" not in page and "https://" not in page and "<script" not in page
+    assert Explanation.from_json(tmp_path / "report" / "explanation.json").to_dict() == explanation.to_dict()
+
+
+def test_explain_cli(fitted_pairs, data, tmp_path, capsys):
+    X, y = data
+    fitted_pairs.save(tmp_path / "model")
+    X.assign(label=y).to_csv(tmp_path / "d.csv", index=False)
+    assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "d.csv"),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "report.html").exists()
+    assert "open the report: file://" in capsys.readouterr().out
+    X.drop(columns="f1").to_csv(tmp_path / "bad.csv", index=False)
+    assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "bad.csv"),
+                 "--out", str(tmp_path / "out2")]) == 2
+    assert "lacks the model's feature columns ['f1']" in capsys.readouterr().err
+    assert not (tmp_path / "out2").exists()
+
+
+def test_loaded_model_needs_data_to_explain(fitted, tmp_path):
+    fitted.save(tmp_path / "m")
+    with pytest.raises(ValueError, match="explain\\(\\) needs data"):
+        NeurCAM.load(tmp_path / "m").explain()
