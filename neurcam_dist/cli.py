@@ -60,7 +60,7 @@ def digits_frame() -> pd.DataFrame:
     return df
 
 
-def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict) -> dict:
+def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict, report: bool = False) -> dict:
     X, y = split_columns(df, features, label)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
@@ -73,6 +73,9 @@ def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict) -> 
     def write(tmp: Path) -> None:
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(result, indent=1))
+        if report:
+            from .report import write_report
+            write_report(est.explain(X), tmp / "report")
 
     atomic_directory(Path(out), write, marker="metrics.json")
     return result
@@ -117,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--out", required=True)
     fit.add_argument("--features", nargs="+", default=None)
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
+    fit.add_argument("--report", action="store_true", help="also write the explanation report to OUT/report")
     _add_model_args(fit, None, 0)
     exp = sub.add_parser("explain", help="shape graphs, pair heat maps, importance and an HTML report")
     exp.add_argument("--model", required=True)
@@ -135,10 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            result = fit_and_write(digits_frame(), args.out, None, "label", _params(args))
+            result = fit_and_write(digits_frame(), args.out, None, "label", _params(args), report=True)
             _report(result, args.out)
+            print(f"explanation report: {(Path(args.out) / 'report' / 'report.html').resolve().as_uri()}")
         elif args.command == "fit":
-            result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args))
+            result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
+                                   report=args.report)
             _report(result, args.out)
         elif args.command == "explain":
             from .report import write_report

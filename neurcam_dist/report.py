@@ -52,7 +52,7 @@ def pair_figure(term: Term, n_clusters: int) -> bytes:
     """One heat map per cluster over the pair's grid (purified interaction only)."""
     cols = min(n_clusters, 5)
     rows = int(np.ceil(n_clusters / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.4 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.5 * rows), squeeze=False, constrained_layout=True)
     lim = float(np.abs(term.values).max()) or 1.0
     ga, gb = term.grids
     for k in range(rows * cols):
@@ -65,7 +65,8 @@ def pair_figure(term: Term, n_clusters: int) -> bytes:
         ax.tick_params(labelsize=6)
         if k % cols == 0:
             ax.set_ylabel(term.features[0], fontsize=7)
-        ax.set_xlabel(term.features[1], fontsize=7)
+        if k // cols == rows - 1 or k + cols >= n_clusters:
+            ax.set_xlabel(term.features[1], fontsize=7)
     fig.colorbar(im, ax=axes, shrink=0.8, label="contribution")
     fig.suptitle(term.name)
     return _png(fig)
