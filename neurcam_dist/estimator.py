@@ -5,7 +5,6 @@ worker drives the same two pieces over streamed shards.
 """
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 
@@ -16,10 +15,11 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.cluster import MiniBatchKMeans
 
 from . import metrics
-from .epoch import Batch, EpochStats, train_epoch
+from .epoch import Batch
 from .loss import fcm_log_membership, squared_distances
 from .nbm import NeurCAMNet
 from .perf import keep_freed_memory
+from .training import Trainer
 from .schedule import Schedule
 from .validation import check_matrix, check_number
 
@@ -65,16 +65,6 @@ def log_assignment(net: NeurCAMNet, x: torch.Tensor, t: float = 1.0, t2: float =
                      for i in range(0, x.shape[0], chunk)])
     net.train(was_training)
     return out
-
-
-def make_optimizer(net: NeurCAMNet, lr: float):
-    opt = torch.optim.Adam([p for p in net.parameters()], lr=lr)
-    return opt
-
-
-def make_plateau(opt, patience: int):
-    """Halve the learning rate after ``patience`` epochs without improvement of the epoch loss."""
-    return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=patience)
 
 
 class NeurCAM(ClusterMixin, BaseEstimator):
@@ -217,43 +207,31 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                          has_pairs=self.n_pairs > 0, early_stopping=bool(self.early_stopping),
                          n_iter_no_change=int(self.n_iter_no_change), tol=float(self.tol))
         targets = fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), self.m) if distill else None
-        opt = make_optimizer(net, self.lr)
-        plateau = make_plateau(opt, self.lr_patience)
+        trainer = Trainer(net, sched, m=self.m, gamma=self.gamma, lr=self.lr, lr_patience=int(self.lr_patience),
+                          precision=precision)
         gen = torch.Generator().manual_seed(seed)
-        records, teacher = [], None
+        records = []
         bar = _progress(self.verbose, self.epochs)
-        while not sched.finished:
+        while not trainer.finished:
             te = time.perf_counter()
-            phase = sched.phase
-            stats = train_epoch(net, net.centroids, opt, _batches(x_t, xr_t, targets if sched.uses_teacher else None,
-                                                                self.batch_size, gen),
-                                phase=phase, t=sched.t, t2=sched.t2, m=self.m, gamma=self.gamma,
-                                precision=precision)
-            rec = {"epoch": sched.epoch + 1, "phase": phase, **stats.means(), "T": sched.t, "T2": sched.t2,
-                   "lr": opt.param_groups[0]["lr"], "seconds": time.perf_counter() - te}
-            del rec["rows"]
+            batches = _batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, self.batch_size, gen)
+            stats = trainer.run_epoch(batches)
+            rec, action = trainer.end_epoch(stats.means(), time.perf_counter() - te)
             records.append(rec)
-            plateau.step(rec["loss"])
-            action = sched.end_epoch(rec["loss"], net.pairs.gates.one_hot_at, net.single.gates.one_hot_at)
-            if action == "freeze_teacher":
-                teacher = copy.deepcopy(net).eval()
-                targets = log_assignment(teacher, x_t, 1.0, 1.0)
-            elif action == "lock_pairs":
-                net.pairs.gates.lock()
-            elif action == "lock_single":
-                net.single.gates.lock()
-            if sched.phase != phase:
-                plateau = make_plateau(opt, self.lr_patience)  # the loss changes meaning between phases
+            if action == "freeze_teacher":  # the teacher's assignment is fixed per row: cache it once
+                targets = log_assignment(trainer.teacher, x_t, 1.0, 1.0)
+            s = trainer.schedule
             bar.update(1)
-            bar.set_postfix(phase=sched.phase, loss=f"{rec['loss']:.4f}", T=f"{sched.t:.3g}", T2=f"{sched.t2:.3g}")
+            bar.set_postfix(phase=s.phase, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}", T2=f"{s.t2:.3g}")
             if callback is not None:
-                callback({"record": rec, "schedule": sched, "net": net, "teacher": teacher,
+                callback({"record": rec, "schedule": s, "net": net, "teacher": trainer.teacher,
                           "targets": targets, "x": x_t, "xr": xr_t, "action": action})
         bar.close()
+        sched = trainer.schedule
         if not (net.single.gates.one_hot_at(sched.t) and net.pairs.gates.one_hot_at(sched.t2)):
             raise RuntimeError("internal error: training ended with a gate that is not one-hot")
         self.net_ = net.eval()
-        self.warmup_net_ = teacher
+        self.warmup_net_ = trainer.teacher
         self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
                          "n_epochs": sched.epoch, "fit_seconds": time.perf_counter() - t0}
         self.n_iter_ = sched.epoch

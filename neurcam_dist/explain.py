@@ -386,6 +386,9 @@ def _add_profiles(expl: Explanation, est, X, arr: np.ndarray, top: int = 3) -> N
     expl.cluster_sizes = np.bincount(labels, minlength=k).tolist()
     cols = {n: arr[:, j] for j, n in enumerate(expl.feature_names)}
     per_term = np.stack([t.evaluate([cols[f] for f in t.features]) for t in expl.terms], axis=1)  # (N, T, K)
+    # Softmax ignores what a term adds to every cluster alike: what separates cluster c is the
+    # term's contribution to c minus its mean contribution over all clusters.
+    per_term = per_term - per_term.mean(2, keepdims=True)
     profiles = []
     for c in range(k):
         members = labels == c
@@ -394,8 +397,9 @@ def _add_profiles(expl: Explanation, est, X, arr: np.ndarray, top: int = 3) -> N
             continue
         mean = per_term[members, :, c].mean(0)
         order = np.argsort(-mean)
-        into = [{"term": expl.terms[i].name, "mean_contribution": float(mean[i])} for i in order[:top] if mean[i] > 0]
-        out = [{"term": expl.terms[i].name, "mean_contribution": float(mean[i])}
+        into = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
+                for i in order[:top] if mean[i] > 0]
+        out = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
                for i in order[::-1][:top] if mean[i] < 0]
         profiles.append({"cluster": c, "size": int(members.sum()), "into": into, "out_of": out})
     expl.profiles = profiles

@@ -119,10 +119,13 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     parts.append(f"<p>{data.get('n_rows', '?')} rows, {len(expl.feature_names)} features, "
                  f"{expl.n_clusters} clusters, {len(expl.terms)} terms "
                  f"({sum(t.kind == 'pair' for t in expl.terms)} pairwise).</p>")
-    parts.append("<h2>Clusters</h2><table><tr><th>cluster</th><th>rows</th><th>pushed in by</th><th>pushed out by</th></tr>")
+    parts.append("<h2>Clusters</h2><p>Terms that push a cluster's members into it (or away from it): the "
+                 "term's contribution to the cluster minus its mean over all clusters, averaged over the "
+                 "cluster's rows.</p><table><tr><th>cluster</th><th>rows</th><th>pushed in by</th>"
+                 "<th>pushed out by</th></tr>")
     for p in expl.profiles:
-        into = ", ".join(f"{e(q['term'])} ({q['mean_contribution']:+.2f})" for q in p["into"])
-        out = ", ".join(f"{e(q['term'])} ({q['mean_contribution']:+.2f})" for q in p["out_of"])
+        into = ", ".join(f"{e(q['term'])} ({q['mean_relative_contribution']:+.2f})" for q in p["into"])
+        out = ", ".join(f"{e(q['term'])} ({q['mean_relative_contribution']:+.2f})" for q in p["out_of"])
         parts.append(f"<tr><td>{p['cluster']}</td><td>{p['size']}</td><td>{into}</td><td>{out}</td></tr>")
     parts.append("</table><h2>Importance</h2><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th></tr>")
     for i, r in enumerate(expl.importance, 1):

@@ -25,6 +25,9 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
     is_frame = isinstance(X, pd.DataFrame)
     if is_frame:
         names = [str(c) for c in X.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"{what} has duplicate column names {dupes}")
         if expected_columns is not None:
             missing = [c for c in expected_columns if c not in names]
             extra = [c for c in names if c not in expected_columns]
@@ -32,7 +35,8 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
                 raise ValueError(
                     f"{what} has other columns than the data the model was fitted on: "
                     f"missing {missing}, unexpected {extra}")
-            X = X[[c for c in expected_columns]]
+            by_name = {str(c): c for c in X.columns}
+            X = X[[by_name[c] for c in expected_columns]]
             names = list(expected_columns)
         non_numeric = [str(c) for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
         if non_numeric:

@@ -182,3 +182,16 @@ def test_loaded_model_needs_data_to_explain(fitted, tmp_path):
     fitted.save(tmp_path / "m")
     with pytest.raises(ValueError, match="explain\\(\\) needs data"):
         NeurCAM.load(tmp_path / "m").explain()
+
+
+def test_cluster_profiles(explanation, fitted_pairs, data):
+    X, _ = data
+    assert sum(explanation.cluster_sizes) == len(X)
+    assert explanation.cluster_sizes == np.bincount(fitted_pairs.predict(X), minlength=3).tolist()
+    for p in explanation.profiles:
+        into = [q["mean_relative_contribution"] for q in p["into"]]
+        out = [q["mean_relative_contribution"] for q in p["out_of"]]
+        assert all(v > 0 for v in into) and into == sorted(into, reverse=True)
+        assert all(v < 0 for v in out) and out == sorted(out)
+    ranking = [r["importance"] for r in explanation.importance]
+    assert ranking == sorted(ranking, reverse=True)

@@ -21,6 +21,7 @@ def est(**kw):
     (lambda X: X.assign(f2=X.f2.where(X.index > 2, np.inf)), r"NaN or infinite.*'f2' \(3 rows\)"),
     (lambda X: X.assign(city="Paris"), r"non-numeric columns \['city'\]"),
     (lambda X: X.iloc[:0], r"empty"),
+    (lambda X: X.rename(columns={"f2": "f1"}), r"duplicate column names \['f1'\]"),
 ])
 def test_bad_features_name_the_problem(data, mutate, message):
     X, _ = data

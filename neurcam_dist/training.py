@@ -1,0 +1,85 @@
+"""What a training driver keeps between epochs: optimiser, learning-rate plateau, schedule, teacher.
+
+Every driver (the in-memory estimator today, a data-parallel worker tomorrow) runs the same
+sequence: ``run_epoch`` over its batches, reduce the epoch sums however it must, then
+``end_epoch`` with the reduced means. The state round-trips through ``state_dict`` so a
+checkpoint restores phase, temperatures, locked gates, optimiser and scheduler exactly.
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+
+import torch
+
+from .epoch import Batch, EpochStats, train_epoch
+from .nbm import NeurCAMNet
+from .schedule import Schedule
+
+
+def make_plateau(opt: torch.optim.Optimizer, patience: int):
+    """Halve the learning rate after ``patience`` epochs without improvement of the epoch loss."""
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=patience)
+
+
+class Trainer:
+    def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
+                 lr_patience: int, precision: str = "fp32", model=None):
+        self.net = net
+        self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
+        self.schedule = schedule
+        self.m, self.gamma, self.lr_patience, self.precision = m, gamma, lr_patience, precision
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+        self.plateau = make_plateau(self.optimizer, lr_patience)
+        self.teacher: NeurCAMNet | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.schedule.finished
+
+    def run_epoch(self, batches: Iterable[Batch], target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
+        s = self.schedule
+        return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
+                           m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn)
+
+    def end_epoch(self, means: dict, seconds: float) -> tuple[dict, str | None]:
+        """Advance the schedule with the (globally reduced) epoch means; returns the history record
+        and the action taken (``freeze_teacher``, ``lock_pairs``, ``lock_single`` or None)."""
+        s = self.schedule
+        phase = s.phase
+        record = {"epoch": s.epoch + 1, "phase": phase, "loss": means["loss"], "clust_loss": means["clust_loss"],
+                  "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": self.optimizer.param_groups[0]["lr"],
+                  "seconds": seconds}
+        self.plateau.step(means["loss"])
+        action = s.end_epoch(means["loss"], self.net.pairs.gates.one_hot_at, self.net.single.gates.one_hot_at)
+        if action == "freeze_teacher":
+            self.teacher = copy.deepcopy(self.net).eval()
+            for p in self.teacher.parameters():
+                p.requires_grad_(False)
+        elif action == "lock_pairs":
+            self.net.pairs.gates.lock()
+        elif action == "lock_single":
+            self.net.single.gates.lock()
+        if s.phase != phase:
+            self.plateau = make_plateau(self.optimizer, self.lr_patience)  # the loss changes meaning
+        return record, action
+
+    def state_dict(self) -> dict:
+        return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "plateau": self.plateau.state_dict(), "schedule": self.schedule.state_dict(),
+                "teacher": None if self.teacher is None else self.teacher.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.schedule = Schedule.from_state_dict(state["schedule"])
+        for kind in (self.net.single, self.net.pairs):
+            if bool(kind.gates.locked):
+                kind.gates.logits.requires_grad_(False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.plateau = make_plateau(self.optimizer, self.lr_patience)
+        self.plateau.load_state_dict(state["plateau"])
+        if state.get("teacher") is not None:
+            self.teacher = copy.deepcopy(self.net).eval()
+            self.teacher.load_state_dict(state["teacher"])
+            for p in self.teacher.parameters():
+                p.requires_grad_(False)
