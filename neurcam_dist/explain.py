@@ -356,13 +356,14 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
             pair_tables[t] = pure
     # Channel biases live inside the term tables; every term's data mean moves into the intercept.
     intercept = np.zeros(k)
-    out_terms = []
+    out_terms, at_rows_all = [], []
     for f in main_features:
         g, discrete = main_grid[f]
         at_rows = interp_main(g, mains[f], arr[:, f])
         mean = at_rows.mean(0)
         values = mains[f] - mean
         intercept = intercept + mean
+        at_rows_all.append(at_rows - mean)
         counts, edges = np.histogram(arr[:, f], bins=min(n_bins, max(1, len(np.unique(arr[:, f])))))
         out_terms.append(Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
                               values=values, importance=np.abs(at_rows - mean).mean(0),
@@ -371,21 +372,21 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
         ga, gb = pair_grid[a][0], pair_grid[b][0]
         # Purified: zero mean over the data binned on the grid, so no further centring is needed.
         at_rows = interp_pair(ga, gb, table, arr[:, a], arr[:, b])
+        at_rows_all.append(at_rows)
         out_terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
                               grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
                               importance=np.abs(at_rows).mean(0)))
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr))
-    _add_profiles(expl, est, X, arr)
+    _add_profiles(expl, est.predict(X), np.stack(at_rows_all, axis=1))
     return expl
 
 
-def _add_profiles(expl: Explanation, est, X, arr: np.ndarray, top: int = 3) -> None:
-    labels = est.predict(X)
+def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, top: int = 3) -> None:
+    """Cluster sizes and the terms that push members in / out; ``per_term`` is (N, T, K), the
+    exported terms evaluated at the explained rows (already computed for importance)."""
     k = expl.n_clusters
     expl.cluster_sizes = np.bincount(labels, minlength=k).tolist()
-    cols = {n: arr[:, j] for j, n in enumerate(expl.feature_names)}
-    per_term = np.stack([t.evaluate([cols[f] for f in t.features]) for t in expl.terms], axis=1)  # (N, T, K)
     # Softmax ignores what a term adds to every cluster alike: what separates cluster c is the
     # term's contribution to c minus its mean contribution over all clusters.
     per_term = per_term - per_term.mean(2, keepdims=True)
