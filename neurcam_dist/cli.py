@@ -1,8 +1,9 @@
 """The ``neurcam`` command.
 
 ``neurcam demo`` fits a model on scikit-learn's bundled digits data and writes it with its metrics;
-``neurcam fit`` does the same for a CSV or Parquet file; ``neurcam predict`` scores a file with a
-saved model. Every output directory is written atomically.
+``neurcam fit`` does the same in memory for a CSV or Parquet file; ``neurcam train --config`` trains
+on Ray over sharded Parquet; ``neurcam predict`` scores Parquet with Ray Data. Every output
+directory is written atomically.
 """
 from __future__ import annotations
 
@@ -127,11 +128,41 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", required=True)
     exp.add_argument("--grid-size", type=int, default=128)
     exp.add_argument("--pair-grid-size", type=int, default=32)
-    pred = sub.add_parser("predict", help="score a CSV or Parquet file with a saved model")
-    pred.add_argument("--model", required=True)
-    pred.add_argument("--input", required=True)
-    pred.add_argument("--output", required=True, help="Parquet file to write")
+    gen = sub.add_parser("generate", help="write a bundled or synthetic dataset as Parquet shards")
+    gen.add_argument("kind", choices=("digits", "synthetic"),
+                     help="digits: scikit-learn's bundled 8x8 digits; synthetic: clustered blobs + embedding")
+    gen.add_argument("--out", required=True, help="directory to receive the shards")
+    gen.add_argument("--files", type=int, default=4)
+    gen.add_argument("--rows", type=int, default=100_000, help="synthetic only")
+    gen.add_argument("--features", type=int, default=8, help="synthetic only")
+    gen.add_argument("--dim", type=int, default=32, help="synthetic only: embedding dimension")
+    gen.add_argument("--clusters", type=int, default=4, help="synthetic only")
+    gen.add_argument("--seed", type=int, default=0)
+    tr = sub.add_parser("train", help="train on Ray over sharded Parquet, as a YAML config says")
+    tr.add_argument("--config", required=True, help="YAML file (see configs/)")
+    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a config value, e.g. --set model.epochs=50 (YAML syntax for the value)")
+    pred = sub.add_parser("predict", help="score Parquet (a directory, glob or file) with Ray Data")
+    pred.add_argument("--model", required=True, help="model directory written by fit/train")
+    pred.add_argument("--input", required=True, help="Parquet directory, glob, file or URI")
+    pred.add_argument("--output", required=True, help="directory to receive the Parquet shards")
+    pred.add_argument("--id", default="id", help="id column copied to the output (default: id)")
+    pred.add_argument("--no-id", action="store_true", help="the input has no id column")
+    pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
+    pred.add_argument("--batch-size", type=int, default=4096)
+    pred.add_argument("--concurrency", type=int, default=2, help="scoring actors")
     return parser
+
+
+def _overrides(pairs: list[str]) -> dict:
+    import yaml
+    out = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,23 +187,57 @@ def main(argv: list[str] | None = None) -> int:
             report = write_report(expl, args.out)
             print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
             print(f"open the report: {Path(report).resolve().as_uri()}")
+        elif args.command == "generate":
+            files = generate(args)
+            print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
+        elif args.command == "train":
+            from .config import load_config
+            from .distributed import train
+            result = train(load_config(args.config, _overrides(args.set)))
+            keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
+            print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
+            print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
+                  f"{result.output / 'metrics.json'}")
         elif args.command == "predict":
+            from .distributed import ensure_ray
+            from .scoring import predict_parquet
             est = NeurCAM.load(args.model)
-            df = read_table(args.input)
-            X = df[est.feature_names_in_] if set(est.feature_names_in_) <= set(df.columns) else df
-            proba = est.predict_proba(X)
-            out = pd.DataFrame({"cluster": proba.argmax(1)})
-            for k in range(proba.shape[1]):
-                out[f"proba_{k}"] = proba[:, k]
-            target = Path(args.output)
-            tmp = target.with_name(f".{target.name}.tmp")
-            out.to_parquet(tmp, index=False)
-            tmp.replace(target)
-            print(f"wrote {len(out)} rows to {target}")
+            ensure_ray()
+            summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
+                                      carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
+            print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {args.output}/ "
+                  f"in {summary['seconds']} s")
     except ValueError as exc:
         print(f"neurcam: error: {exc}", file=sys.stderr)
         return 2
+    except RuntimeError as exc:
+        print(f"neurcam: failed: {exc}", file=sys.stderr)
+        return 1
     return 0
+
+
+def generate(args) -> list[str]:
+    from .synthetic import write_shards
+    if args.kind == "synthetic":
+        return write_shards(args.out, args.rows, n_features=args.features, repr_dim=args.dim,
+                            n_clusters=args.clusters, n_files=args.files, seed=args.seed)
+    return write_frame_shards(digits_frame(), args.out, args.files)
+
+
+def write_frame_shards(df: pd.DataFrame, out: str, n_files: int) -> list[str]:
+    """A DataFrame as ``n_files`` Parquet shards with an ``id`` column, written atomically."""
+    import numpy as np
+
+    def write(tmp: Path) -> None:
+        frame = df.assign(id=np.arange(len(df)))
+        for i, part in enumerate(np.array_split(np.arange(len(frame)), n_files)):
+            frame.iloc[part].to_parquet(tmp / f"part-{i:05d}.parquet", index=False)
+        (tmp / "_neurcam_dataset.json").write_text(json.dumps({"rows": len(frame), "files": n_files}))
+
+    if n_files < 1:
+        raise ValueError(f"--files must be >= 1, got {n_files}")
+    atomic_directory(Path(out), write, marker="_neurcam_dataset.json")
+    return sorted(str(p) for p in Path(out).glob("*.parquet"))
 
 
 def _report(result: dict, out: str) -> None:

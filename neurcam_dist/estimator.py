@@ -227,23 +227,27 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 callback({"record": rec, "schedule": s, "net": net, "teacher": trainer.teacher,
                           "targets": targets, "x": x_t, "xr": xr_t, "action": action})
         bar.close()
-        sched = trainer.schedule
-        if not (net.single.gates.one_hot_at(sched.t) and net.pairs.gates.one_hot_at(sched.t2)):
-            raise RuntimeError("internal error: training ended with a gate that is not one-hot")
-        self.net_ = net.eval()
-        self.warmup_net_ = trainer.teacher
-        self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
-                         "n_epochs": sched.epoch, "fit_seconds": time.perf_counter() - t0}
-        self.n_iter_ = sched.epoch
-        self.temperatures_ = (sched.t, sched.t2)
-        self.cluster_centers_ = net.centroids.detach().cpu().numpy()
-        self._set_selection()
+        self._set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0)
         self.labels_ = self.predict_proba(X).argmax(1)
         # Training-data means of every channel: the reference that centres per-row explanations.
         self.channel_means_ = sum(c.astype(np.float64).sum(0) for c in self._contribution_chunks(X)) / n
         keep = np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS]
         self._reference = X.iloc[np.sort(keep)] if isinstance(X, pd.DataFrame) else arr[np.sort(keep)]
         return self
+
+    def _set_trained(self, net: NeurCAMNet, teacher: NeurCAMNet | None, sched: Schedule, records: list,
+                     seconds: float) -> None:
+        """The learned attributes every driver sets at the end of training (in memory or on Ray)."""
+        if not (net.single.gates.one_hot_at(sched.t) and net.pairs.gates.one_hot_at(sched.t2)):
+            raise RuntimeError("internal error: training ended with a gate that is not one-hot")
+        self.net_ = net.eval()
+        self.warmup_net_ = teacher
+        self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
+                         "n_epochs": sched.epoch, "fit_seconds": seconds}
+        self.n_iter_ = sched.epoch
+        self.temperatures_ = (sched.t, sched.t2)
+        self.cluster_centers_ = net.centroids.detach().cpu().numpy()
+        self._set_selection()
 
     def _set_selection(self) -> None:
         names = self.feature_names_in_

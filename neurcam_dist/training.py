@@ -24,7 +24,7 @@ def make_plateau(opt: torch.optim.Optimizer, patience: int):
 
 class Trainer:
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
-                 lr_patience: int, precision: str = "fp32", model=None):
+                 lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool):
         self.net = net
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
@@ -32,6 +32,8 @@ class Trainer:
         self.optimizer = torch.optim.Adam(net.parameters(), lr=lr)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
+        # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
+        self.agree = agree
 
     @property
     def finished(self) -> bool:
@@ -51,7 +53,8 @@ class Trainer:
                   "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": self.optimizer.param_groups[0]["lr"],
                   "seconds": seconds}
         self.plateau.step(means["loss"])
-        action = s.end_epoch(means["loss"], self.net.pairs.gates.one_hot_at, self.net.single.gates.one_hot_at)
+        action = s.end_epoch(means["loss"], lambda t: self.agree(self.net.pairs.gates.one_hot_at(t)),
+                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)))
         if action == "freeze_teacher":
             self.teacher = copy.deepcopy(self.net).eval()
             for p in self.teacher.parameters():

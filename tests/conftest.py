@@ -33,3 +33,17 @@ def fitted(data):
 def fitted_pairs(data):
     X, _ = data
     return NeurCAM(n_clusters=3, n_pairs=3, random_state=1, **SMALL).fit(X)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole test session: 4 logical CPUs on the 2 cores (two training
+    workers plus Ray Data's readers), a small object store, no dashboard."""
+    import ray
+
+    from neurcam_dist.distributed import quiet_data_progress
+    ray.init(num_cpus=4, object_store_memory=256 * 2**20, include_dashboard=False,
+             configure_logging=True, logging_level="WARNING")
+    quiet_data_progress()
+    yield ray
+    ray.shutdown()

@@ -10,7 +10,7 @@ from neurcam_dist import NeurCAM
 from neurcam_dist.cli import main
 
 
-def test_fit_then_predict_from_files(data, tmp_path, capsys):
+def test_fit_then_predict_from_files(data, tmp_path, capsys, ray_cluster):
     X, y = data
     table = X.assign(label=y, id=np.arange(len(X)))
     csv = tmp_path / "table.csv"
@@ -27,12 +27,13 @@ def test_fit_then_predict_from_files(data, tmp_path, capsys):
     assert m["inertia"] == est.inertia(X)
 
     table.to_parquet(tmp_path / "table.parquet")
-    scored = tmp_path / "scored.parquet"
+    scored = tmp_path / "scored"
     assert main(["predict", "--model", str(out / "model"), "--input", str(tmp_path / "table.parquet"),
-                 "--output", str(scored)]) == 0
-    res = pd.read_parquet(scored)
-    assert len(res) == 240
+                 "--output", str(scored), "--carry", "label"]) == 0
+    res = pd.read_parquet(scored).sort_values("id")
+    assert len(res) == 240 and res["id"].tolist() == list(range(240))
     assert np.array_equal(res["cluster"].to_numpy(), est.predict(X))
+    assert np.array_equal(res["label"].to_numpy(), y)
     np.testing.assert_allclose(res[[f"proba_{k}" for k in range(3)]].sum(1), 1.0, atol=1e-9)
 
 

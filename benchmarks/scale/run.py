@@ -1,0 +1,145 @@
+"""Streaming and scaling of the Ray trainer on Parquet shards written by ``generate.py``.
+
+    python benchmarks/scale/run.py --data /tmp/scale [--workers 2] [--scaling-files 8] [--out FILE.md]
+
+Streaming: validate + profile the dataset (one Ray Data pass), then train ONE full epoch with
+the paper's hyperparameters (hidden (256, 256), 64 bases, batch 512, K = 10, k-means init) on
+``--workers`` Ray Train workers of 1 CPU / 1 thread each, while a sampler adds up the resident
+memory (RSS, and PSS which counts shared pages once) of every Ray process and the driver every
+0.5 s. The target: the peak stays far below the dataset's size (the run streams, it never holds
+the data). Scaling: one epoch with 1 and with 2 workers on the first ``--scaling-files`` shards.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from neurcam_dist import distributed  # noqa: E402
+from neurcam_dist.config import parse_config  # noqa: E402
+from neurcam_dist.data import resolve  # noqa: E402
+
+GiB = 2**30
+
+
+class MemorySampler(threading.Thread):
+    """Peak of the summed RSS / PSS of the driver and every Ray process, sampled every 0.5 s."""
+
+    def __init__(self, period: float = 0.5):
+        super().__init__(daemon=True)
+        self.period, self.peak_rss, self.peak_pss, self.stop_flag = period, 0, 0, False
+        self.samples = 0
+        self.at_peak: list[tuple[str, int]] = []
+
+    @staticmethod
+    def _ray_processes():
+        me = os.getpid()
+        for p in psutil.process_iter(["pid", "cmdline", "name"]):
+            text = " ".join(p.info["cmdline"] or []) + " " + (p.info["name"] or "")
+            if p.info["pid"] == me or "ray" in text.lower():
+                yield p
+
+    def run(self) -> None:
+        while not self.stop_flag:
+            rss = pss = 0
+            parts = []
+            for p in self._ray_processes():
+                try:
+                    mem = p.memory_full_info()
+                    rss += mem.rss
+                    pss += getattr(mem, "pss", mem.rss)
+                    title = (p.info["cmdline"] or [p.info["name"] or "?"])[0]
+                    parts.append((os.path.basename(title.split()[0]) if title else "?", mem.rss))
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+            if rss > self.peak_rss:
+                self.at_peak = sorted(parts, key=lambda t: -t[1])
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.samples += 1
+            time.sleep(self.period)
+
+
+def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
+    cfg = parse_config({
+        "data": {"path": files, "embedding": "embedding", "label": "label", "id": "id"},
+        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},   # the paper's hyperparameters
+        "train": {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000},
+        "output": out})
+    t0 = time.perf_counter()
+    plan, prof = distributed.prepare(cfg)
+    t_prepare = time.perf_counter() - t0
+    init = distributed.initial_state(cfg, plan, prof)
+    t1 = time.perf_counter()
+    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=1),
+                                     f"scale-{label}-{workers}w")
+    wall = time.perf_counter() - t1
+    m = result.metrics
+    return {"rows": plan.n_rows, "prepare_s": t_prepare, "epoch_s": m["seconds"], "rows_per_s": m["rows_per_s"],
+            "wall_s": wall, "seen": m["rows"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--scaling-files", type=int, default=8)
+    ap.add_argument("--object-store-gib", type=float, default=1.0)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--skip-streaming", action="store_true")
+    ap.add_argument("--skip-scaling", action="store_true")
+    ap.add_argument("--streaming-files", type=int, default=None, help="first N shards only (default: all)")
+    ap.add_argument("--block-mib", type=float, default=None, help="Ray Data target block size (default: Ray's)")
+    args = ap.parse_args()
+    files = resolve(args.data).files
+    size = sum(Path(f).stat().st_size for f in files)
+    import ray
+    ray.init(num_cpus=args.workers + 1, object_store_memory=int(args.object_store_gib * GiB), include_dashboard=False,
+             logging_level="WARNING")
+    distributed.quiet_data_progress()
+    if args.block_mib:
+        from ray.data import DataContext
+        DataContext.get_current().target_max_block_size = int(args.block_mib * 2**20)
+    lines = [f"Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / GiB:.0f} GiB; Ray "
+             f"{ray.__version__}; object store capped at {args.object_store_gib:g} GiB; data: {len(files)} "
+             f"Parquet files, {size / GiB:.2f} GiB on disk.", ""]
+    if not args.skip_streaming:
+        sampler = MemorySampler()
+        sampler.start()
+        r = one_epoch(files[: args.streaming_files], args.workers, "/tmp/neurcam-scale-out", "stream")
+        sampler.stop_flag = True
+        sampler.join()
+        lines += ["## Streaming: one full epoch, paper hyperparameters", "",
+                  "| rows | workers | validate+profile s | epoch s | rows/s | peak RSS sum (GiB) | peak PSS sum (GiB) "
+                  "| data on disk (GiB) |", "|---|---|---|---|---|---|---|---|",
+                  f"| {r['rows']:,} | {args.workers} | {r['prepare_s']:.0f} | {r['epoch_s']:.0f} | "
+                  f"{r['rows_per_s']:,.0f} | {sampler.peak_rss / GiB:.2f} | {sampler.peak_pss / GiB:.2f} | "
+                  f"{sum(Path(f).stat().st_size for f in files[: args.streaming_files]) / GiB:.2f} |", "",
+                  f"At the RSS peak, {len(sampler.at_peak)} processes: " + ", ".join(
+                      f"{name} {rss / 2**20:.0f} MiB" for name, rss in sampler.at_peak), ""]
+        print("\n".join(lines), flush=True)
+    if args.skip_scaling:
+        return
+    subset = files[: args.scaling_files]
+    rates = {}
+    for w in (1, 2):
+        rates[w] = one_epoch(subset, w, "/tmp/neurcam-scale-out", "scaling")
+        print(f"scaling: {w} worker(s): {rates[w]['rows_per_s']:,.0f} rows/s", flush=True)
+    lines += ["## Scaling: one epoch, 1 CPU and 1 torch thread per worker", "",
+              "| rows | workers | epoch s | rows/s |", "|---|---|---|---|"]
+    for w, r in rates.items():
+        lines.append(f"| {r['rows']:,} | {w} | {r['epoch_s']:.1f} | {r['rows_per_s']:,.0f} |")
+    lines += ["", f"2 workers / 1 worker: **{rates[2]['rows_per_s'] / rates[1]['rows_per_s']:.2f}x**"]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Scoring with Ray Data: ``map_batches`` over an actor pool, each actor holding the fitted model.
+
+``evaluate`` reduces the whole dataset to sums (per-cluster moments for the inertia, a
+contingency table for ARI/NMI/ACC, channel sums for the explanation's centring), so the driver
+never holds per-row results. ``predict_parquet`` writes one row per input row, with the id,
+the cluster, the probabilities and the three terms that pushed the row hardest toward its
+cluster, into Parquet shards that appear in the output directory only when all are written.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import data as data_mod
+from . import metrics
+from .persist import atomic_directory
+
+TOP_TERMS = 3
+MARKER = "_neurcam_predictions.json"
+
+
+class _Evaluator:
+    def __init__(self, est, plan: data_mod.Plan):
+        import torch
+        torch.set_num_threads(1)
+        self.est, self.plan = est, plan
+
+    def __call__(self, table: pa.Table) -> dict:
+        est, plan = self.est, self.plan
+        x = data_mod.matrix(table, plan.features)
+        contrib = np.concatenate(list(est._contribution_chunks(x)))          # (n, channels, K)
+        labels = contrib.sum(1).argmax(1)
+        xr = ((x - est.mean_) / est.scale_) if plan.repr_kind == "features" else data_mod.representation(table, plan)
+        xr = xr.astype(np.float64)
+        k = est.n_clusters
+        acc = {"n": len(labels), "counts": np.bincount(labels, minlength=k),
+               "sums": np.zeros((k, xr.shape[1])), "sumsq": np.bincount(labels, (xr ** 2).sum(1), minlength=k),
+               "channels": contrib.astype(np.float64).sum(0), "pairs": {}}
+        np.add.at(acc["sums"], labels, xr)
+        if plan.label:
+            truth = table[plan.label].to_numpy(zero_copy_only=False)
+            values, inv = np.unique(truth, return_inverse=True)
+            cells = np.zeros((len(values), k), np.int64)
+            np.add.at(cells, (inv.ravel(), labels), 1)
+            acc["pairs"] = {(v.item() if hasattr(v, "item") else v, c): int(cells[i, c])
+                            for i, v in enumerate(values) for c in range(k) if cells[i, c]}
+        return {"acc": np.array([pickle.dumps(acc)], dtype=object)}
+
+
+def _combine(a: dict | None, b: dict) -> dict:
+    if a is None:
+        return b
+    out = {key: a[key] + b[key] for key in ("n", "counts", "sums", "sumsq", "channels")}
+    pairs = dict(a["pairs"])
+    for key, v in b["pairs"].items():
+        pairs[key] = pairs.get(key, 0) + v
+    out["pairs"] = pairs
+    return out
+
+
+def evaluate(est, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2) -> dict:
+    """Hard inertia over every row (and ARI/NMI/ACC with a label column), plus the channel means."""
+    cols = list(dict.fromkeys(plan.columns + ([plan.label] if plan.label else [])))
+    ds = data_mod.read(plan, cols).map_batches(
+        _Evaluator, fn_constructor_kwargs={"est": est, "plan": plan}, batch_size=batch_size,
+        batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
+    total = None
+    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+        for blob in batch["acc"]:
+            total = _combine(total, pickle.loads(blob))
+    if total is None or total["n"] != plan.n_rows:
+        seen = 0 if total is None else total["n"]
+        raise RuntimeError(f"the scoring pass saw {seen} rows, the data has {plan.n_rows}")
+    out = {"inertia": metrics.inertia_from_moments(total["counts"], total["sums"], total["sumsq"]),
+           "cluster_sizes": total["counts"].astype(int).tolist(),
+           "n_clusters_used": int((total["counts"] > 0).sum()),
+           "channel_means": total["channels"] / total["n"]}
+    if plan.label:
+        truths = sorted({t for t, _ in total["pairs"]}, key=str)
+        index = {t: i for i, t in enumerate(truths)}
+        table = np.zeros((len(truths), est.n_clusters), np.int64)
+        for (t, c), v in total["pairs"].items():
+            table[index[t], c] = v
+        out.update(metrics.table_scores(table))
+    return out
+
+
+class _Scorer:
+    def __init__(self, est, id_column: str | None, carry: list[str]):
+        import torch
+        torch.set_num_threads(1)
+        from .explain import term_groups, term_name
+        self.est, self.id_column, self.carry = est, id_column, carry
+        terms, self.owner = term_groups(est)
+        self.names = np.array([term_name(t, est.feature_names_in_) for t in terms], dtype=object)
+        self.n_terms = len(terms)
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        est = self.est
+        x = data_mod.matrix(table, est.feature_names_in_)
+        contrib = np.concatenate(list(est._contribution_chunks(x))).astype(np.float64)   # (n, channels, K)
+        logits = contrib.sum(1)
+        z = logits - logits.max(1, keepdims=True)
+        proba = np.exp(z)
+        proba /= proba.sum(1, keepdims=True)
+        cluster = logits.argmax(1)
+        per_term = np.zeros((len(x), self.n_terms, logits.shape[1]))
+        np.add.at(per_term, (slice(None), self.owner), contrib - est.channel_means_[None])
+        toward = per_term[np.arange(len(x)), :, cluster]                                   # (n, terms)
+        order = np.argsort(-toward, axis=1, kind="stable")
+        cols = {}
+        if self.id_column:
+            cols[self.id_column] = table[self.id_column]
+        for c in self.carry:
+            cols[c] = table[c]
+        cols["cluster"] = pa.array(cluster.astype(np.int32))
+        for k in range(proba.shape[1]):
+            cols[f"proba_{k}"] = pa.array(proba[:, k])
+        for r in range(TOP_TERMS):
+            if r < self.n_terms:
+                idx = order[:, r]
+                cols[f"term_{r + 1}"] = pa.array(self.names[idx].tolist(), pa.string())
+                cols[f"term_{r + 1}_contribution"] = pa.array(toward[np.arange(len(x)), idx])
+            else:
+                cols[f"term_{r + 1}"] = pa.nulls(len(x), pa.string())
+                cols[f"term_{r + 1}_contribution"] = pa.nulls(len(x), pa.float64())
+        return pa.table(cols)
+
+
+def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
+                    carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2) -> dict:
+    """Score Parquet input with Ray Data into Parquet shards under ``output`` (atomically: the
+    directory appears complete or not at all; a previous output is replaced only on success)."""
+    src = data_mod.resolve(input_path)
+    footers = data_mod._footers(src)
+    n_rows = sum(n for _, _, n in footers)
+    if n_rows == 0:
+        raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
+    wanted = list(est.feature_names_in_) + ([id_column] if id_column else []) + list(carry or [])
+    for f, schema, _ in footers:
+        missing = [c for c in wanted if schema.get_field_index(c) < 0]
+        if missing:
+            hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
+            raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
+    ds = data_mod.read(data_mod.Plan(source=src, features=list(est.feature_names_in_), repr_kind="features",
+                                     repr_columns=list(est.feature_names_in_), repr_dim=len(est.feature_names_in_),
+                                     label=None, id=id_column, n_rows=n_rows, rows_per_file={}, schema_hash=""),
+                       list(dict.fromkeys(wanted)))
+    ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"est": est, "id_column": id_column, "carry": list(carry or [])},
+                        batch_size=batch_size, batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
+    t0 = time.perf_counter()
+    summary = {}
+
+    def write(tmp: Path) -> None:
+        ds.write_parquet(str(tmp))
+        files = sorted(tmp.glob("*.parquet"))
+        written = sum(pq.read_metadata(f).num_rows for f in files)
+        if written != n_rows:
+            raise RuntimeError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
+        summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
+                       input=str(input_path))
+        (tmp / MARKER).write_text(json.dumps(summary, indent=1))
+
+    atomic_directory(Path(output), write, marker=MARKER)
+    return summary

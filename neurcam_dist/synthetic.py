@@ -1,0 +1,65 @@
+"""Synthetic clustered data written as Parquet shards, one shard in memory at a time.
+
+Used by the tests, the scale benchmark and the demo: ``n_clusters`` Gaussian blobs whose centres
+differ on the first few features (the rest is noise), with an embedding that is a fixed random
+projection of the cluster centre plus noise, stored as a ``fixed_size_list<float32>`` column.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _embedding_column(values: np.ndarray) -> pa.FixedSizeListArray:
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.float32).ravel()), values.shape[1])
+
+
+def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_clusters: int = 4,
+                 n_files: int = 4, seed: int = 0, informative: int = 3, rows_per_group: int = 65536,
+                 label: bool = True, progress: bool = False) -> list[str]:
+    """Write ``n_rows`` rows as ``n_files`` Parquet files under ``path``; returns the file paths."""
+    rng = np.random.default_rng(seed)
+    centers = np.zeros((n_clusters, n_features))
+    centers[:, :informative] = rng.normal(0, 4, size=(n_clusters, informative))
+    proj = rng.normal(0, 1, size=(n_clusters, repr_dim)) * 3 if repr_dim else None
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    sizes = np.full(n_files, n_rows // n_files)
+    sizes[: n_rows % n_files] += 1
+    start = 0
+    for i, size in enumerate(sizes):
+        f = out / f"part-{i:05d}.parquet"
+        tmp = out / f".part-{i:05d}.parquet.tmp"
+        with pq.ParquetWriter(tmp, _schema(n_features, repr_dim, label)) as writer:
+            for lo in range(0, int(size), rows_per_group):
+                n = min(rows_per_group, int(size) - lo)
+                y = rng.integers(0, n_clusters, size=n)
+                cols = {"id": np.arange(start + lo, start + lo + n, dtype=np.int64)}
+                x = centers[y] + rng.normal(size=(n, n_features))
+                for j in range(n_features):
+                    cols[f"f{j}"] = x[:, j].astype(np.float32)
+                if repr_dim:
+                    cols["embedding"] = _embedding_column(proj[y] + rng.normal(size=(n, repr_dim)))
+                if label:
+                    cols["label"] = y.astype(np.int64)
+                writer.write_table(pa.table(cols, schema=_schema(n_features, repr_dim, label)))
+        os.replace(tmp, f)
+        files.append(str(f))
+        start += int(size)
+        if progress:
+            print(f"  wrote {f.name} ({int(size):,} rows; {start:,}/{n_rows:,})", flush=True)
+    return files
+
+
+def _schema(n_features: int, repr_dim: int, label: bool) -> pa.Schema:
+    fields = [pa.field("id", pa.int64())] + [pa.field(f"f{j}", pa.float32()) for j in range(n_features)]
+    if repr_dim:
+        fields.append(pa.field("embedding", pa.list_(pa.float32(), repr_dim)))
+    if label:
+        fields.append(pa.field("label", pa.int64()))
+    return pa.schema(fields)

@@ -1,0 +1,244 @@
+"""Ray Data + Ray Train: a real local Ray, real Parquet shards on disk, two DDP workers."""
+import json
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from neurcam_dist import NeurCAM, metrics
+from neurcam_dist.cli import main
+from neurcam_dist.config import ConfigError, load_config, parse_config
+from neurcam_dist.data import DataError, join_embeddings, plan
+from neurcam_dist.distributed import train
+from neurcam_dist.gates import is_one_hot
+from neurcam_dist.scoring import predict_parquet
+from neurcam_dist.synthetic import write_shards
+
+pytestmark = pytest.mark.usefixtures("ray_cluster")
+
+N_ROWS = 3000
+MODEL = dict(n_clusters=3, hidden=[16, 16], n_bases=4, warmup_epochs=3, distill_epochs=1, epochs=8,
+             epsilon=0.3, batch_size=64, lr=5e-3, early_stopping=False, random_state=0)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("shards")
+    write_shards(d, N_ROWS, n_features=4, repr_dim=6, n_clusters=3, n_files=4, seed=0)
+    return d
+
+
+def table_of(path) -> pd.DataFrame:
+    return pd.read_parquet(path).sort_values("id").reset_index(drop=True)
+
+
+def job(data_path, out, workers=2, model=None, **train_kw):
+    return {"data": {"path": str(data_path), "embedding": "embedding", "label": "label", "id": "id"},
+            "model": {**MODEL, **(model or {})},
+            "train": {"num_workers": workers, "cpus_per_worker": 1, "shuffle_buffer": 256, **train_kw},
+            "output": str(out)}
+
+
+@pytest.fixture(scope="module")
+def two_workers(shards, tmp_path_factory):
+    return train(job(shards, tmp_path_factory.mktemp("run2") / "out", workers=2))
+
+
+def test_two_workers_train_to_exactly_one_hot_gates(two_workers, shards):
+    est = two_workers.estimator
+    assert est.history_["world_size"] == 2
+    for kind, t in ((est.net_.single, est.temperatures_[0]), (est.net_.pairs, est.temperatures_[1])):
+        assert is_one_hot(kind.gates.matrix(t)) and (kind.n == 0 or bool(kind.gates.locked))
+    h = est.history_
+    assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1))
+    assert [e["phase"] for e in h["events"]] == ["warmup", "anneal_single", "final"]
+    # every row is seen once per epoch across the two shards (equal split may drop < 2 rows)
+    assert all(N_ROWS - 2 <= r["rows"] <= N_ROWS for r in h["epochs"])
+
+
+def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
+    df = table_of(shards)
+    est, m = two_workers.estimator, two_workers.metrics
+    X = df[est.feature_names_in_]
+    emb = np.stack(df["embedding"].to_numpy())
+    labels = est.predict(X)
+    assert m["n_rows"] == N_ROWS and m["n_files"] == 4 and m["repr_dim"] == 6
+    assert m["inertia"] == pytest.approx(metrics.inertia(emb, labels), rel=1e-9)
+    assert m["ari"] == pytest.approx(metrics.ari(df["label"], labels), abs=1e-12)
+    assert m["nmi"] == pytest.approx(metrics.nmi(df["label"], labels), abs=1e-12)
+    assert m["acc"] == pytest.approx(metrics.acc(df["label"], labels), abs=1e-12)
+    assert m["cluster_sizes"] == np.bincount(labels, minlength=3).tolist()
+    # the streamed standardization statistics are the population moments of the features
+    np.testing.assert_allclose(est.mean_, X.astype(np.float64).mean().to_numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(est.scale_, X.astype(np.float64).std(ddof=0).to_numpy(), rtol=1e-5)
+    # the saved model is the same model, and the explanation works on the result object
+    loaded = NeurCAM.load(two_workers.model_path)
+    assert np.array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    on_disk = json.loads((two_workers.output / "metrics.json").read_text())
+    assert on_disk["inertia"] == m["inertia"]
+    expl = est.explain()
+    assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est._reference)
+
+
+def test_one_and_two_workers_reach_similar_inertia(two_workers, shards, tmp_path, capsys):
+    config = tmp_path / "one.yaml"
+    config.write_text(yaml.safe_dump(job(shards, tmp_path / "out1", workers=1)))
+    assert main(["train", "--config", str(config)]) == 0
+    one = json.loads((tmp_path / "out1" / "metrics.json").read_text())
+    assert one["num_workers"] == 1
+    assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
+
+
+def _train_workers():
+    found = []
+    for p in psutil.process_iter(["cmdline", "name"]):
+        text = " ".join(p.info["cmdline"] or []) + " " + (p.info["name"] or "")
+        if "RayTrainWorker" in text:
+            found.append(p)
+    return found
+
+
+def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):
+    out = tmp_path / "out"
+    cfg = job(shards, out, workers=2, model={"epochs": 10}, checkpoint_every=2, max_failures=1)
+    box = {}
+
+    def run():
+        try:
+            box["result"] = train(cfg)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            box["error"] = exc
+
+    th = threading.Thread(target=run)
+    th.start()
+    deadline = time.time() + 240
+    # two checkpoints on disk: the first is then surely registered with the controller (a
+    # checkpoint directory appears while it is still being reported)
+    while time.time() < deadline and len(list(out.glob("_ray/*/checkpoint_*/trainer_state.pt"))) < 2:
+        assert th.is_alive(), box.get("error")
+        time.sleep(0.2)
+    victims = _train_workers()
+    assert victims, "no Ray Train worker process found to kill"
+    victims[0].kill()
+    th.join(timeout=400)
+    assert not th.is_alive()
+    if "error" in box:
+        raise box["error"]
+    h = box["result"].estimator.history_
+    assert len(h["resumes"]) == 1 and h["resumes"][0] % 2 == 0 and h["resumes"][0] >= 2
+    # the history is complete and has no duplicates: epochs before the checkpoint come from it
+    assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1))
+    final_start = next(e["epoch"] for e in h["events"] if e["phase"] == "final")
+    assert h["n_epochs"] == max(10, final_start)
+    est = box["result"].estimator
+    assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
+
+
+def test_predict_writes_every_row_exactly_once(two_workers, shards, tmp_path):
+    out = tmp_path / "scored"
+    summary = predict_parquet(two_workers.estimator, str(shards), out, id_column="id", batch_size=100)
+    assert summary["n_rows"] == N_ROWS
+    res = pd.read_parquet(out)
+    assert len(res) == N_ROWS and sorted(res["id"]) == list(range(N_ROWS))
+    df = table_of(shards)
+    res = res.sort_values("id").reset_index(drop=True)
+    est = two_workers.estimator
+    assert np.array_equal(res["cluster"].to_numpy(), est.predict(df[est.feature_names_in_]))
+    terms = set(est.explain_rows(df[est.feature_names_in_].head(2)).terms)
+    assert set(res["term_1"]) <= terms and (res["term_1_contribution"] >= res["term_2_contribution"]).all()
+    before = sorted(p.name for p in out.iterdir())
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    df.drop(columns=["f1"]).to_parquet(bad / "x.parquet")
+    with pytest.raises(DataError, match=r"x.parquet: no column\(s\) \['f1'\]"):
+        predict_parquet(est, str(bad), out)
+    assert sorted(p.name for p in out.iterdir()) == before  # a failed run leaves the old output intact
+
+
+def test_nan_in_a_shard_fails_naming_file_and_column(shards, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for f in sorted(shards.glob("*.parquet")):
+        t = pq.read_table(f)
+        if f.name == "part-00002.parquet":
+            col = t["f2"].to_numpy().copy()
+            col[[5, 9]] = np.nan
+            col[11] = np.inf
+            t = t.set_column(t.schema.get_field_index("f2"), "f2", pa.array(col))
+        pq.write_table(t, data / f.name)
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match=r"part-00002.parquet: column 'f2': 2 NaN, 1 inf, 0 null"):
+        train(job(data, out))
+    assert not (out / "model").exists() and not (out / "metrics.json").exists()
+
+
+def test_join_with_missing_and_duplicate_keys_fails_with_counts(tmp_path):
+    rng = np.random.default_rng(0)
+    feats = pd.DataFrame({"key": np.arange(100), "a": rng.normal(size=100), "b": rng.normal(size=100)})
+    keys = np.r_[np.setdiff1d(np.arange(100), [3, 50, 77]), [10, 11]]   # 3 missing, 2 duplicated
+    embs = pa.table({"key": keys, "vec": pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.normal(size=len(keys) * 4).astype(np.float32)), 4)})
+    (tmp_path / "f").mkdir()
+    (tmp_path / "e").mkdir()
+    feats.iloc[:60].to_parquet(tmp_path / "f" / "a.parquet")
+    feats.iloc[60:].to_parquet(tmp_path / "f" / "b.parquet")
+    pq.write_table(embs, tmp_path / "e" / "e.parquet")
+    cfg = parse_config({"data": {"path": str(tmp_path / "f"), "embedding": "vec",
+                                 "embeddings": {"path": str(tmp_path / "e"), "key": "key"}},
+                        "model": {"n_clusters": 2}, "output": str(tmp_path / "out")}).data
+    with pytest.raises(DataError, match=r"3 of 100 feature row\(s\) have no embedding.*2 key\(s\) appear more than once.*\(4 rows\)"):
+        join_embeddings(cfg, str(tmp_path / "staging"))
+    assert not (tmp_path / "staging" / "joined").exists()
+    # with every key present exactly once the join lands as plain shards that train like any other
+    good = pa.table({"key": np.arange(100), "vec": pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.normal(size=400).astype(np.float32)), 4)})
+    pq.write_table(good, tmp_path / "e" / "e.parquet")
+    joined = join_embeddings(cfg, str(tmp_path / "staging"))
+    p = plan(joined)
+    assert p.n_rows == 100 and p.features == ["a", "b"] and p.repr_kind == "list" and p.repr_dim == 4
+
+
+def test_schema_problems_are_named_before_any_training(shards, tmp_path):
+    def cfg(**data):
+        return parse_config({"data": {"path": str(shards), **data}, "model": {"n_clusters": 2},
+                             "output": str(tmp_path)}).data
+    with pytest.raises(DataError, match=r"part-00000.parquet: no column 'nope' \(feature\)"):
+        plan(cfg(features=["f0", "nope"]))
+    with pytest.raises(DataError, match=r"column 'f1' \(embedding\) has type float, expected list<float>"):
+        plan(cfg(embedding="f1"))
+    p = plan(cfg(embedding="embedding", label="label", id="id"))
+    assert p.features == ["f0", "f1", "f2", "f3"] and p.repr_dim == 6 and p.n_rows == N_ROWS
+    cols = plan(cfg(features=["f0", "f1"], embedding=["f2", "f3"]))
+    assert cols.repr_kind == "columns" and cols.repr_dim == 2 and cols.columns == ["f0", "f1", "f2", "f3"]
+    files = sorted(str(f) for f in shards.glob("*.parquet"))
+    assert plan(cfg(path=str(shards / "part-0000[01].parquet"))).source.files == files[:2]   # a glob
+    assert plan(cfg(path=files[1:3])).n_rows == N_ROWS // 2                                # a list
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pq.write_table(pq.read_table(next(shards.glob("*.parquet"))).slice(0, 0), empty / "e.parquet")
+    with pytest.raises(DataError, match=r"is empty: 1 file\(s\), 0 rows"):
+        plan(cfg(path=str(empty)))
+    with pytest.raises(DataError, match=r"no Parquet files found"):
+        plan(cfg(path=str(tmp_path / "nowhere")))
+
+
+def test_config_errors_name_the_field(tmp_path):
+    good = job("data/", "runs/x")
+    assert parse_config(good).model.n_clusters == 3
+    with pytest.raises(ConfigError, match=r"model\.n_clusters: Input should be greater than or equal to 2"):
+        parse_config({**good, "model": {**good["model"], "n_clusters": 1}})
+    with pytest.raises(ConfigError, match=r"train\.num_wrkers: unknown key"):
+        parse_config({**good, "train": {"num_wrkers": 2}})
+    with pytest.raises(ConfigError, match=r"output: Field required"):
+        parse_config({k: v for k, v in good.items() if k != "output"})
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(good))
+    assert load_config(f, {"model.epochs": 3}).model.epochs == 3
+    with pytest.raises(ConfigError, match=r"model\.epsilon: Input should be less than 1"):
+        load_config(f, {"model.epsilon": 1.5})
