@@ -101,6 +101,9 @@ class TrainConfig(_Strict):
     storage_path: str | None = Field(None, description="Ray Train checkpoints and staging data (shared storage "
                                                        "on a multi-node cluster); default OUTPUT/_ray")
     score_batch_size: int = Field(4096, ge=1)
+    cache: Literal["auto", "always", "never"] = Field(
+        "auto", description="hold the training columns in Ray's object store instead of re-reading the "
+                            "Parquet files every epoch; auto: when they take under 20% of the object store")
 
 
 class JobConfig(_Strict):

@@ -47,7 +47,8 @@ def job(data_path, out, workers=2, model=None, **train_kw):
 
 @pytest.fixture(scope="module")
 def two_workers(shards, tmp_path_factory):
-    return train(job(shards, tmp_path_factory.mktemp("run2") / "out", workers=2))
+    # streams the Parquet files every epoch (the large-data path); the other runs cache the rows
+    return train(job(shards, tmp_path_factory.mktemp("run2") / "out", workers=2, cache="never"))
 
 
 def test_two_workers_train_to_exactly_one_hot_gates(two_workers, shards):
@@ -91,7 +92,7 @@ def test_one_and_two_workers_reach_similar_inertia(two_workers, shards, tmp_path
     config.write_text(yaml.safe_dump(job(shards, tmp_path / "out1", workers=1)))
     assert main(["train", "--config", str(config)]) == 0
     one = json.loads((tmp_path / "out1" / "metrics.json").read_text())
-    assert one["num_workers"] == 1
+    assert one["num_workers"] == 1 and "caching the 3,000 training rows" in capsys.readouterr().out
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
 
 
