@@ -142,8 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", required=True, help="YAML file (see configs/)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. --set model.epochs=50 (YAML syntax for the value)")
+    prom = sub.add_parser("promote", help="move the 'champion' alias of a registered model to a version")
+    prom.add_argument("name")
+    prom.add_argument("version")
+    prom.add_argument("--alias", default="champion")
+    prom.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     pred = sub.add_parser("predict", help="score Parquet (a directory, glob or file) with Ray Data")
-    pred.add_argument("--model", required=True, help="model directory written by fit/train")
+    pred.add_argument("--model", required=True,
+                      help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
     pred.add_argument("--input", required=True, help="Parquet directory, glob, file or URI")
     pred.add_argument("--output", required=True, help="directory to receive the Parquet shards")
     pred.add_argument("--id", default="id", help="id column copied to the output (default: id)")
@@ -190,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "generate":
             files = generate(args)
             print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
+        elif args.command == "promote":
+            import mlflow
+
+            from . import tracking
+            mlflow.set_tracking_uri(tracking.tracking_uri(args.tracking_uri))
+            tracking.promote(args.name, args.version, args.alias)
+            print(f"{args.name}@{args.alias} -> version {args.version}")
         elif args.command == "train":
             from .config import load_config
             from .distributed import train
@@ -201,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "predict":
             from .distributed import ensure_ray
             from .scoring import predict_parquet
-            est = NeurCAM.load(args.model)
+            est = _load_model(args.model)
             ensure_ray()
             summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
                                       carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
@@ -214,6 +227,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neurcam: failed: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _load_model(ref: str) -> NeurCAM:
+    """A model directory, or an MLflow model URI (``models:/NAME@alias``, ``runs:/ID/model``)."""
+    if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
+        import mlflow
+
+        from . import tracking
+        mlflow.set_tracking_uri(tracking.tracking_uri())
+        return tracking.load_estimator(ref)
+    return NeurCAM.load(ref)
 
 
 def generate(args) -> list[str]:

@@ -106,10 +106,20 @@ class TrainConfig(_Strict):
                             "Parquet files every epoch; auto: when they take under 20% of the object store")
 
 
+class TrackingConfig(_Strict):
+    """MLflow. ``uri``: default ``MLFLOW_TRACKING_URI``, else an embedded store under the working
+    directory. ``model_name``: register the model under this name, aliased ``candidate``."""
+
+    uri: str | None = None
+    experiment: str = "neurcam"
+    model_name: str | None = None
+
+
 class JobConfig(_Strict):
     data: DataConfig
     model: ModelConfig
     train: TrainConfig = Field(default_factory=TrainConfig)
+    tracking: TrackingConfig | None = Field(None, description="log the run to MLflow (off when absent)")
     output: str
 
     def storage_path(self) -> str:

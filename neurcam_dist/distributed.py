@@ -249,6 +249,7 @@ class TrainResult:
     metrics: dict
     output: Path
     plan: data_mod.Plan
+    tracking: dict | None = None
 
     @property
     def model_path(self) -> Path:
@@ -422,7 +423,24 @@ def train(config, *, name: str | None = None) -> TrainResult:
     _write_output(out, write)
     _log(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
                                                       if k in metrics) + f"; model and metrics in {out}/")
-    return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan)
+    result = TrainResult(estimator=est, metrics=metrics, output=out, plan=plan)
+    if cfg.tracking is not None:
+        from .tracking import log_training
+        try:
+            result.tracking = log_training(result, cfg)
+        except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
+            raise TrackingError(f"training finished and the model is saved in {out}/model, but logging to MLflow "
+                                f"({cfg.tracking.uri or os.environ.get('MLFLOW_TRACKING_URI') or 'local store'}) "
+                                f"failed, so the run, its artifacts and the registered version were not "
+                                f"recorded: {type(exc).__name__}: {exc}") from exc
+        _log(f"MLflow run {result.tracking['run_id']} in {result.tracking['tracking_uri']}"
+             + (f"; registered {cfg.tracking.model_name} version {result.tracking['version']} (alias candidate)"
+                if cfg.tracking.model_name else ""))
+    return result
+
+
+class TrackingError(RuntimeError):
+    """Training succeeded but MLflow logging did not: the CLI exits non-zero and says what is missing."""
 
 
 def _write_output(out: Path, write) -> None:

@@ -1,0 +1,147 @@
+"""MLflow: a real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store)."""
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neurcam_dist import tracking
+from neurcam_dist.cli import main
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlflow")
+    port = _free_port()
+    log = open(d / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}",
+                             "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"mlflow server did not start: {(d / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield uri
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()
+
+
+def test_registered_pyfunc_loads_in_a_fresh_process_and_predicts_like_the_estimator(
+        fitted, data, mlflow_server, tmp_path, monkeypatch, ray_cluster):
+    import mlflow
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    X, _ = data
+    tracking.use(mlflow_server, experiment="registry-test")
+    with mlflow.start_run():
+        _, version = tracking.log_model(fitted, X, registered_name="neurcam-test")
+    client = mlflow.MlflowClient()
+    assert client.get_model_version_by_alias("neurcam-test", "candidate").version == version
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    assert main(["promote", "neurcam-test", version]) == 0
+    assert client.get_model_version_by_alias("neurcam-test", "champion").version == version
+    with pytest.raises(ValueError, match="has no version 99"):
+        tracking.promote("neurcam-test", "99")
+    X.to_parquet(tmp_path / "x.parquet")
+    code = ("import mlflow, pandas as pd, numpy as np; "
+            "m = mlflow.pyfunc.load_model('models:/neurcam-test@champion'); "
+            f"out = m.predict(pd.read_parquet(r'{tmp_path / 'x.parquet'}')); "
+            f"np.save(r'{tmp_path / 'clusters.npy'}', out['cluster'].to_numpy()); "
+            f"np.save(r'{tmp_path / 'proba.npy'}', out[[c for c in out.columns if c.startswith('proba_')]].to_numpy())")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert np.array_equal(np.load(tmp_path / "clusters.npy"), fitted.predict(X))
+    np.testing.assert_allclose(np.load(tmp_path / "proba.npy"), fitted.predict_proba(X), rtol=0, atol=1e-12)
+    # neurcam predict takes the registry URI and scores with Ray Data
+    X.assign(id=np.arange(len(X))).to_parquet(tmp_path / "in.parquet")
+    assert main(["predict", "--model", "models:/neurcam-test@champion", "--input", str(tmp_path / "in.parquet"),
+                 "--output", str(tmp_path / "scored")]) == 0
+    scored = pd.read_parquet(tmp_path / "scored").sort_values("id")
+    assert np.array_equal(scored["cluster"].to_numpy(), fitted.predict(X))
+
+
+def test_embedded_local_store_needs_no_server(fitted, data, tmp_path, monkeypatch):
+    import mlflow
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    X, _ = data
+    tracking.use(None, experiment="local", workdir=tmp_path)
+    assert mlflow.get_tracking_uri() == f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with mlflow.start_run() as run:
+        info, version = tracking.log_model(fitted, X, registered_name="local-model")
+    assert version == "1" and (tmp_path / "mlartifacts").is_dir()
+    est = tracking.load_estimator(f"runs:/{run.info.run_id}/model")
+    assert np.array_equal(est.predict(X), fitted.predict(X))
+    with pytest.raises(Exception, match=r"Model is missing inputs \['f0', 'f1', 'f2', 'f3'\]"):
+        mlflow.pyfunc.load_model(info.model_uri).predict(pd.DataFrame({"nope": [1.0]}))
+
+
+def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_cluster, tmp_path, monkeypatch):
+    import json
+
+    import mlflow
+
+    from neurcam_dist.distributed import TrackingError, train
+    from neurcam_dist.explain import Explanation
+    from neurcam_dist.synthetic import write_shards
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    write_shards(tmp_path / "data", 1500, n_features=4, repr_dim=6, n_clusters=3, n_files=3, seed=1)
+    job = {"data": {"path": str(tmp_path / "data"), "embedding": "embedding", "label": "label", "id": "id"},
+           "model": {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3, "distill_epochs": 1,
+                     "epochs": 6, "epsilon": 0.3, "batch_size": 64, "lr": 5e-3, "early_stopping": False},
+           "train": {"num_workers": 1},
+           "tracking": {"uri": mlflow_server, "experiment": "train-test", "model_name": "trained"},
+           "output": str(tmp_path / "out")}
+    result = train(job)
+    t = result.tracking
+    mlflow.set_tracking_uri(mlflow_server)
+    client = mlflow.MlflowClient()
+    run = client.get_run(t["run_id"])
+    assert run.data.params["data.n_rows"] == "1500" and run.data.params["model.n_clusters"] == "3"
+    assert run.data.metrics["inertia"] == pytest.approx(result.metrics["inertia"])
+    assert "ray_version" in run.data.tags and run.data.tags["phase_reached"] == "final"
+    losses = client.get_metric_history(t["run_id"], "loss")
+    assert sorted(m.step for m in losses) == list(range(1, result.estimator.n_iter_ + 1))
+    names = {a.path for a in client.list_artifacts(t["run_id"])}
+    assert {"report", "config.json", "standardization.json", "history.json", "metrics.json"} <= names
+    assert run.outputs.model_outputs  # MLflow 3 records the pyfunc as a LoggedModel output of the run
+    local = mlflow.artifacts.download_artifacts(run_id=t["run_id"], artifact_path="report", dst_path=str(tmp_path / "dl"))
+    expl = Explanation.from_json(f"{local}/explanation.json")
+    assert expl.cluster_sizes and (tmp_path / "dl" / "report" / "report.html").exists()
+    assert json.loads((tmp_path / "out" / "metrics.json").read_text())["inertia"] == result.metrics["inertia"]
+    mv = client.get_model_version_by_alias("trained", "candidate")
+    assert mv.version == t["version"] and mv.run_id == t["run_id"]
+    registered = tracking.load_estimator("models:/trained@candidate")
+    X = result.estimator._reference
+    assert np.array_equal(registered.predict(X), result.estimator.predict(X))
+
+    # a tracking server that is down: the model is still saved, the error says what was not logged,
+    # and nothing new is registered
+    dead = f"http://127.0.0.1:{_free_port()}"
+    job2 = {**job, "tracking": {**job["tracking"], "uri": dead}, "output": str(tmp_path / "out2")}
+    with pytest.raises(TrackingError, match=r"model is saved in .*out2/model, but logging to MLflow"):
+        train(job2)
+    assert (tmp_path / "out2" / "model" / "manifest.json").exists()
+    assert [v.version for v in client.search_model_versions("name='trained'")] == [t["version"]]
