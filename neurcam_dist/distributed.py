@@ -229,6 +229,8 @@ def train_loop_per_worker(c: dict) -> None:
         metrics = {k: rec[k] for k in ("epoch", "phase", "loss", "clust_loss", "kl", "T", "T2", "lr", "rows",
                                        "rows_per_s", "seconds")}
         metrics["finished"] = trainer.finished
+        # Reports go with checkpoints only: a Train v2 report is a round trip through the controller
+        # (about 1.5 s here), longer than a small epoch; the per-epoch history travels in the state.
         cut_short = c.get("max_epochs") is not None and epochs_run >= c["max_epochs"]
         if trainer.finished or cut_short or s.epoch % c["checkpoint_every"] == 0:
             if rank == 0:
@@ -238,8 +240,6 @@ def train_loop_per_worker(c: dict) -> None:
                     ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
             else:
                 ray.train.report(metrics)
-        else:
-            ray.train.report(metrics)
 
 
 # ---------------------------------------------------------------------------- the driver
