@@ -218,9 +218,14 @@ def _listing(what: str, items: list[str]) -> str:
 
 # ---------------------------------------------------------------------------- reading with Ray Data
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False):
+    return read_source(p.source, list(dict.fromkeys(columns if columns is not None else p.columns)),
+                       with_paths=with_paths)
+
+
+def read_source(src: Source, columns: list[str], *, with_paths: bool = False):
+    """A Ray Data dataset over exactly the resolved files and the named columns."""
     import ray.data
-    cols = list(dict.fromkeys(columns if columns is not None else p.columns))
-    ds = ray.data.read_parquet(p.source.files, filesystem=p.source.filesystem, columns=cols,
+    ds = ray.data.read_parquet(src.files, filesystem=src.filesystem, columns=columns,
                                include_paths=with_paths, file_extensions=None)
     if with_paths:
         ds = ds.rename_columns({"path": PATH_COLUMN})
@@ -282,8 +287,9 @@ def _profile_aggregate(p: Plan):
             t = BlockAccessor.for_block(block).to_arrow()
             acc = self.zero()
             paths = t[PATH_COLUMN]
-            for path in pc.unique(paths).to_pylist():
-                part = t.filter(pc.equal(paths, path)) if len(pc.unique(paths)) > 1 else t
+            files = pc.unique(paths).to_pylist()
+            for path in files:
+                part = t.filter(pc.equal(paths, path)) if len(files) > 1 else t
                 acc = self.combine(acc, self._one_file(part, path))
             return acc
 

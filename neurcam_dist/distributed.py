@@ -276,14 +276,10 @@ def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
         _log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
         data_cfg = data_mod.join_embeddings(data_cfg, staging)
     plan = data_mod.plan(data_cfg)
-    m = cfg.model
-    if m.n_clusters > plan.n_rows:
-        raise data_mod.DataError(f"model.n_clusters={m.n_clusters} is larger than the number of rows ({plan.n_rows})")
-    if m.n_pairs > 0 and len(plan.features) < 2:
-        raise data_mod.DataError(f"model.n_pairs={m.n_pairs} needs at least 2 features, the data has "
-                                 f"{len(plan.features)}")
-    if (m.n_single if m.n_single is not None else len(plan.features)) + m.n_pairs == 0:
-        raise data_mod.DataError("model.n_single=0 and model.n_pairs=0: the model needs at least one shape function")
+    try:  # the estimator's own checks of the hyperparameters against the data's size
+        NeurCAM(**cfg.model.estimator_params())._check_params(plan.n_rows, len(plan.features))
+    except ValueError as exc:
+        raise data_mod.DataError(f"model: {exc}") from None
     _log(f"data: {plan.describe()}")
     t0 = time.perf_counter()
     prof = data_mod.profile(plan)

@@ -69,11 +69,17 @@ class RowExplanation:
 def explain_rows(est, X) -> RowExplanation:
     """Each row's logits split into the model's terms, centred on the training data."""
     est._check_fitted()
-    contrib = est.contributions(X).astype(np.float64)                 # (N, channels, K)
+    return rows_from_contributions(est, est.contributions(X))
+
+
+def rows_from_contributions(est, contrib: np.ndarray) -> RowExplanation:
+    """The per-row decomposition from already computed (N, channels, K) channel contributions
+    (the batch scorer has them): channels summed into their terms with one matmul."""
+    contrib = contrib.astype(np.float64)
     terms, owner = term_groups(est)
-    centred = contrib - est.channel_means_[None]
-    out = np.zeros((contrib.shape[0], len(terms), contrib.shape[2]))
-    np.add.at(out, (slice(None), owner), centred)
+    membership = np.zeros((len(owner), len(terms)))
+    membership[np.arange(len(owner)), owner] = 1.0
+    out = np.einsum("nck,ct->ntk", contrib - est.channel_means_[None], membership)
     return RowExplanation(terms=[term_name(t, est.feature_names_in_) for t in terms], contributions=out,
                           intercept=est.channel_means_.sum(0), logits=contrib.sum(1))
 

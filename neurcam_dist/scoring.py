@@ -96,25 +96,21 @@ class _Scorer:
     def __init__(self, est, id_column: str | None, carry: list[str]):
         import torch
         torch.set_num_threads(1)
-        from .explain import term_groups, term_name
         self.est, self.id_column, self.carry = est, id_column, carry
-        terms, self.owner = term_groups(est)
-        self.names = np.array([term_name(t, est.feature_names_in_) for t in terms], dtype=object)
-        self.n_terms = len(terms)
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        from .explain import rows_from_contributions
         est = self.est
         x = data_mod.matrix(table, est.feature_names_in_)
-        contrib = np.concatenate(list(est._contribution_chunks(x))).astype(np.float64)   # (n, channels, K)
-        logits = contrib.sum(1)
+        rows = rows_from_contributions(est, np.concatenate(list(est._contribution_chunks(x))))
+        logits = rows.logits
         z = logits - logits.max(1, keepdims=True)
         proba = np.exp(z)
         proba /= proba.sum(1, keepdims=True)
         cluster = logits.argmax(1)
-        per_term = np.zeros((len(x), self.n_terms, logits.shape[1]))
-        np.add.at(per_term, (slice(None), self.owner), contrib - est.channel_means_[None])
-        toward = per_term[np.arange(len(x)), :, cluster]                                   # (n, terms)
+        toward = rows.contributions[np.arange(len(x)), :, cluster]                          # (n, terms)
         order = np.argsort(-toward, axis=1, kind="stable")
+        names = np.asarray(rows.terms, dtype=object)
         cols = {}
         if self.id_column:
             cols[self.id_column] = table[self.id_column]
@@ -124,9 +120,9 @@ class _Scorer:
         for k in range(proba.shape[1]):
             cols[f"proba_{k}"] = pa.array(proba[:, k])
         for r in range(TOP_TERMS):
-            if r < self.n_terms:
+            if r < len(names):
                 idx = order[:, r]
-                cols[f"term_{r + 1}"] = pa.array(self.names[idx].tolist(), pa.string())
+                cols[f"term_{r + 1}"] = pa.array(names[idx].tolist(), pa.string())
                 cols[f"term_{r + 1}_contribution"] = pa.array(toward[np.arange(len(x)), idx])
             else:
                 cols[f"term_{r + 1}"] = pa.nulls(len(x), pa.string())
@@ -149,10 +145,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         if missing:
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
             raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
-    ds = data_mod.read(data_mod.Plan(source=src, features=list(est.feature_names_in_), repr_kind="features",
-                                     repr_columns=list(est.feature_names_in_), repr_dim=len(est.feature_names_in_),
-                                     label=None, id=id_column, n_rows=n_rows, rows_per_file={}, schema_hash=""),
-                       list(dict.fromkeys(wanted)))
+    ds = data_mod.read_source(src, list(dict.fromkeys(wanted)))
     ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"est": est, "id_column": id_column, "carry": list(carry or [])},
                         batch_size=batch_size, batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
     t0 = time.perf_counter()
