@@ -11,6 +11,12 @@ inertia from ``neurcam_dist.metrics``. It prints every run and writes a markdown
 mKMC's, and lower inertia than both CART trees. ``--paper-protocol`` trains the paper's full
 schedule (400 warm-up epochs, 1000 epochs, 1100 for Neur2CAM, no early stopping, no
 distillation, learning-rate patience 100): meant for a GPU machine.
+
+``--tune`` compares the two ways of running the protocol on the same data and settings: the
+in-memory estimator looping over the seeds, and ``neurcam tune`` (the data written as Parquet
+shards, a Ray Tune search over the seeds, each trial a Ray Train run with ``--workers`` workers).
+It reports both best inertias (measured the same way, on the benchmark's standardized X) and the
+wall time of each, in ``benchmarks/results/quality_tune.md``.
 """
 from __future__ import annotations
 
@@ -60,8 +66,15 @@ def main() -> None:
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--device", default="auto")
     ap.add_argument("--paper-protocol", action="store_true")
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "quality.md")
+    ap.add_argument("--out", type=Path, default=None, help="default: results/quality.md (quality_tune.md with --tune)")
+    ap.add_argument("--tune", action="store_true", help="in-memory protocol vs neurcam tune (Ray), same seeds")
+    ap.add_argument("--workers", type=int, default=2, help="--tune: Ray Train workers per trial")
     args = ap.parse_args()
+    results = Path(__file__).resolve().parent / "results"
+    if args.tune:
+        args.out = args.out or results / "quality_tune.md"
+        return tune_mode(args)
+    args.out = args.out or results / "quality.md"
     seeds = list(range(args.seeds))
     table, runs_table = [], []
     started = time.perf_counter()
@@ -125,6 +138,69 @@ def write_results(args, seeds, table, runs_table, started, done: bool) -> str:
             + markdown_table(table) + "\n## Every run\n\n" + markdown_table(runs_table))
     write_atomic(args.out, text)
     return text
+
+
+def tune_mode(args) -> None:
+    """The protocol twice: the in-memory estimator over the seeds, then ``tune.search`` on Ray."""
+    import tempfile
+
+    import ray
+
+    from neurcam_dist.cli import write_frame_shards
+    from neurcam_dist.tune import search
+
+    seeds = list(range(args.seeds))
+    rows, runs_table = [], []
+    started = time.perf_counter()
+    for ds in args.datasets:
+        df, y = load_dataset(ds, args.data_dir)
+        x = standardized(df)
+        k, d = len(np.unique(y)), x.shape[1]
+        for model in args.models:
+            params = neurcam_params(args, k, d if model == "Neur2CAM" else 0, args.paper_protocol)
+            if not args.paper_protocol:
+                params["init"] = args.init[0]
+            t0 = time.perf_counter()
+            mem = []
+            for s in seeds:
+                est = NeurCAM(random_state=s, **params).fit(df)
+                labels = est.predict(df)
+                mem.append({"seed": s, "inertia": metrics.inertia(x, labels), "ari": metrics.ari(y, labels),
+                            "epochs": est.n_iter_})
+                runs_table.append({"data": ds, "model": model, "mode": "in-memory", **mem[-1]})
+                print(runs_table[-1], flush=True)
+            mem_seconds = time.perf_counter() - t0
+            with tempfile.TemporaryDirectory() as tmp:
+                write_frame_shards(df.assign(label=y), f"{tmp}/data", 4)
+                model_cfg = {k_: v for k_, v in params.items() if k_ not in ("verbose", "device")}
+                job = {"data": {"path": f"{tmp}/data", "label": "label", "id": "id"},
+                       "model": {**model_cfg, "hidden": list(model_cfg.get("hidden", (256, 256)))},
+                       "train": {"num_workers": args.workers}, "search": {"seeds": seeds}, "output": f"{tmp}/out"}
+                t0 = time.perf_counter()
+                res = search(job)
+                tune_seconds = time.perf_counter() - t0
+                labels = res.estimator.predict(df)
+                for t in res.trials:
+                    runs_table.append({"data": ds, "model": model, "mode": "neurcam tune",
+                                       "seed": t.params["random_state"], "inertia": t.metrics.get("inertia"),
+                                       "ari": t.metrics.get("ari"), "epochs": t.metrics.get("epochs"),
+                                       "status": t.status})
+            ray.shutdown()
+            best_mem = min(mem, key=lambda r: r["inertia"])
+            tune_inertia = metrics.inertia(x, labels)
+            rows.append({"data": ds, "model": model, "seeds": len(seeds),
+                         "in-memory best inertia": best_mem["inertia"], "in-memory best seed": best_mem["seed"],
+                         "in-memory ARI": best_mem["ari"], "in-memory wall s": round(mem_seconds, 1),
+                         "tune best inertia": tune_inertia, "tune best seed": res.best.params["random_state"],
+                         "tune ARI": metrics.ari(y, labels), "tune wall s": round(tune_seconds, 1),
+                         "tune / in-memory inertia": tune_inertia / best_mem["inertia"],
+                         "tune workers/trial": args.workers})
+            text = (f"# Paper protocol in memory vs `neurcam tune` (best of {len(seeds)} seeds by inertia)\n\n"
+                    f"Machine: {machine()}; precision {args.precision}; total wall time "
+                    f"{(time.perf_counter() - started) / 60:.1f} min\n\n" + markdown_table(rows)
+                    + "\n## Every run\n\n" + markdown_table(runs_table))
+            write_atomic(args.out, text)
+    print(text)
 
 
 if __name__ == "__main__":

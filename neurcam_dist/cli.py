@@ -51,6 +51,19 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     return df[cols], y
 
 
+def demo_config(out: str, seeds: int, workers: int) -> dict:
+    """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards, a search over
+    ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
+    ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
+    few minutes on 2 cores."""
+    return {"data": {"path": str(Path(out) / "data"), "label": "label", "id": "id"},
+            "model": {"n_clusters": 10, "n_pairs": 8, "precision": "auto", "epsilon": 0.8},
+            "train": {"num_workers": workers, "checkpoint_every": 25},
+            "search": {"seeds": seeds},
+            "tracking": {"experiment": "neurcam-demo", "model_name": "digits-demo"},
+            "output": out}
+
+
 def digits_frame() -> pd.DataFrame:
     """scikit-learn's bundled 8x8 digits (1,797 rows, 64 pixel features), with its label column."""
     from sklearn.datasets import load_digits
@@ -112,9 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neurcam", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="fit Neur2CAM on the bundled digits data")
-    demo.add_argument("--out", default="runs/demo")
-    _add_model_args(demo, 10, 8, precision="auto")
+    demo = sub.add_parser("demo", help="the whole service on embedded defaults: a Ray Tune search of Neur2CAM on "
+                                       "the bundled digits (as Parquet shards), logged to a local MLflow store")
+    demo.add_argument("--out", default="runs/demo", help="shards, trials, the winner and its report go here")
+    demo.add_argument("--seeds", type=int, default=3, help="seeds searched (the lowest inertia wins)")
+    demo.add_argument("--workers", type=int, default=2, help="Ray Train workers per trial")
+    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                      help="override a value of the demo's config, e.g. --set model.epochs=50")
     fit = sub.add_parser("fit", help="fit on a CSV or Parquet file")
     fit.add_argument("--data", required=True)
     fit.add_argument("--out", required=True)
@@ -142,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--config", required=True, help="YAML file (see configs/)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config value, e.g. --set model.epochs=50 (YAML syntax for the value)")
+    tun = sub.add_parser("tune", help="Ray Tune search (seeds and hyperparameters), lowest inertia wins")
+    tun.add_argument("--config", required=True, help="YAML file with a search: section (default: 5 seeds)")
+    tun.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config value, e.g. --set search.seeds=3")
     prom = sub.add_parser("promote", help="move the 'champion' alias of a registered model to a version")
     prom.add_argument("name")
     prom.add_argument("version")
@@ -175,9 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            result = fit_and_write(digits_frame(), args.out, None, "label", _params(args), report=True)
-            _report(result, args.out)
-            print(f"explanation report: {(Path(args.out) / 'report' / 'report.html').resolve().as_uri()}")
+            from .config import parse_config
+            from .tune import search
+            write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
+            raw = demo_config(args.out, args.seeds, args.workers)
+            for dotted, value in _overrides(args.set).items():
+                node = raw
+                *parents, leaf = dotted.split(".")
+                for key in parents:
+                    node = node.setdefault(key, {})
+                node[leaf] = value
+            print_search(search(parse_config(raw, "the demo config")))
         elif args.command == "fit":
             result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
                                    report=args.report)
@@ -211,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
             print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
                   f"{result.output / 'metrics.json'}")
+        elif args.command == "tune":
+            from .config import load_config
+            from .tune import search
+            print_search(search(load_config(args.config, _overrides(args.set))))
         elif args.command == "predict":
             from .distributed import ensure_ray
             from .scoring import predict_parquet
@@ -227,6 +260,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neurcam: failed: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def print_search(res) -> None:
+    """The trial table, the winner and where everything is."""
+    rows = [t.row() for t in res.trials]
+    keys = [k for k in rows[0] if k != "error"]
+    print(pd.DataFrame(rows)[keys].sort_values("inertia", na_position="last").to_string(index=False))
+    for t in res.trials:
+        if t.status != "ok":
+            print(f"trial {t.trial_id} failed: {t.error.strip().splitlines()[-1][:300] if t.error else ''}")
+    m = res.metrics
+    print(json.dumps({"best_trial": res.best.trial_id, **res.best.params,
+                      **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},
+                      **{k: v for k, v in res.consistency.items()}}))
+    print(f"model: {res.output / 'model'}; trials: {res.output / 'search.json'}")
+    print(f"explanation report: {res.report_path.resolve().as_uri()}")
+    if res.tracking:
+        t = res.tracking
+        if t.get("version"):
+            print(f"registered model: models:/{t['registered_model']}/{t['version']} "
+                  f"(alias: models:/{t['registered_model']}@candidate; promote with "
+                  f"'neurcam promote {t['registered_model']} {t['version']}')")
+        uri = t["tracking_uri"]
+        if uri.startswith("sqlite:///"):
+            print(f"MLflow UI: mlflow ui --backend-store-uri {uri} --port 5000   (then open http://127.0.0.1:5000)")
+        else:
+            print(f"MLflow: {uri} (parent run {t['run_id']})")
 
 
 def _load_model(ref: str) -> NeurCAM:

@@ -115,12 +115,110 @@ class TrackingConfig(_Strict):
     model_name: str | None = None
 
 
+DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "quniform": 3, "randint": 2, "choice": None, "randn": 2}
+SEARCHABLE = ("n_single", "n_pairs", "m", "gamma", "epsilon", "lr")
+# Settings that change the representation (or the number of centroids): the inertias of two
+# trials that differ in them measure different things, so the lowest one would pick nonsense.
+NOT_COMPARABLE = {"n_clusters": "the number of clusters", "standardize": "the standardization",
+                  "embedding": "the representation", "features": "the feature set",
+                  "data": "the data", "random_state": "the seed (use search.seeds)"}
+
+
+class SearchConfig(_Strict):
+    """Ray Tune: one trial per seed and hyperparameter setting; the lowest hard inertia wins.
+
+    Each searchable key takes a list (a grid: every value is tried) or a one-key mapping naming a
+    Tune distribution (``{uniform: [1.01, 1.1]}``, ``{loguniform: [..]}``, ``{quniform: [lo, hi, q]}``,
+    ``{randint: [lo, hi]}``, ``{choice: [..]}``, ``{randn: [mean, sd]}``), sampled ``num_samples``
+    times per grid point."""
+
+    seeds: list[int] | int = Field(5, validate_default=True, description="seeds (model.random_state) to try, or how many (0..n-1)")
+    n_single: list | dict | None = None
+    n_pairs: list | dict | None = None
+    m: list | dict | None = None
+    gamma: list | dict | None = None
+    epsilon: list | dict | None = None
+    lr: list | dict | None = None
+    num_samples: int = Field(1, ge=1, description="samples of the distributions (repeats of the grid)")
+    max_concurrent_trials: int = Field(1, ge=1, description="trials running at once, each with train.num_workers")
+    trial_cpus: float = Field(0.01, gt=0.0, description="CPUs reserved for each trial's driver process "
+                                                        "(it mostly waits on its workers; Tune needs > 0)")
+    sampler_seed: int = Field(0, description="seed of Tune's random sampling of the distributions")
+    consistency_runs: int = Field(5, ge=2, description="best runs compared for explanation consistency")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _comparable(cls, raw):
+        if isinstance(raw, dict):
+            for key, what in NOT_COMPARABLE.items():
+                if key in raw:
+                    raise ValueError(f"search.{key}: trials that differ in {what} cannot be compared by inertia "
+                                     f"(the winner is the lowest inertia in one representation); search only "
+                                     f"over {', '.join(SEARCHABLE)} and seeds (one search per "
+                                     f"value of {key} instead)")
+        return raw
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, v):
+        seeds = list(range(v)) if isinstance(v, int) else list(v)
+        if not seeds:
+            raise ValueError("at least one seed is needed")
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds repeat: {seeds}")
+        return seeds
+
+    @field_validator(*SEARCHABLE)
+    @classmethod
+    def _space(cls, v, info):
+        if v is None:
+            return v
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("an empty list: give at least one value")
+            return v
+        if len(v) != 1 or next(iter(v)) not in DISTRIBUTIONS:
+            raise ValueError(f"a distribution is a one-key mapping, one of {sorted(DISTRIBUTIONS)}: got {v}")
+        (kind, args), = v.items()
+        need = DISTRIBUTIONS[kind]
+        if not isinstance(args, list) or (need is not None and len(args) != need) or not args:
+            raise ValueError(f"{kind} takes a list of {need or 'one or more'} values, got {args!r}")
+        return v
+
+    def space(self) -> dict:
+        """The searched keys and their specs (seeds excluded)."""
+        return {k: getattr(self, k) for k in SEARCHABLE if getattr(self, k) is not None}
+
+
 class JobConfig(_Strict):
     data: DataConfig
     model: ModelConfig
     train: TrainConfig = Field(default_factory=TrainConfig)
     tracking: TrackingConfig | None = Field(None, description="log the run to MLflow (off when absent)")
+    search: SearchConfig | None = Field(None, description="neurcam tune: the Ray Tune search (default: 5 seeds)")
     output: str
+
+    @model_validator(mode="after")
+    def _search_values_are_valid_models(self):
+        """Check every grid value and distribution bound against the model's own constraints now,
+        not hours into a search."""
+        if self.search is None:
+            return self
+        base = self.model.model_dump()
+        for key, spec in self.search.space().items():
+            if isinstance(spec, list):
+                values = spec
+            else:
+                (kind, args), = spec.items()
+                values = args if kind == "choice" else ([] if kind == "randn" else args[:2])
+            for i, value in enumerate(values):
+                try:
+                    ModelConfig.model_validate({**base, key: value})
+                except ValidationError as exc:
+                    msg = "; ".join(e["msg"] for e in exc.errors())
+                    where = f"[{i}]" if isinstance(spec, list) else f".{next(iter(spec))}[{i}]"
+                    raise ValueError(f"search.{key}{where} = {value!r}: {msg}") from None
+        return self
 
     def storage_path(self) -> str:
         s = self.train.storage_path or os.path.join(self.output, "_ray")
@@ -130,9 +228,11 @@ class JobConfig(_Strict):
 def _format_errors(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = "unknown key (not a setting of this section)" if err["type"] == "extra_forbidden" else err["msg"]
-        lines.append(f"  {loc}: {msg}")
+        msg = msg.removeprefix("Value error, ")
+        # cross-field checks name their own field path in the message
+        lines.append(f"  {loc}: {msg}" if loc and not msg.startswith(f"{loc}.") else f"  {msg}")
     return "\n".join(lines)
 
 

@@ -217,16 +217,20 @@ def _listing(what: str, items: list[str]) -> str:
 
 
 # ---------------------------------------------------------------------------- reading with Ray Data
-def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False):
+def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
     return read_source(p.source, list(dict.fromkeys(columns if columns is not None else p.columns)),
-                       with_paths=with_paths)
+                       with_paths=with_paths, ordered=ordered)
 
 
-def read_source(src: Source, columns: list[str], *, with_paths: bool = False):
-    """A Ray Data dataset over exactly the resolved files and the named columns."""
+def read_source(src: Source, columns: list[str], *, with_paths: bool = False, ordered: bool = False):
+    """A Ray Data dataset over exactly the resolved files and the named columns. ``ordered``:
+    blocks come out in file order, not completion order, so a seeded sample or a one-worker
+    training stream is the same from run to run."""
     import ray.data
     ds = ray.data.read_parquet(src.files, filesystem=src.filesystem, columns=columns,
                                include_paths=with_paths, file_extensions=None)
+    if ordered:
+        ds.context.execution_options.preserve_order = True
     if with_paths:
         ds = ds.rename_columns({"path": PATH_COLUMN})
     return ds
@@ -437,13 +441,13 @@ def sample(p: Plan, n: int, seed: int, columns: list[str]) -> pa.Table:
     """A uniform random sample of at most ``n`` rows as an Arrow table: each block keeps a
     fraction ``n / rows`` (Ray Data ``random_sample``), so only about ``n`` rows ever reach the
     driver, drawn from every file alike; the small excess is cut at random."""
-    ds = read(p, columns)
+    ds = read(p, columns, ordered=True)
     if n < p.n_rows:
         ds = ds.random_sample(n / p.n_rows, seed=seed)
     batches = [b for b in ds.iter_batches(batch_format="pyarrow", batch_size=65536)]
     table = pa.concat_tables(batches) if batches else None
     if table is None or table.num_rows < min(n, p.n_rows) // 2:  # a small fraction of a small dataset
-        table = pa.concat_tables(list(read(p, columns).limit(n).iter_batches(batch_format="pyarrow")))
+        table = pa.concat_tables(list(read(p, columns, ordered=True).limit(n).iter_batches(batch_format="pyarrow")))
     if table.num_rows > n:
         keep = np.sort(np.random.default_rng(seed).choice(table.num_rows, n, replace=False))
         table = table.take(pa.array(keep))

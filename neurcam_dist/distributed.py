@@ -331,13 +331,14 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState, max_e
     }
 
 
-def run_workers(cfg: JobConfig, plan: data_mod.Plan, worker_cfg: dict, run_name: str):
-    """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure)."""
+def run_workers(cfg: JobConfig, plan: data_mod.Plan, worker_cfg: dict, run_name: str, callbacks=None):
+    """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
+    ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback)."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     tc = cfg.train
-    dataset = data_mod.read(plan)
+    dataset = data_mod.read(plan, ordered=True)
     if _should_cache(tc.cache, plan):
         _log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache={tc.cache})")
         dataset = dataset.materialize()
@@ -347,7 +348,7 @@ def run_workers(cfg: JobConfig, plan: data_mod.Plan, worker_cfg: dict, run_name:
                                      resources_per_worker={"CPU": tc.cpus_per_worker}),
         run_config=RunConfig(name=run_name, storage_path=cfg.storage_path(),
                              failure_config=FailureConfig(max_failures=tc.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=callbacks),
         datasets={"train": dataset},
     )
     _log(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} "
@@ -382,33 +383,16 @@ def train(config, *, name: str | None = None) -> TrainResult:
     tc = cfg.train
     ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
     check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    if cfg.search is not None:
+        _log("the config's search: section is for neurcam tune; this trains one run with the model: section")
     plan, prof = prepare(cfg)
     init = initial_state(cfg, plan, prof)
     worker_cfg = worker_config(cfg, plan, init)
     run_name = name or f"neurcam-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     t_train = time.perf_counter()
     result = run_workers(cfg, plan, worker_cfg, run_name)
-    train_seconds = time.perf_counter() - t_train
-    with result.checkpoint.as_directory() as d:
-        state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
-
-    est = _assemble(cfg, plan, worker_cfg, state, init.mean, init.scale, train_seconds)
-    keep = min(tc.reference_rows, init.sample.num_rows)
-    est._reference = pd.DataFrame(data_mod.matrix(init.sample, plan.features)[:keep].astype(np.float64),
-                                  columns=plan.features)
-    _log("scoring the whole dataset (hard assignments, inertia)")
-    from .scoring import evaluate
-    scores = evaluate(est, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
-    est.channel_means_ = scores.pop("channel_means")
-    metrics = {
-        "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
-        "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
-        "resumed_at_epochs": est.history_["resumes"], "num_workers": tc.num_workers,
-        "precision": est.precision_, "train_seconds": round(train_seconds, 2),
-        "total_seconds": round(time.perf_counter() - t_start, 2), "schema_hash": plan.schema_hash,
-        "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
-        "run_name": run_name,
-    }
+    est, metrics = finish_run(cfg, plan, worker_cfg, init, result, time.perf_counter() - t_train, run_name)
+    metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
     out = Path(cfg.output)
 
     def write(tmp: Path) -> None:
@@ -425,27 +409,64 @@ def train(config, *, name: str | None = None) -> TrainResult:
         try:
             result.tracking = log_training(result, cfg)
         except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
-            raise TrackingError(f"training finished and the model is saved in {out}/model, but logging to MLflow "
-                                f"({cfg.tracking.uri or os.environ.get('MLFLOW_TRACKING_URI') or 'local store'}) "
-                                f"failed, so the run, its artifacts and the registered version were not "
-                                f"recorded: {type(exc).__name__}: {exc}") from exc
+            raise tracking_failed(cfg, out, exc, "the run") from exc
         _log(f"MLflow run {result.tracking['run_id']} in {result.tracking['tracking_uri']}"
              + (f"; registered {cfg.tracking.model_name} version {result.tracking['version']} (alias candidate)"
                 if cfg.tracking.model_name else ""))
     return result
 
 
+def finish_run(cfg: JobConfig, plan: data_mod.Plan, worker_cfg: dict, init: InitialState, result,
+               train_seconds: float, run_name: str) -> tuple[NeurCAM, dict]:
+    """After the workers: the estimator from the final checkpoint, then a Ray Data pass over the
+    whole dataset for the hard assignments, the inertia and (with labels) ARI/NMI/ACC."""
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
+    est = _assemble(cfg, plan, worker_cfg, state, init.mean, init.scale, train_seconds)
+    if init.sample is not None:
+        set_reference(est, init, plan, cfg.train.reference_rows)
+    _log("scoring the whole dataset (hard assignments, inertia)")
+    from .scoring import evaluate
+    tc = cfg.train
+    scores = evaluate(est, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
+    est.channel_means_ = scores.pop("channel_means")
+    metrics = {
+        "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
+        "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+        "resumed_at_epochs": est.history_["resumes"], "num_workers": tc.num_workers,
+        "precision": est.precision_, "train_seconds": round(train_seconds, 2), "schema_hash": plan.schema_hash,
+        "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
+        "run_name": run_name,
+    }
+    return est, metrics
+
+
+def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: int) -> None:
+    """Rows ``explain()`` uses by default: the head of the bounded k-means sample."""
+    keep = min(rows, init.sample.num_rows)
+    est._reference = pd.DataFrame(data_mod.matrix(init.sample, plan.features)[:keep].astype(np.float64),
+                                  columns=plan.features)
+
+
 class TrackingError(RuntimeError):
     """Training succeeded but MLflow logging did not: the CLI exits non-zero and says what is missing."""
 
 
-def _write_output(out: Path, write) -> None:
-    """Replace only ``model/``, ``metrics.json`` and ``config.json`` inside ``out`` (which may also
-    hold ``_ray/`` checkpoints), each through a temporary sibling and a rename."""
+def tracking_failed(cfg: JobConfig, out: Path, exc: Exception, runs: str) -> TrackingError:
+    from .tracking import tracking_uri
+    return TrackingError(f"training finished and the model is saved in {out}/model, but logging to MLflow "
+                         f"({tracking_uri(cfg.tracking.uri)}) failed, so {runs}, the artifacts and the "
+                         f"registered version were not recorded (nothing was registered): "
+                         f"{type(exc).__name__}: {exc}")
+
+
+def _write_output(out: Path, write, extra: tuple[str, ...] = ()) -> None:
+    """Replace only ``model/``, ``metrics.json``, ``config.json`` (and ``extra`` files) inside
+    ``out`` (which may also hold ``_ray/`` checkpoints), each through a temporary sibling and a rename."""
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".write-") as tmp:
         write(Path(tmp))
-        for name in ("config.json", "metrics.json"):
+        for name in ("config.json", "metrics.json", *extra):
             write_text_atomic(out / name, (Path(tmp) / name).read_text())
         atomic_directory(out / "model", lambda d: _move_contents(Path(tmp) / "model", d), marker="manifest.json")
 

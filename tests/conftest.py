@@ -1,3 +1,9 @@
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -47,3 +53,38 @@ def ray_cluster():
     quiet_data_progress()
     yield ray
     ray.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store), once per session."""
+    d = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    log = open(d / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}",
+                             "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
+                            stdout=log, stderr=subprocess.STDOUT)
+    uri = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise RuntimeError(f"mlflow server did not start: {(d / 'server.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    yield uri
+    proc.terminate()
+    proc.wait(timeout=30)
+    log.close()

@@ -1,10 +1,7 @@
 """MLflow: a real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store)."""
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 
 import numpy as np
 import pandas as pd
@@ -13,39 +10,7 @@ import pytest
 from neurcam_dist import tracking
 from neurcam_dist.cli import main
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mlflow")
-    port = _free_port()
-    log = open(d / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-                             "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}",
-                             "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 90
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            raise RuntimeError(f"mlflow server did not start: {(d / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield uri
-    proc.terminate()
-    proc.wait(timeout=30)
-    log.close()
+from .conftest import free_port
 
 
 def test_registered_pyfunc_loads_in_a_fresh_process_and_predicts_like_the_estimator(
@@ -139,7 +104,7 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
 
     # a tracking server that is down: the model is still saved, the error says what was not logged,
     # and nothing new is registered
-    dead = f"http://127.0.0.1:{_free_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     job2 = {**job, "tracking": {**job["tracking"], "uri": dead}, "output": str(tmp_path / "out2")}
     with pytest.raises(TrackingError, match=r"model is saved in .*out2/model, but logging to MLflow"):
         train(job2)

@@ -1,0 +1,328 @@
+"""The paper's protocol at cluster scale: Ray Tune runs one distributed training per seed and
+hyperparameter setting, and the lowest hard inertia wins.
+
+Every trial is a Tune function trainable that drives a Ray Train ``TorchTrainer`` (the pattern
+Ray Train V2 documents): Tune's ``TuneReportCallback`` forwards the workers' reports, and the
+trial ends with a Ray Data pass that scores the whole dataset. The driver validates and profiles
+the data once, fits the k-means initialisation once per seed, and afterwards picks the winner,
+writes it like ``neurcam train`` does (plus the explanation report and ``search.json``), measures
+how consistent the best runs' explanations are, and logs everything to MLflow.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from ray.tune import Callback
+
+from . import distributed as dist_mod
+from .config import JobConfig, ModelConfig, SearchConfig
+from .estimator import NeurCAM
+
+TOP_K = (5, 10, 25)
+
+
+class SearchError(RuntimeError):
+    """No trial of the search finished; the message lists each trial's reason."""
+
+
+@dataclass
+class Trial:
+    """One trial's outcome, as recorded in ``search.json`` and MLflow."""
+
+    trial_id: str
+    params: dict
+    status: str                      # "ok" or "failed"
+    metrics: dict = field(default_factory=dict)
+    error: str | None = None
+    output: str | None = None
+
+    @property
+    def inertia(self) -> float:
+        return float(self.metrics["inertia"])
+
+    def row(self) -> dict:
+        return {"trial_id": self.trial_id, "status": self.status, **self.params,
+                **{k: self.metrics[k] for k in ("inertia", "ari", "nmi", "acc", "epochs", "train_seconds")
+                   if k in self.metrics}, **({"error": self.error} if self.error else {})}
+
+
+@dataclass
+class SearchResult:
+    estimator: NeurCAM               # the winner
+    metrics: dict                    # the winner's metrics.json (with a "search" summary)
+    trials: list[Trial]
+    best: Trial
+    consistency: dict
+    output: Path
+    plan: object
+    config: JobConfig                # the resolved config with the winner's hyperparameters
+    tracking: dict | None = None
+
+    @property
+    def report_path(self) -> Path:
+        return self.output / "report" / "report.html"
+
+
+def _log(msg: str) -> None:
+    print(f"[neurcam] {msg}", flush=True)
+
+
+# ---------------------------------------------------------------------------- search space
+def param_space(s: SearchConfig) -> dict:
+    """Tune's ``param_space``: seeds and lists as grids, mappings as Tune distributions."""
+    from ray import tune
+    space = {"random_state": tune.grid_search(list(s.seeds))}
+    for key, spec in s.space().items():
+        if isinstance(spec, list):
+            space[key] = tune.grid_search(spec)
+        else:
+            (kind, args), = spec.items()
+            space[key] = tune.choice(args) if kind == "choice" else getattr(tune, kind)(*args)
+    return space
+
+
+def n_trials(s: SearchConfig) -> int:
+    grid = len(s.seeds) * int(np.prod([len(v) for v in s.space().values() if isinstance(v, list)] or [1]))
+    return grid * s.num_samples
+
+
+def trial_model(cfg: JobConfig, params: dict) -> ModelConfig:
+    """The trial's hyperparameters (validated like a config's ``model`` section)."""
+    clean = {k: (int(v) if k in ("n_single", "n_pairs", "random_state") else float(v)) for k, v in params.items()}
+    return ModelConfig.model_validate({**cfg.model.model_dump(), **clean})
+
+
+# ---------------------------------------------------------------------------- one trial
+def _trial(params: dict, job: dict) -> None:
+    """A Tune trial: one distributed training (``TorchTrainer``) then the full-data scoring pass."""
+    from ray import tune
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    from .distributed import finish_run, quiet_data_progress, run_workers, worker_config, _write_output
+
+    quiet_data_progress()
+    cfg: JobConfig = job["config"]
+    plan = job["plan"]
+    ctx = tune.get_context()
+    trial_id = ctx.get_trial_id()
+    model = trial_model(cfg, params)
+    # the estimator's own checks (e.g. no shape function at all): a clear failure of this trial
+    NeurCAM(**model.estimator_params())._check_params(plan.n_rows, len(plan.features))
+    out = Path(job["trials_dir"]) / trial_id
+    tcfg = cfg.model_copy(update={"model": model, "output": str(out), "search": None, "tracking": None})
+    init = job["inits"][model.random_state]
+    wcfg = worker_config(tcfg, plan, init)
+    run_name = f"{job['name']}-{trial_id}"
+    t0 = time.perf_counter()
+    result = run_workers(tcfg, plan, wcfg, run_name, callbacks=[TuneReportCallback()])
+    est, metrics = finish_run(tcfg, plan, wcfg, init, result, time.perf_counter() - t0, run_name)
+    metrics["trial_id"] = trial_id
+    metrics["params"] = params
+
+    def write(tmp: Path) -> None:
+        est.save(tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        (tmp / "config.json").write_text(tcfg.model_dump_json(indent=1))
+
+    _write_output(out, write)
+    final = {k: float(metrics[k]) for k in ("inertia", "ari", "nmi", "acc", "train_seconds") if k in metrics}
+    tune.report({**final, "epochs": int(metrics["epochs"]), "output": str(out), "done": True})
+
+
+class _Progress(Callback):
+    """One line per trial start and end (Tune's own status table is off: it repeats every few seconds)."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        _log(f"trial {trial.trial_id} started: {_plain(trial.config)}")
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.done += 1
+        r = trial.last_result or {}
+        _log(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
+             + (f" ari={r['ari']:.4f}" if "ari" in r else "") + f" after {r.get('epochs', '?')} epochs")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self.done += 1
+        _log(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
+
+
+def _plain(config: dict) -> dict:
+    return {k: (v.item() if hasattr(v, "item") else v) for k, v in (config or {}).items()}
+
+
+# ---------------------------------------------------------------------------- the driver
+def search(config, *, name: str | None = None) -> SearchResult:
+    """Run the search ``config`` describes (a ``JobConfig``, a dict or a YAML path; a missing
+    ``search:`` section means 5 seeds). Writes the winner to ``output/`` like ``train`` does,
+    plus ``output/report/`` and ``output/search.json``; logs to MLflow when ``tracking`` is set.
+    Raises ``SearchError`` when every trial failed, ``distributed.TrackingError`` when the search
+    finished but MLflow logging did not."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    cfg = dist_mod._coerce(config)
+    s = cfg.search or SearchConfig()
+    cfg = cfg.model_copy(update={"search": s})
+    t_start = time.perf_counter()
+    tc = cfg.train
+    per_trial = tc.num_workers * tc.cpus_per_worker + s.trial_cpus
+    dist_mod.ensure_ray(min_cpus=s.max_concurrent_trials * per_trial + 1)
+    dist_mod.check_resources(tc.num_workers, tc.cpus_per_worker + s.trial_cpus / tc.num_workers, tc.use_gpu)
+    name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    total = n_trials(s)
+    _log(f"search {name}: {total} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
+         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
+         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
+    if cfg.tracking is not None:
+        _warn_if_unreachable(cfg)
+
+    plan, prof = dist_mod.prepare(cfg)
+    inits = {}
+    for seed in s.seeds:
+        inits[seed] = dist_mod.initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
+            update={"random_state": seed})}), plan, prof)
+    out = Path(cfg.output)
+    trials_dir = out / "trials" / name
+    job = {"config": cfg, "plan": plan, "name": name, "trials_dir": str(trials_dir.resolve()),
+           "inits": {k: dataclasses.replace(v, sample=None) for k, v in inits.items()}}
+    trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
+    tuner = tune.Tuner(
+        trainable, param_space=param_space(s),
+        tune_config=tune.TuneConfig(num_samples=s.num_samples, max_concurrent_trials=s.max_concurrent_trials,
+                                    search_alg=BasicVariantGenerator(random_state=s.sampler_seed,
+                                                                     max_concurrent=s.max_concurrent_trials)),
+        run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
+                                  callbacks=[_Progress(total)]))
+    t_search = time.perf_counter()
+    grid = tuner.fit()
+    search_seconds = time.perf_counter() - t_search
+    trials = collect(grid)
+    ok = [t for t in trials if t.status == "ok"]
+    for t in trials:
+        _log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
+                                                   else f"FAILED: {_last_line(t.error)}"))
+    if not ok:
+        raise SearchError(f"every one of the {len(trials)} trial(s) of search {name} failed:\n"
+                          + "\n".join(f"  {t.trial_id} {t.params}: {_last_line(t.error)}" for t in trials))
+    ranked = sorted(ok, key=lambda t: t.inertia)
+    best = ranked[0]
+    _log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
+         f"({len(ok)} of {len(trials)} trial(s) finished)")
+
+    def load(t: Trial) -> NeurCAM:
+        est = NeurCAM.load(Path(t.output) / "model")
+        dist_mod.set_reference(est, inits[int(t.params["random_state"])], plan, tc.reference_rows)
+        return est
+
+    estimators = {t.trial_id: load(t) for t in ranked[:s.consistency_runs]}
+    est = estimators[best.trial_id]
+    consistency = explanation_consistency([estimators[t.trial_id] for t in ranked[:s.consistency_runs]],
+                                          reference=est._reference)
+    best_cfg = cfg.model_copy(update={"model": trial_model(cfg, best.params)})
+    metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
+               "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ok),
+                          "best_trial": best.trial_id, "best_params": best.params,
+                          "search_seconds": round(search_seconds, 2), **consistency}}
+    summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
+               "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
+    from .report import write_report
+    from .persist import atomic_directory
+
+    def write(tmp: Path) -> None:
+        est.save(tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        (tmp / "config.json").write_text(best_cfg.model_dump_json(indent=1))
+        (tmp / "search.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    dist_mod._write_output(out, write, extra=("search.json",))
+    atomic_directory(out / "report", lambda d: write_report(est.explain(), d), marker="report.html")
+    _log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
+    result = SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
+                          output=out, plan=plan, config=best_cfg)
+    if cfg.tracking is not None:
+        from .tracking import log_search
+        try:
+            result.tracking = log_search(result, cfg)
+        except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
+            raise dist_mod.tracking_failed(cfg, out, exc, "the search's parent run, its trial runs") from exc
+        _log(f"MLflow parent run {result.tracking['run_id']} in {result.tracking['tracking_uri']}"
+             + (f"; registered {cfg.tracking.model_name} version {result.tracking['version']} (alias candidate)"
+                if cfg.tracking.model_name else ""))
+    return result
+
+
+def collect(grid) -> list[Trial]:
+    """Tune's ``ResultGrid`` as ``Trial`` records: finished trials have a final ``done`` report."""
+    trials = []
+    for res in grid:
+        m = dict(res.metrics or {})
+        params = _plain(res.config)
+        trial_id = m.get("trial_id") or Path(res.path).name
+        if res.error is None and m.get("done"):
+            metrics = json.loads((Path(m["output"]) / "metrics.json").read_text())
+            trials.append(Trial(metrics["trial_id"], params, "ok", metrics, output=m["output"]))
+        else:
+            err = res.error if res.error is not None else "the trial ended without its final report"
+            trials.append(Trial(str(trial_id), params, "failed", error=_error_text(err)))
+    return trials
+
+
+def _error_text(err) -> str:
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(err)).strip()  # Ray colours its wrapper lines
+    return text[-4000:]
+
+
+def _last_line(text: str | None) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error" in ln:
+            return ln[:500]
+    return (lines[-1] if lines else "unknown error")[:500]
+
+
+def _warn_if_unreachable(cfg: JobConfig) -> None:
+    from .tracking import check_reachable, tracking_uri
+    uri = tracking_uri(cfg.tracking.uri)
+    if uri.startswith(("http://", "https://")):
+        try:
+            check_reachable(uri)
+        except ConnectionError as exc:
+            _log(f"WARNING: {exc}; the search runs anyway and the winner is saved locally, but the command "
+                 f"will exit non-zero if MLflow is still unreachable at the end")
+
+
+# ---------------------------------------------------------------------------- explanation consistency
+def top_terms(est: NeurCAM, reference, k: int) -> list[str]:
+    return [r["term"] for r in est.explain(reference).importance[:k]]
+
+
+def topk_intersections(rankings: list[list[str]], ks=TOP_K) -> dict:
+    """The paper's appendix measure: for each K, the mean over pairs of runs of the number of terms
+    their top-K lists share (a run with fewer than K terms contributes all of its terms)."""
+    out = {}
+    pairs = list(itertools.combinations(range(len(rankings)), 2))
+    for k in ks:
+        if not pairs:
+            break
+        shared = [len(set(rankings[a][:k]) & set(rankings[b][:k])) for a, b in pairs]
+        out[f"top{k}_intersection"] = float(np.mean(shared))
+    return out
+
+
+def explanation_consistency(estimators: list[NeurCAM], reference) -> dict:
+    """Top-K intersections of the best runs' term importances, on the same reference rows."""
+    if len(estimators) < 2:
+        return {"consistency_runs": len(estimators)}
+    rankings = [top_terms(e, reference, max(TOP_K)) for e in estimators]
+    return {"consistency_runs": len(estimators), **topk_intersections(rankings)}

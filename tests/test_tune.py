@@ -1,0 +1,176 @@
+"""Ray Tune search: real Tune trials driving Ray Train, logged to a real ``mlflow server``."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from neurcam_dist import tune as tune_mod
+from neurcam_dist.cli import main
+from neurcam_dist.config import ConfigError, parse_config
+from neurcam_dist.synthetic import write_shards
+
+from .conftest import free_port
+
+SMALL_MODEL = {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3, "distill_epochs": 1,
+               "epochs": 6, "epsilon": 0.3, "batch_size": 64, "lr": 5e-3, "early_stopping": False}
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tune-data") / "data"
+    write_shards(d, 1200, n_features=4, repr_dim=6, n_clusters=3, n_files=3, seed=2)
+    return d
+
+
+def job(shards, out, search, tracking=None):
+    j = {"data": {"path": str(shards), "embedding": "embedding", "label": "label", "id": "id"},
+         "model": dict(SMALL_MODEL), "train": {"num_workers": 1, "kmeans_sample": 800},
+         "search": search, "output": str(out)}
+    if tracking:
+        j["tracking"] = tracking
+    return j
+
+
+def nested_runs(client, parent_id):
+    exp = client.get_run(parent_id).info.experiment_id
+    return client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent_id}'")
+
+
+def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, mlflow_server, ray_cluster,
+                                                              monkeypatch):
+    import mlflow
+
+    from neurcam_dist.explain import Explanation
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    mlflow.set_tracking_uri(mlflow_server)
+    client = mlflow.MlflowClient()
+    res = tune_mod.search(job(shards, tmp_path / "out", {"seeds": 3},
+                              {"uri": mlflow_server, "experiment": "tune-test", "model_name": "tuned"}))
+    assert [t.status for t in res.trials] == ["ok"] * 3
+    assert sorted(int(t.params["random_state"]) for t in res.trials) == [0, 1, 2]
+    assert res.best.inertia == min(t.inertia for t in res.trials)
+
+    # MLflow: a parent run, one nested run per trial with per-epoch metrics; exactly one version,
+    # logged in the nested run whose inertia is the minimum
+    t = res.tracking
+    runs = nested_runs(client, t["run_id"])
+    assert len(runs) == 3
+    inertias = {r.info.run_id: r.data.metrics["inertia"] for r in runs}
+    versions = client.search_model_versions("name='tuned'")
+    assert len(versions) == 1 and versions[0].version == t["version"]
+    assert versions[0].run_id == min(inertias, key=inertias.get) == t["best_run_id"]
+    assert client.get_model_version_by_alias("tuned", "candidate").version == t["version"]
+    for r in runs:
+        assert r.info.status == "FINISHED" and r.data.params["model.n_clusters"] == "3"
+        steps = [m.step for m in client.get_metric_history(r.info.run_id, "loss")]
+        assert steps == list(range(1, len(steps) + 1)) and len(steps) >= SMALL_MODEL["epochs"]
+    parent = client.get_run(t["run_id"])
+    assert parent.data.metrics["best_inertia"] == pytest.approx(min(inertias.values()))
+    assert parent.data.metrics["n_trials"] == 3 and parent.data.metrics["n_failed"] == 0
+    # 4 features: every run has at most 4 terms, so top-5, -10 and -25 all hold every term
+    shared = [parent.data.metrics[f"top{k}_intersection"] for k in (5, 10, 25)]
+    assert 0 <= shared[0] <= 4 and shared[0] == shared[1] == shared[2] == res.consistency["top5_intersection"]
+    local = mlflow.artifacts.download_artifacts(run_id=t["best_run_id"], artifact_path="report",
+                                                dst_path=str(tmp_path / "dl"))
+    assert Explanation.from_json(f"{local}/explanation.json").cluster_sizes
+    names = {a.path for a in client.list_artifacts(t["best_run_id"])}
+    assert {"report", "config.json", "standardization.json", "history.json", "metrics.json"} <= names
+    assert client.get_run(t["best_run_id"]).outputs.model_outputs  # MLflow 3: the pyfunc is a LoggedModel
+
+    # the winner on disk: model, metrics, every trial, and the report
+    out = tmp_path / "out"
+    summary = json.loads((out / "search.json").read_text())
+    assert summary["best_trial"] == res.best.trial_id and len(summary["trials"]) == 3
+    assert json.loads((out / "metrics.json").read_text())["inertia"] == res.best.inertia
+    assert (out / "report" / "report.html").exists()
+    assert json.loads((out / "config.json").read_text())["model"]["random_state"] == res.best.params["random_state"]
+
+    # the registered model, loaded in a fresh process, predicts what the estimator predicts
+    X = res.estimator._reference
+    X.to_parquet(tmp_path / "x.parquet")
+    code = ("import mlflow, pandas as pd, numpy as np; "
+            "m = mlflow.pyfunc.load_model('models:/tuned@candidate'); "
+            f"np.save(r'{tmp_path / 'c.npy'}', m.predict(pd.read_parquet(r'{tmp_path / 'x.parquet'}'))['cluster'].to_numpy())")
+    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert np.array_equal(np.load(tmp_path / "c.npy"), res.estimator.predict(X))
+
+
+def test_a_failing_trial_is_recorded_and_the_best_other_registered(shards, tmp_path, mlflow_server, ray_cluster,
+                                                                   monkeypatch):
+    import mlflow
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # n_single=0 with n_pairs=0 leaves no shape function: that trial fails, the other one trains
+    res = tune_mod.search(job(shards, tmp_path / "out", {"seeds": [4], "n_single": [0, 3], "n_pairs": [0]},
+                              {"uri": mlflow_server, "experiment": "tune-fail", "model_name": "tuned-fail"}))
+    failed = [t for t in res.trials if t.status == "failed"]
+    assert len(res.trials) == 2 and len(failed) == 1 and failed[0].params["n_single"] == 0
+    assert "needs at least one shape function" in failed[0].error
+    assert res.best.params["n_single"] == 3
+    client = mlflow.MlflowClient(mlflow_server)
+    runs = {r.data.tags["neurcam.trial_id"]: r for r in nested_runs(client, res.tracking["run_id"])}
+    assert runs[failed[0].trial_id].info.status == "FAILED"
+    assert "at least one shape function" in runs[failed[0].trial_id].data.tags["neurcam.error"]
+    assert runs[res.best.trial_id].info.status == "FINISHED"
+    versions = client.search_model_versions("name='tuned-fail'")
+    assert [v.run_id for v in versions] == [runs[res.best.trial_id].info.run_id]
+    rows = json.loads((tmp_path / "out" / "search.json").read_text())["trials"]
+    assert sorted(r["status"] for r in rows) == ["failed", "ok"]
+
+
+def test_stopped_server_and_all_failed_searches_exit_nonzero(shards, tmp_path, ray_cluster, capsys, monkeypatch):
+    import yaml
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # MLflow down: the search finishes, the winner is saved, the command says what was not logged
+    dead = f"http://127.0.0.1:{free_port()}"
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(yaml.safe_dump(job(shards, tmp_path / "out", {"seeds": [0]},
+                                      {"uri": dead, "experiment": "x", "model_name": "never"})))
+    assert main(["tune", "--config", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "model is saved in" in err and "nothing was registered" in err and dead in err
+    assert (tmp_path / "out" / "model" / "manifest.json").exists()
+    assert (tmp_path / "out" / "report" / "report.html").exists()
+    # every trial failing: exit 1 with each trial's reason, and nothing written
+    cfg.write_text(yaml.safe_dump(job(shards, tmp_path / "out3", {"seeds": [0, 1], "n_single": [0], "n_pairs": [0]})))
+    assert main(["tune", "--config", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "every one of the 2 trial(s)" in err and err.count("needs at least one shape function") == 2
+    assert not (tmp_path / "out3" / "model").exists()
+
+
+def test_search_config_is_checked_before_anything_runs(shards, tmp_path):
+    base = job(shards, tmp_path, {})
+    with pytest.raises(ConfigError, match=r"search.n_clusters: trials that differ in the number of clusters "
+                                          r"cannot be compared by inertia"):
+        parse_config({**base, "search": {"n_clusters": [3, 4]}})
+    with pytest.raises(ConfigError, match=r"search.standardize: .* cannot be compared by inertia"):
+        parse_config({**base, "search": {"standardize": [True, False]}})
+    with pytest.raises(ConfigError, match=r"search.m\[1\] = 0.9: Input should be greater than or equal to 1"):
+        parse_config({**base, "search": {"m": [1.05, 0.9]}})
+    with pytest.raises(ConfigError, match=r"search.epsilon.uniform\[1\] = 1.5"):
+        parse_config({**base, "search": {"epsilon": {"uniform": [0.5, 1.5]}}})
+    with pytest.raises(ConfigError, match=r"search.gamma: .*one-key mapping"):
+        parse_config({**base, "search": {"gamma": {"gauss": [0, 1]}}})
+    with pytest.raises(ConfigError, match=r"search.seeds: .*seeds repeat"):
+        parse_config({**base, "search": {"seeds": [1, 1]}})
+    s = parse_config({**base, "search": {"seeds": 4, "m": [1.05, 1.1], "gamma": {"loguniform": [0.1, 10]},
+                                         "num_samples": 2}}).search
+    assert s.seeds == [0, 1, 2, 3] and tune_mod.n_trials(s) == 4 * 2 * 2
+    space = tune_mod.param_space(s)
+    assert space["random_state"] == {"grid_search": [0, 1, 2, 3]} and space["m"] == {"grid_search": [1.05, 1.1]}
+    assert 0.1 <= space["gamma"].sample() <= 10
+    assert parse_config(base).search.seeds == [0, 1, 2, 3, 4]  # the default: 5 seeds
+
+
+def test_topk_intersection_is_the_mean_over_pairs_of_shared_terms():
+    runs = [["a", "b", "c", "d"], ["a", "c", "e", "f"], ["b", "a", "g", "h"]]
+    got = tune_mod.topk_intersections(runs, ks=(1, 2, 4))
+    # K=1: a|a share 1, a|b 0, a|b 0; K=2: {a,b}&{a,c}=1, {a,b}&{b,a}=2, {a,c}&{b,a}=1; K=4: 2, 2, 1
+    assert got == {"top1_intersection": pytest.approx(1 / 3), "top2_intersection": pytest.approx(4 / 3),
+                   "top4_intersection": pytest.approx(5 / 3)}
+    assert tune_mod.topk_intersections([["a"]]) == {}
