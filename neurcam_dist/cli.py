@@ -264,9 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_search(res) -> None:
     """The trial table, the winner and where everything is."""
-    rows = [t.row() for t in res.trials]
-    keys = [k for k in rows[0] if k != "error"]
-    print(pd.DataFrame(rows)[keys].sort_values("inertia", na_position="last").to_string(index=False))
+    table = pd.DataFrame([t.row() for t in res.trials]).drop(columns="error", errors="ignore")
+    print(table.sort_values("inertia", na_position="last").to_string(index=False))
     for t in res.trials:
         if t.status != "ok":
             print(f"trial {t.trial_id} failed: {t.error.strip().splitlines()[-1][:300] if t.error else ''}")

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from neurcam_dist import NeurCAM
 from neurcam_dist.cli import main
@@ -56,3 +57,21 @@ def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
 def test_console_script_is_installed():
     res = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "--version"], capture_output=True, text=True)
     assert res.returncode == 0 and "neurcam-dist" in res.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_the_whole_service_on_embedded_defaults(tmp_path, monkeypatch, capsys, ray_cluster):
+    """The README's first command (about 5 minutes on 2 cores): search, local store, registry."""
+    import mlflow
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "mlflow ui --backend-store-uri sqlite:///" in out and "report/report.html" in out
+    summary = json.loads((tmp_path / "runs" / "demo" / "search.json").read_text())
+    assert len(summary["trials"]) == 3 and all(t["status"] == "ok" for t in summary["trials"])
+    assert (tmp_path / "runs" / "demo" / "report" / "report.html").exists()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mv = mlflow.MlflowClient().get_model_version_by_alias("digits-demo", "candidate")
+    best = min(summary["trials"], key=lambda t: t["inertia"])
+    assert mlflow.MlflowClient().get_run(mv.run_id).data.metrics["inertia"] == pytest.approx(best["inertia"])
