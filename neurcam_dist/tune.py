@@ -177,7 +177,7 @@ def search(config, *, name: str | None = None) -> SearchResult:
     tc = cfg.train
     per_trial = tc.num_workers * tc.cpus_per_worker + s.trial_cpus
     dist_mod.ensure_ray(min_cpus=s.max_concurrent_trials * per_trial + 1)
-    dist_mod.check_resources(tc.num_workers, tc.cpus_per_worker + s.trial_cpus / tc.num_workers, tc.use_gpu)
+    check_search_resources(s, tc)
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     total = n_trials(s)
     _log(f"search {name}: {total} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
@@ -259,6 +259,24 @@ def search(config, *, name: str | None = None) -> SearchResult:
              + (f"; registered {cfg.tracking.model_name} version {result.tracking['version']} (alias candidate)"
                 if cfg.tracking.model_name else ""))
     return result
+
+
+def check_search_resources(s: SearchConfig, tc) -> None:
+    """Concurrent trials each start a worker group; if together they took every CPU, Ray Data
+    could not read for any of them and the whole search would hang: refuse up front."""
+    import ray
+    dist_mod.check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    cpus = ray.cluster_resources().get("CPU", 0.0)
+    need = s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus)
+    if cpus - need < 1:
+        raise ValueError(f"search.max_concurrent_trials={s.max_concurrent_trials} trials x (train.num_workers="
+                         f"{tc.num_workers} x train.cpus_per_worker={tc.cpus_per_worker:g} + search.trial_cpus="
+                         f"{s.trial_cpus:g}) = {need:g} CPUs leaves less than 1 of the cluster's {cpus:g} CPUs "
+                         f"for Ray Data: lower search.max_concurrent_trials or train.num_workers")
+    if tc.use_gpu and ray.cluster_resources().get("GPU", 0.0) < s.max_concurrent_trials * tc.num_workers:
+        raise ValueError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
+                         f"{tc.num_workers} GPU workers need more GPUs than the cluster's "
+                         f"{ray.cluster_resources().get('GPU', 0.0):g}")
 
 
 def collect(grid) -> list[Trial]:

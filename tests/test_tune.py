@@ -174,3 +174,13 @@ def test_topk_intersection_is_the_mean_over_pairs_of_shared_terms():
     assert got == {"top1_intersection": pytest.approx(1 / 3), "top2_intersection": pytest.approx(4 / 3),
                    "top4_intersection": pytest.approx(5 / 3)}
     assert tune_mod.topk_intersections([["a"]]) == {}
+
+
+def test_concurrent_trials_that_would_starve_ray_data_are_refused(shards, tmp_path, ray_cluster):
+    # the session's Ray has 4 CPUs: 2 concurrent trials x 2 workers leave none for reading
+    j = job(shards, tmp_path / "out", {"seeds": 2, "max_concurrent_trials": 2})
+    j["train"]["num_workers"] = 2
+    with pytest.raises(ValueError, match=r"search.max_concurrent_trials=2 trials .* leaves less than 1 of "
+                                         r"the cluster's 4 CPUs"):
+        tune_mod.search(j)
+    assert not (tmp_path / "out").exists()
