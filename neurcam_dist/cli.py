@@ -196,16 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            from .config import parse_config
+            from .config import apply_overrides, parse_config
             from .tune import search
             write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
-            raw = demo_config(args.out, args.seeds, args.workers)
-            for dotted, value in _overrides(args.set).items():
-                node = raw
-                *parents, leaf = dotted.split(".")
-                for key in parents:
-                    node = node.setdefault(key, {})
-                node[leaf] = value
+            raw = apply_overrides(demo_config(args.out, args.seeds, args.workers), _overrides(args.set))
             print_search(search(parse_config(raw, "the demo config")))
         elif args.command == "fit":
             result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
@@ -266,9 +260,10 @@ def print_search(res) -> None:
     """The trial table, the winner and where everything is."""
     table = pd.DataFrame([t.row() for t in res.trials]).drop(columns="error", errors="ignore")
     print(table.sort_values("inertia", na_position="last").to_string(index=False))
+    from .tune import error_summary
     for t in res.trials:
         if t.status != "ok":
-            print(f"trial {t.trial_id} failed: {t.error.strip().splitlines()[-1][:300] if t.error else ''}")
+            print(f"trial {t.trial_id} failed: {error_summary(t.error)}")
     m = res.metrics
     print(json.dumps({"best_trial": res.best.trial_id, **res.best.params,
                       **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},

@@ -254,11 +254,15 @@ def load_config(path: str | os.PathLike, overrides: dict | None = None) -> JobCo
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from None
-    raw = raw or {}
+    return parse_config(apply_overrides(raw or {}, overrides), str(p))
+
+
+def apply_overrides(raw: dict, overrides: dict | None) -> dict:
+    """Set dotted keys (``model.epochs``) in a raw config mapping, creating sections as needed."""
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
         for key in parents:
             node = node.setdefault(key, {})
         node[leaf] = value
-    return parse_config(raw, str(p))
+    return raw

@@ -60,11 +60,11 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
 def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
     """Log ``est`` as a pyfunc in the active run; register it and alias the new version.
     Returns ``(model_info, version or None)``."""
+    import warnings
+
     import mlflow
     from mlflow import MlflowClient
     from mlflow.models import infer_signature
-
-    import warnings
 
     example = X_example[est.feature_names_in_].head(5)
     proba = est.predict_proba(example)

@@ -210,10 +210,10 @@ def search(config, *, name: str | None = None) -> SearchResult:
     ok = [t for t in trials if t.status == "ok"]
     for t in trials:
         _log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
-                                                   else f"FAILED: {_last_line(t.error)}"))
+                                                   else f"FAILED: {error_summary(t.error)}"))
     if not ok:
         raise SearchError(f"every one of the {len(trials)} trial(s) of search {name} failed:\n"
-                          + "\n".join(f"  {t.trial_id} {t.params}: {_last_line(t.error)}" for t in trials))
+                          + "\n".join(f"  {t.trial_id} {t.params}: {error_summary(t.error)}" for t in trials))
     ranked = sorted(ok, key=lambda t: t.inertia)
     best = ranked[0]
     _log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
@@ -224,10 +224,10 @@ def search(config, *, name: str | None = None) -> SearchResult:
         dist_mod.set_reference(est, inits[int(t.params["random_state"])], plan, tc.reference_rows)
         return est
 
-    estimators = {t.trial_id: load(t) for t in ranked[:s.consistency_runs]}
-    est = estimators[best.trial_id]
-    consistency = explanation_consistency([estimators[t.trial_id] for t in ranked[:s.consistency_runs]],
-                                          reference=est._reference)
+    est = load(best)
+    # one explanation per compared run, on the winner's reference rows; the winner's is its report
+    explanations = [est.explain()] + [load(t).explain(est._reference) for t in ranked[1:s.consistency_runs]]
+    consistency = explanation_consistency(explanations)
     best_cfg = cfg.model_copy(update={"model": trial_model(cfg, best.params)})
     metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
                "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ok),
@@ -245,7 +245,7 @@ def search(config, *, name: str | None = None) -> SearchResult:
         (tmp / "search.json").write_text(json.dumps(summary, indent=1, default=str))
 
     dist_mod._write_output(out, write, extra=("search.json",))
-    atomic_directory(out / "report", lambda d: write_report(est.explain(), d), marker="report.html")
+    atomic_directory(out / "report", lambda d: write_report(explanations[0], d), marker="report.html")
     _log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
     result = SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
                           output=out, plan=plan, config=best_cfg)
@@ -301,7 +301,8 @@ def _error_text(err) -> str:
     return text[-4000:]
 
 
-def _last_line(text: str | None) -> str:
+def error_summary(text: str | None) -> str:
+    """The line of a trial's (Ray-wrapped) traceback that says what went wrong."""
     lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
     for ln in reversed(lines):
         if "Error" in ln or "error" in ln:
@@ -321,10 +322,6 @@ def _warn_if_unreachable(cfg: JobConfig) -> None:
 
 
 # ---------------------------------------------------------------------------- explanation consistency
-def top_terms(est: NeurCAM, reference, k: int) -> list[str]:
-    return [r["term"] for r in est.explain(reference).importance[:k]]
-
-
 def topk_intersections(rankings: list[list[str]], ks=TOP_K) -> dict:
     """The paper's appendix measure: for each K, the mean over pairs of runs of the number of terms
     their top-K lists share (a run with fewer than K terms contributes all of its terms)."""
@@ -338,9 +335,9 @@ def topk_intersections(rankings: list[list[str]], ks=TOP_K) -> dict:
     return out
 
 
-def explanation_consistency(estimators: list[NeurCAM], reference) -> dict:
-    """Top-K intersections of the best runs' term importances, on the same reference rows."""
-    if len(estimators) < 2:
-        return {"consistency_runs": len(estimators)}
-    rankings = [top_terms(e, reference, max(TOP_K)) for e in estimators]
-    return {"consistency_runs": len(estimators), **topk_intersections(rankings)}
+def explanation_consistency(explanations: list) -> dict:
+    """Top-K intersections of the best runs' term importances (explanations on the same rows)."""
+    if len(explanations) < 2:
+        return {"consistency_runs": len(explanations)}
+    rankings = [[r["term"] for r in e.importance[:max(TOP_K)]] for e in explanations]
+    return {"consistency_runs": len(explanations), **topk_intersections(rankings)}
