@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DATA, load_dataset, machine, markdown_table, write_atomic  # noqa: E402
 
 from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.report import write_report  # noqa: E402
+from neurcam_dist.explain.report import write_report  # noqa: E402
 
 
 def best_time(fn, reps: int = 3) -> float:

@@ -146,8 +146,8 @@ def tune_mode(args) -> None:
 
     import ray
 
-    from neurcam_dist.cli import write_frame_shards
-    from neurcam_dist.tune import search
+    from neurcam_dist.data.bundled import write_frame_shards
+    from neurcam_dist.service import search
 
     seeds = list(range(args.seeds))
     rows, runs_table = [], []

@@ -22,10 +22,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DATA, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
 
 from neurcam_dist import NeurCAM, metrics  # noqa: E402
-from neurcam_dist.epoch import Batch, train_epoch  # noqa: E402
-from neurcam_dist.estimator import kmeans_centroids, log_assignment  # noqa: E402
-from neurcam_dist.nbm import NeurCAMNet  # noqa: E402
-from neurcam_dist.perf import keep_freed_memory  # noqa: E402
+from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
+from neurcam_dist.model import log_assignment
+from neurcam_dist.model.kmeans import kmeans_centroids  # noqa: E402
+from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
+from neurcam_dist.model.perf import keep_freed_memory  # noqa: E402
 
 HIDDEN, BASES, BATCH = (256, 256), 64, 512
 

@@ -1,5 +1,5 @@
 """neurcam-dist: interpretable clustering with neural additive models (NeurCAM / Neur2CAM)."""
 from .estimator import NeurCAM
+from .version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["NeurCAM", "__version__"]

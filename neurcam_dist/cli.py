@@ -1,9 +1,9 @@
-"""The ``neurcam`` command.
+"""The ``neurcam`` command: one handler per subcommand.
 
-``neurcam demo`` fits a model on scikit-learn's bundled digits data and writes it with its metrics;
-``neurcam fit`` does the same in memory for a CSV or Parquet file; ``neurcam train --config`` trains
-on Ray over sharded Parquet; ``neurcam predict`` scores Parquet with Ray Data. Every output
-directory is written atomically.
+``demo`` runs the whole service on the bundled digits (Ray Tune search, MLflow, report);
+``fit`` / ``explain`` work in memory on a CSV or Parquet file; ``train`` / ``tune`` run on Ray over
+sharded Parquet as a YAML config says (and log to MLflow with ``tracking:``); ``predict`` scores
+Parquet with Ray Data; ``promote`` moves a registry alias. Every output is written atomically.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__, metrics
+from . import metrics
+from .data.bundled import digits_frame, write_frame_shards
+from .data.sources import ID_LIKE
 from .estimator import NeurCAM
-from .persist import atomic_directory
-
-ID_LIKE = ("id", "label")
+from .storage import atomic_directory
+from .version import __version__
 
 
 def read_table(path: str) -> pd.DataFrame:
@@ -64,15 +65,6 @@ def demo_config(out: str, seeds: int, workers: int) -> dict:
             "output": out}
 
 
-def digits_frame() -> pd.DataFrame:
-    """scikit-learn's bundled 8x8 digits (1,797 rows, 64 pixel features), with its label column."""
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    df = pd.DataFrame(d.data, columns=[f"px{i // 8}_{i % 8}" for i in range(64)])
-    df["label"] = d.target
-    return df
-
-
 def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict, report: bool = False) -> dict:
     X, y = split_columns(df, features, label)
     t0 = time.perf_counter()
@@ -81,13 +73,13 @@ def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict, rep
     result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
               "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
               "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
-              **metrics.scores(est._features(X), est.predict(X), y)}
+              **metrics.scores(est.transform_features(X), est.predict(X), y)}
 
     def write(tmp: Path) -> None:
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(result, indent=1))
         if report:
-            from .report import write_report
+            from .explain.report import write_report
             write_report(est.explain(X), tmp / "report")
 
     atomic_directory(Path(out), write, marker="metrics.json")
@@ -192,61 +184,90 @@ def _overrides(pairs: list[str]) -> dict:
     return out
 
 
+def _demo(args) -> None:
+    from .config import apply_overrides, parse_config
+    from .service import search
+    write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
+    raw = apply_overrides(demo_config(args.out, args.seeds, args.workers), _overrides(args.set))
+    print_search(search(parse_config(raw, "the demo config")))
+
+
+def _fit(args) -> None:
+    result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
+                           report=args.report)
+    _report(result, args.out)
+
+
+def _explain(args) -> None:
+    from .explain.report import write_report
+    est = NeurCAM.load(args.model)
+    df = read_table(args.data)
+    missing = [c for c in est.feature_names_in_ if c not in df.columns]
+    if missing:
+        raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
+    expl = est.explain(df[list(est.feature_names_in_)], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
+    report = write_report(expl, args.out)
+    print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
+    print(f"open the report: {Path(report).resolve().as_uri()}")
+
+
+def _generate(args) -> None:
+    files = generate(args)
+    print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
+
+
+def _promote(args) -> None:
+    import mlflow
+
+    from . import tracking
+    mlflow.set_tracking_uri(tracking.tracking_uri(args.tracking_uri))
+    tracking.promote(args.name, args.version, args.alias)
+    print(f"{args.name}@{args.alias} -> version {args.version}")
+
+
+def _train(args) -> None:
+    from .config import load_config
+    from .service import train
+    result = train(load_config(args.config, _overrides(args.set)))
+    keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
+    print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
+    print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
+          f"{result.output / 'metrics.json'}")
+
+
+def _tune(args) -> None:
+    from .config import load_config
+    from .service import search
+    print_search(search(load_config(args.config, _overrides(args.set))))
+
+
+def _predict(args) -> None:
+    from .distributed import ensure_ray, predict_parquet
+    est = _load_model(args.model)
+    ensure_ray()
+    summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
+                              carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
+    print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {args.output}/ "
+          f"in {summary['seconds']} s")
+
+
+EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow"}  # optional import -> the extra that brings it
+HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _generate, "promote": _promote,
+            "train": _train, "tune": _tune, "predict": _predict}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed."""
     args = build_parser().parse_args(argv)
     try:
-        if args.command == "demo":
-            from .config import apply_overrides, parse_config
-            from .tune import search
-            write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
-            raw = apply_overrides(demo_config(args.out, args.seeds, args.workers), _overrides(args.set))
-            print_search(search(parse_config(raw, "the demo config")))
-        elif args.command == "fit":
-            result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
-                                   report=args.report)
-            _report(result, args.out)
-        elif args.command == "explain":
-            from .report import write_report
-            est = NeurCAM.load(args.model)
-            df = read_table(args.data)
-            missing = [c for c in est.feature_names_in_ if c not in df.columns]
-            if missing:
-                raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
-            expl = est.explain(df[est.feature_names_in_], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
-            report = write_report(expl, args.out)
-            print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
-            print(f"open the report: {Path(report).resolve().as_uri()}")
-        elif args.command == "generate":
-            files = generate(args)
-            print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
-        elif args.command == "promote":
-            import mlflow
-
-            from . import tracking
-            mlflow.set_tracking_uri(tracking.tracking_uri(args.tracking_uri))
-            tracking.promote(args.name, args.version, args.alias)
-            print(f"{args.name}@{args.alias} -> version {args.version}")
-        elif args.command == "train":
-            from .config import load_config
-            from .distributed import train
-            result = train(load_config(args.config, _overrides(args.set)))
-            keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
-            print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
-            print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
-                  f"{result.output / 'metrics.json'}")
-        elif args.command == "tune":
-            from .config import load_config
-            from .tune import search
-            print_search(search(load_config(args.config, _overrides(args.set))))
-        elif args.command == "predict":
-            from .distributed import ensure_ray
-            from .scoring import predict_parquet
-            est = _load_model(args.model)
-            ensure_ray()
-            summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
-                                      carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
-            print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {args.output}/ "
-                  f"in {summary['seconds']} s")
+        HANDLERS[args.command](args)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in EXTRAS:
+            raise
+        print(f"neurcam: error: 'neurcam {args.command}' needs {exc.name.split('.')[0]}, which is not installed: "
+              f"pip install 'neurcam-dist[{EXTRAS[exc.name.split('.')[0]]}]' (or [service] for everything)",
+              file=sys.stderr)
+        return 2
     except ValueError as exc:
         print(f"neurcam: error: {exc}", file=sys.stderr)
         return 2
@@ -260,7 +281,7 @@ def print_search(res) -> None:
     """The trial table, the winner and where everything is."""
     table = pd.DataFrame([t.row() for t in res.trials]).drop(columns="error", errors="ignore")
     print(table.sort_values("inertia", na_position="last").to_string(index=False))
-    from .tune import error_summary
+    from .distributed.tuner import error_summary
     for t in res.trials:
         if t.status != "ok":
             print(f"trial {t.trial_id} failed: {error_summary(t.error)}")
@@ -295,27 +316,11 @@ def _load_model(ref: str) -> NeurCAM:
 
 
 def generate(args) -> list[str]:
-    from .synthetic import write_shards
+    from .data.synthetic import write_shards
     if args.kind == "synthetic":
         return write_shards(args.out, args.rows, n_features=args.features, repr_dim=args.dim,
                             n_clusters=args.clusters, n_files=args.files, seed=args.seed)
     return write_frame_shards(digits_frame(), args.out, args.files)
-
-
-def write_frame_shards(df: pd.DataFrame, out: str, n_files: int) -> list[str]:
-    """A DataFrame as ``n_files`` Parquet shards with an ``id`` column, written atomically."""
-    import numpy as np
-
-    def write(tmp: Path) -> None:
-        frame = df.assign(id=np.arange(len(df)))
-        for i, part in enumerate(np.array_split(np.arange(len(frame)), n_files)):
-            frame.iloc[part].to_parquet(tmp / f"part-{i:05d}.parquet", index=False)
-        (tmp / "_neurcam_dataset.json").write_text(json.dumps({"rows": len(frame), "files": n_files}))
-
-    if n_files < 1:
-        raise ValueError(f"--files must be >= 1, got {n_files}")
-    atomic_directory(Path(out), write, marker="_neurcam_dataset.json")
-    return sorted(str(p) for p in Path(out).glob("*.parquet"))
 
 
 def _report(result: dict, out: str) -> None:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+
+from .params import HYPERPARAMETERS
 
 
 class ConfigError(ValueError):
@@ -51,42 +53,41 @@ class DataConfig(_Strict):
         return self
 
 
-class ModelConfig(_Strict):
-    """The estimator's hyperparameters (``NeurCAM``'s docstring); defaults are the paper's."""
+def _model_fields() -> dict:
+    """pydantic fields from the hyperparameter table (``params.HYPERPARAMETERS``)."""
+    fields = {}
+    for name, spec in HYPERPARAMETERS.items():
+        if not spec.in_config:
+            continue
+        if spec.kind is tuple:
+            ann = list[Annotated[int, Field(ge=1)]]
+            field = Field(default_factory=lambda d=spec.default: list(d), min_length=1, description=spec.doc)
+        else:
+            ann = Literal[spec.choices] if spec.choices else spec.kind
+            if spec.optional:
+                ann = ann | None
+            bounds = {k: getattr(spec, k) for k in ("ge", "gt", "le", "lt") if getattr(spec, k) is not None}
+            default = ... if name in REQUIRED_MODEL_KEYS else spec.default
+            field = Field(default, description=spec.doc, **bounds)
+        fields[name] = (ann, field)
+    return fields
 
-    n_clusters: int = Field(ge=2)
-    n_single: int | None = Field(None, ge=0)
-    n_pairs: int = Field(0, ge=0)
-    m: float = Field(1.05, ge=1.0)
-    gamma: float = Field(1.0, ge=0.0)
-    epsilon: float = Field(0.9, gt=0.0, lt=1.0)
-    warmup_epochs: int = Field(400, ge=0)
-    epochs: int = Field(1000, ge=1)
-    batch_size: int = Field(512, ge=1)
-    lr: float = Field(2e-3, gt=0.0)
-    hidden: list[int] = Field(default_factory=lambda: [256, 256], min_length=1)
-    n_bases: int = Field(64, ge=1)
-    standardize: bool = True
-    random_state: int = 0
-    init: Literal["distill", "kmeans"] = "distill"
-    distill_epochs: int = Field(10, ge=0)
-    lr_patience: int = Field(10, ge=0)
-    early_stopping: bool = True
-    n_iter_no_change: int = Field(10, ge=1)
-    tol: float = Field(1e-3, ge=0.0)
-    precision: Literal["fp32", "bf16", "auto"] = "fp32"
 
-    @field_validator("hidden")
-    @classmethod
-    def _positive(cls, v: list[int]) -> list[int]:
-        if any(h < 1 for h in v):
-            raise ValueError("every hidden layer width must be >= 1")
-        return v
+REQUIRED_MODEL_KEYS = ("n_clusters",)  # a job must say how many clusters it wants
 
+
+class _ModelBase(_Strict):
     def estimator_params(self) -> dict:
+        """Keyword arguments for ``NeurCAM``."""
         p = self.model_dump()
         p["hidden"] = tuple(p["hidden"])
         return p
+
+
+ModelConfig = create_model("ModelConfig", __base__=_ModelBase,
+                           __doc__="The estimator's hyperparameters, generated from ``params.HYPERPARAMETERS`` "
+                                   "(defaults are the paper's); ``n_clusters`` is required.",
+                           **_model_fields())
 
 
 class TrainConfig(_Strict):
@@ -223,6 +224,15 @@ class JobConfig(_Strict):
     def storage_path(self) -> str:
         s = self.train.storage_path or os.path.join(self.output, "_ray")
         return s if "://" in s else str(Path(s).resolve())
+
+
+def coerce_config(config) -> JobConfig:
+    """A ``JobConfig`` from a ``JobConfig``, a dict (as a YAML file would hold) or a YAML path."""
+    if isinstance(config, JobConfig):
+        return config
+    if isinstance(config, dict):
+        return parse_config(config)
+    return load_config(config)
 
 
 def _format_errors(exc: ValidationError) -> str:

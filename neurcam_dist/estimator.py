@@ -1,7 +1,7 @@
 """``NeurCAM``: the in-memory, scikit-learn-style estimator (one process, data held as tensors).
 
-It drives the shared ``epoch.train_epoch`` with the ``schedule.Schedule`` state machine; the Ray
-worker drives the same two pieces over streamed shards.
+It builds its trainer with ``model.build_trainer`` from the hyperparameter table and drives the
+shared epoch step; the Ray worker builds and drives the very same pieces over streamed shards.
 """
 from __future__ import annotations
 
@@ -12,59 +12,21 @@ import numpy as np
 import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.cluster import MiniBatchKMeans
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from . import metrics
-from .epoch import Batch
-from .loss import fcm_log_membership, squared_distances
-from .nbm import NeurCAMNet
-from .perf import keep_freed_memory
-from .training import Trainer
-from .schedule import Schedule
-from .validation import check_matrix, check_number
+from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, log_assignment
+from .model.device import resolve_device, resolve_precision
+from .model.kmeans import kmeans_centroids
+from .model.loss import fcm_log_membership, squared_distances
+from .model.perf import keep_freed_memory
+from .model.schedule import Schedule
+from .model.step import Batch
+from .params import HYPERPARAMETERS, check_params_for_data
+from .storage import jsonable, read_model_dir, write_model_dir
+from .validation import check_matrix, frame_columns
 
-INITS = ("distill", "kmeans")
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
-PRECISIONS = ("fp32", "bf16", "auto")
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """``auto``: bf16 where the hardware has fast bf16 matmuls (CUDA with bf16, CPUs with
-    AVX-512 BF16 / AMX through oneDNN), fp32 elsewhere."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    try:
-        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
-    except (AttributeError, RuntimeError):
-        return "fp32"
-
-
-def kmeans_centroids(xr: np.ndarray, n_clusters: int, batch_size: int, seed: int) -> np.ndarray:
-    """MiniBatchKMeans with the paper's mKMC settings (init on 5 x batch size points, 5 inits)."""
-    km = MiniBatchKMeans(n_clusters=n_clusters, batch_size=batch_size, init_size=min(len(xr), 5 * batch_size),
-                         n_init=5, random_state=seed)
-    km.fit(xr)
-    return km.cluster_centers_.astype(np.float32)
-
-
-@torch.no_grad()
-def log_assignment(net: NeurCAMNet, x: torch.Tensor, t: float = 1.0, t2: float = 1.0,
-                   chunk: int = 8192) -> torch.Tensor:
-    """(N, K) log fuzzy assignment in fp32, computed in chunks (no autograd graph)."""
-    was_training = net.training
-    net.eval()
-    out = torch.cat([torch.log_softmax(net(x[i:i + chunk], t, t2).float(), dim=1)
-                     for i in range(0, x.shape[0], chunk)])
-    net.train(was_training)
-    return out
 
 
 class NeurCAM(ClusterMixin, BaseEstimator):
@@ -72,11 +34,17 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     ``n_single=None`` gives one single-feature channel per feature. ``init='distill'`` spends the
     first ``distill_epochs`` epochs pulling the network toward the MiniBatchKMeans assignment
-    (KL to the fuzzy c-means membership of the k-means centroids) before the paper's warm-up.
-    ``early_stopping`` ends the warm-up and the final phase once the epoch loss stops improving
-    by ``tol`` (relative) for ``n_iter_no_change`` epochs; ``warmup_epochs`` and ``epochs`` are
-    then upper bounds. Annealing always runs until every gate is exactly one-hot, so a fitted
-    model is a valid GAM even when that takes longer than ``epochs``.
+    (KL to the fuzzy c-means membership of the k-means centroids); the paper's warm-up follows,
+    for at most ``warmup_epochs`` epochs. ``early_stopping`` ends the warm-up and the final phase
+    once the epoch loss stops improving by ``tol`` (relative) for ``n_iter_no_change`` epochs;
+    ``warmup_epochs`` and ``epochs`` (the whole run) are then upper bounds. Annealing always runs
+    until every gate is exactly one-hot, so a fitted model is a valid GAM even when that takes
+    longer than ``epochs``. Every parameter, its range and default: ``neurcam_dist.params``.
+
+    Learned attributes: ``labels_``, ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
+    ``temperatures_``, ``selected_features_``, ``selected_pairs_``, ``channel_means_``,
+    ``history_``, ``n_iter_``, ``n_features_in_``, ``feature_names_in_`` (the DataFrame's columns,
+    or ``x0..`` for arrays), ``reference_`` (up to 20,000 training rows for ``explain()``; not saved).
     """
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
@@ -111,110 +79,94 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
-    def _check_params(self, n_rows: int, n_features: int) -> None:
-        check_number("n_clusters", self.n_clusters, low=2, integer=True)
-        if self.n_clusters > n_rows:
-            raise ValueError(f"n_clusters={self.n_clusters} is larger than the number of rows ({n_rows})")
-        if self.n_single is not None:
-            check_number("n_single", self.n_single, low=0, integer=True)
-        check_number("n_pairs", self.n_pairs, low=0, integer=True)
-        if self.n_pairs > 0 and n_features < 2:
-            raise ValueError(f"n_pairs={self.n_pairs} needs at least 2 features, X has {n_features}")
-        if (self.n_single if self.n_single is not None else n_features) + self.n_pairs == 0:
-            raise ValueError("n_single=0 and n_pairs=0: the model needs at least one shape function")
-        check_number("m", self.m, low=1.0)
-        check_number("gamma", self.gamma, low=0.0)
-        check_number("epsilon", self.epsilon, low=0.0, high=1.0, low_open=True, high_open=True)
-        check_number("warmup_epochs", self.warmup_epochs, low=0, integer=True)
-        check_number("epochs", self.epochs, low=1, integer=True)
-        check_number("batch_size", self.batch_size, low=1, integer=True)
-        check_number("lr", self.lr, low=0.0, low_open=True)
-        check_number("n_bases", self.n_bases, low=1, integer=True)
-        check_number("distill_epochs", self.distill_epochs, low=0, integer=True)
-        check_number("lr_patience", self.lr_patience, low=0, integer=True)
-        check_number("n_iter_no_change", self.n_iter_no_change, low=1, integer=True)
-        check_number("tol", self.tol, low=0.0)
-        hidden = tuple(self.hidden)
-        if not hidden or any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) or h < 1 for h in hidden):
-            raise ValueError(f"hidden must be a non-empty sequence of positive integers, got {self.hidden!r}")
-        if self.init not in INITS:
-            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+    def _validate_fit_input(self, X, what: str = "X") -> tuple[np.ndarray, list[str]]:
+        """scikit-learn's validation (sparse, complex, object, 1-D input) plus ours, which names
+        the column: duplicate or non-numeric columns, NaN / inf per column."""
+        names = frame_columns(X, what) if isinstance(X, pd.DataFrame) else None
+        _refuse_empty(X, what)
+        arr = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
+        names = names or [f"x{j}" for j in range(arr.shape[1])]
+        arr, _, _ = check_matrix(arr, what, expected_columns=names)
+        return arr, names
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "net_"):
-            raise ValueError("this NeurCAM is not fitted yet: call fit(X) first")
-
-    def _features(self, X) -> np.ndarray:
-        """Validated, standardized float32 features with the fitted column order."""
-        self._check_fitted()
-        arr, _, _ = check_matrix(X, "X", expected_columns=self.feature_names_in_)
-        return ((arr - self.mean_) / self.scale_).astype(np.float32)
-
-    def _representation(self, X, X_repr, x_std: np.ndarray) -> np.ndarray:
-        if X_repr is None:
-            return x_std
-        rep, _, _ = check_matrix(X_repr, "X_repr")
-        if rep.shape[0] != x_std.shape[0]:
-            raise ValueError(f"X has {x_std.shape[0]} rows but X_repr has {rep.shape[0]}: they must match row for row")
-        return rep
+    def _validated(self, X) -> np.ndarray:
+        """Rows to score as float64 in the fitted column order (a DataFrame is realigned by name)."""
+        check_is_fitted(self, "net_")
+        names = list(self.feature_names_in_)
+        if isinstance(X, pd.DataFrame):
+            arr, _, _ = check_matrix(X, "X", expected_columns=names)
+            return arr
+        _refuse_empty(X, "X")
+        arr = check_array(X, dtype=np.float64, ensure_all_finite=False, input_name="X")
+        if arr.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input (it has {arr.shape[1]} columns, the model "
+                             f"was fitted on {self.n_features_in_}: {names})")
+        arr, _, _ = check_matrix(arr, "X", expected_columns=names)
+        return arr
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, X_repr=None, *, y=None, callback: Callable[[dict], None] | None = None):
-        """Fit on features ``X`` (clustering in ``X_repr``, or in standardized X when None).
+    def fit(self, X, y=None, *, X_repr=None, callback: Callable[[dict], None] | None = None):
+        """Fit on features ``X``, clustering in ``X_repr`` (rows aligned with X), or in the
+        standardized X when None. ``y`` is ignored (unsupervised), as for scikit-learn's KMeans.
 
-        ``y`` is accepted and ignored (unsupervised). ``callback(ctx)`` is called after every epoch
-        with a dict holding the epoch record, the schedule, the network and the teacher cache.
+        ``callback(ctx)`` is called after every epoch with a dict holding the epoch record, the
+        schedule, the network and the teacher cache.
         """
-        arr, names, _ = check_matrix(X, "X")
+        arr, names = self._validate_fit_input(X)
         n, d = arr.shape
-        self._check_params(n, d)
+        check_params_for_data(self.get_params(), n, d)
         if X_repr is not None:
             rep, _, _ = check_matrix(X_repr, "X_repr")
             if rep.shape[0] != n:
                 raise ValueError(f"X has {n} rows but X_repr has {rep.shape[0]}: they must match row for row")
-        self.feature_names_in_ = names
-        self.n_features_in_ = d
         if self.standardize:
-            self.mean_ = arr.mean(0).astype(np.float32)
+            mean = arr.mean(0)
             std = arr.std(0)
-            self.scale_ = np.where(std > 0, std, 1.0).astype(np.float32)
+            scale = np.where(std > 0, std, 1.0)
         else:
-            self.mean_ = np.zeros(d, np.float32)
-            self.scale_ = np.ones(d, np.float32)
-        x_std = ((arr - self.mean_) / self.scale_).astype(np.float32)
-        xr = x_std if X_repr is None else rep
-        self.repr_dim_ = xr.shape[1]
-        self.uses_features_as_repr_ = X_repr is None
+            mean, scale = np.zeros(d), np.ones(d)
+        mean, scale = mean.astype(np.float32), scale.astype(np.float32)
+        x_std = ((arr - mean) / scale).astype(np.float32)
+        xr = x_std if X_repr is None else rep.astype(np.float32)
         seed = int(self.random_state)
-        torch.manual_seed(seed)
         device = resolve_device(self.device)
         if device.type == "cpu":
             keep_freed_memory()
-        self.precision_ = precision = resolve_precision(self.precision, device)
+        precision = resolve_precision(self.precision, device)
+        spec = TrainingSpec.from_params(self.get_params(), d)
 
         t0 = time.perf_counter()
-        centroids = kmeans_centroids(xr, self.n_clusters, self.batch_size, seed)
-        n_single = d if self.n_single is None else int(self.n_single)
-        net = NeurCAMNet(d, self.n_clusters, n_single, int(self.n_pairs), tuple(self.hidden), int(self.n_bases),
-                         torch.from_numpy(centroids), seed=seed).to(device)
+        centroids = kmeans_centroids(xr, spec.n_clusters, spec.batch_size, seed)
+        trainer = build_trainer(spec, centroids, precision=precision, device=device)
+        net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)
-        xr_t = torch.from_numpy(np.ascontiguousarray(xr, dtype=np.float32)).to(device)
-        distill = self.init == "distill" and self.distill_epochs > 0
-        sched = Schedule(epochs=int(self.epochs), warmup_epochs=int(self.warmup_epochs),
-                         distill_epochs=int(self.distill_epochs) if distill else 0, epsilon=float(self.epsilon),
-                         has_pairs=self.n_pairs > 0, early_stopping=bool(self.early_stopping),
-                         n_iter_no_change=int(self.n_iter_no_change), tol=float(self.tol))
-        targets = fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), self.m) if distill else None
-        trainer = Trainer(net, sched, m=self.m, gamma=self.gamma, lr=self.lr, lr_patience=int(self.lr_patience),
-                          precision=precision)
-        gen = torch.Generator().manual_seed(seed)
+        xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
+        distill = spec.distill_epochs > 0
+        targets = fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), spec.m) if distill else None
+        records = self._train(trainer, x_t, xr_t, targets, spec, callback)
+        self.set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0,
+                         feature_names=names, mean=mean, scale=scale, repr_dim=xr.shape[1],
+                         uses_features_as_repr=X_repr is None, precision=precision)
+        fitted = self.scoring_model()
+        self.labels_ = fitted.logits(arr).argmax(1)
+        # Training-data means of every channel: the reference that centres per-row explanations.
+        self.channel_means_ = sum(c.astype(np.float64).sum(0) for c in fitted.contribution_chunks(arr)) / n
+        keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
+        self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
+                           else pd.DataFrame(arr[keep], columns=names))
+        return self
+
+    def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, targets: torch.Tensor | None,
+               spec: TrainingSpec, callback) -> list[dict]:
+        """Epochs over shuffled in-memory batches until the schedule finishes; the history records."""
+        net = trainer.net
+        gen = torch.Generator().manual_seed(spec.seed)
         records = []
-        bar = _progress(self.verbose, self.epochs)
+        bar = _progress(self.verbose, spec.epochs)
         while not trainer.finished:
             te = time.perf_counter()
-            batches = _batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, self.batch_size, gen)
+            batches = _batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, spec.batch_size, gen)
             stats = trainer.run_epoch(batches)
             rec, action = trainer.end_epoch(stats.means(), time.perf_counter() - te)
             records.append(rec)
@@ -227,19 +179,20 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 callback({"record": rec, "schedule": s, "net": net, "teacher": trainer.teacher,
                           "targets": targets, "x": x_t, "xr": xr_t, "action": action})
         bar.close()
-        self._set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0)
-        self.labels_ = self.predict_proba(X).argmax(1)
-        # Training-data means of every channel: the reference that centres per-row explanations.
-        self.channel_means_ = sum(c.astype(np.float64).sum(0) for c in self._contribution_chunks(X)) / n
-        keep = np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS]
-        self._reference = X.iloc[np.sort(keep)] if isinstance(X, pd.DataFrame) else arr[np.sort(keep)]
-        return self
+        return records
 
-    def _set_trained(self, net: NeurCAMNet, teacher: NeurCAMNet | None, sched: Schedule, records: list,
-                     seconds: float) -> None:
+    def set_trained(self, net: NeurCAMNet, teacher: NeurCAMNet | None, sched: Schedule, records: list,
+                    seconds: float, *, feature_names: list[str], mean: np.ndarray, scale: np.ndarray,
+                    repr_dim: int, uses_features_as_repr: bool, precision: str) -> "NeurCAM":
         """The learned attributes every driver sets at the end of training (in memory or on Ray)."""
-        if not (net.single.gates.one_hot_at(sched.t) and net.pairs.gates.one_hot_at(sched.t2)):
+        if not net.all_one_hot(sched.t, sched.t2):
             raise RuntimeError("internal error: training ended with a gate that is not one-hot")
+        self.feature_names_in_ = np.asarray(feature_names, dtype=object)
+        self.n_features_in_ = len(feature_names)
+        self.mean_, self.scale_ = np.asarray(mean, np.float32), np.asarray(scale, np.float32)
+        self.repr_dim_ = int(repr_dim)
+        self.uses_features_as_repr_ = bool(uses_features_as_repr)
+        self.precision_ = precision
         self.net_ = net.eval()
         self.warmup_net_ = teacher
         self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
@@ -248,19 +201,23 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.temperatures_ = (sched.t, sched.t2)
         self.cluster_centers_ = net.centroids.detach().cpu().numpy()
         self._set_selection()
+        return self
 
     def _set_selection(self) -> None:
-        names = self.feature_names_in_
-        self.selected_features_ = [names[i] for i in self.net_.single.gates.selected()[:, 0].tolist()]
-        self.selected_pairs_ = [tuple(names[i] for i in pair) for pair in self.net_.pairs.gates.selected().tolist()]
+        self.selected_features_, self.selected_pairs_ = self.scoring_model().selected()
 
     # ------------------------------------------------------------------ inference
-    @torch.no_grad()
+    def scoring_model(self) -> FittedNet:
+        """What scoring needs and nothing else (the network is shared, not copied): batch scoring
+        ships this to its actors instead of the estimator with its reference rows and history."""
+        check_is_fitted(self, "net_")
+        return FittedNet(net=self.net_, mean=self.mean_, scale=self.scale_, temperatures=tuple(self.temperatures_),
+                         feature_names=list(self.feature_names_in_),
+                         channel_means=getattr(self, "channel_means_", None))
+
     def decision_function(self, X) -> np.ndarray:
         """(N, K) logits ``g(x)``: the sum of every shape function's contribution."""
-        x = torch.from_numpy(self._features(X)).to(self._device())
-        t, t2 = self.temperatures_
-        return torch.cat([self.net_(x[i:i + 8192], t, t2).float() for i in range(0, x.shape[0], 8192)]).cpu().numpy()
+        return self.scoring_model().logits(self._validated(X))
 
     def predict_proba(self, X) -> np.ndarray:
         g = torch.from_numpy(self.decision_function(X))
@@ -269,31 +226,34 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         return self.decision_function(X).argmax(1)
 
+    def transform_features(self, X) -> np.ndarray:
+        """The standardized features the network sees (and the default representation)."""
+        return self.scoring_model().standardize(self._validated(X))
+
     def contributions(self, X) -> np.ndarray:
         """(N, C + P, K) per-channel contributions; they sum over channels to ``decision_function``."""
-        return np.concatenate(list(self._contribution_chunks(X)))
-
-    @torch.no_grad()
-    def _contribution_chunks(self, X, chunk: int = 8192):
-        x = torch.from_numpy(self._features(X)).to(self._device())
-        t, t2 = self.temperatures_
-        for i in range(0, x.shape[0], chunk):
-            yield self.net_.contributions(x[i:i + chunk], t, t2).float().cpu().numpy()
+        return self.scoring_model().contributions(self._validated(X))
 
     def inertia(self, X, X_repr=None) -> float:
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
-        x_std = self._features(X)
+        x_std = self.transform_features(X)
         if X_repr is None and not self.uses_features_as_repr_:
             raise ValueError("this model was fitted with X_repr: pass the same representation to inertia()")
-        rep = self._representation(X, X_repr, x_std)
+        rep = x_std
+        if X_repr is not None:
+            rep, _, _ = check_matrix(X_repr, "X_repr")
+            if rep.shape[0] != x_std.shape[0]:
+                raise ValueError(f"X has {x_std.shape[0]} rows but X_repr has {rep.shape[0]}: they must match "
+                                 f"row for row")
         return metrics.inertia(rep, self.predict(X))
 
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
-        (default: up to 20,000 training rows kept since ``fit``). See ``neurcam_dist.explain``."""
+        (default: ``reference_``, up to 20,000 training rows kept since ``fit``)."""
         from .explain import build_explanation
+        check_is_fitted(self, "net_")
         if X is None:
-            X = getattr(self, "_reference", None)
+            X = getattr(self, "reference_", None)
             if X is None:
                 raise ValueError("explain() needs data: this model was loaded from disk, pass X "
                                  "(rows from the data it clusters)")
@@ -301,21 +261,65 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def explain_rows(self, X):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``)."""
-        from .explain import explain_rows
-        return explain_rows(self, X)
-
-    def _device(self) -> torch.device:
-        return next(self.net_.parameters()).device
+        from .explain import rows_from_contributions
+        fitted = self.scoring_model()
+        return rows_from_contributions(fitted, fitted.contributions(self._validated(X)))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:
-        from .persist import save_estimator
-        save_estimator(self, path)
+        """A model directory (``storage.modeldir``): config JSON + safetensors + manifest, atomically."""
+        check_is_fitted(self, "net_")
+        net = self.net_
+        config = {
+            "params": jsonable(self.get_params()),
+            "n_single": net.single.n, "n_pairs": net.pairs.n,
+            "feature_names": list(self.feature_names_in_),
+            "mean": self.mean_.tolist(), "scale": self.scale_.tolist(),
+            "repr_dim": int(self.repr_dim_), "uses_features_as_repr": bool(self.uses_features_as_repr_),
+            "temperatures": list(self.temperatures_),
+            "channel_means": self.channel_means_.tolist(),
+            "selected_features": list(self.selected_features_),
+            "selected_pairs": [list(p) for p in self.selected_pairs_],
+            "history": jsonable(self.history_),
+        }
+        write_model_dir(path, config, net.state_dict())
 
     @classmethod
     def load(cls, path, device: str = "cpu") -> "NeurCAM":
-        from .persist import load_estimator
-        return load_estimator(path, device=device)
+        config, state = read_model_dir(path)
+        params = {k: v for k, v in config["params"].items() if k in HYPERPARAMETERS}
+        params["hidden"] = tuple(params["hidden"])
+        params["device"] = device
+        est = cls(**params)
+        k, r = state["centroids"].shape
+        net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"], params["hidden"],
+                         params["n_bases"], torch.zeros(k, r))
+        try:
+            net.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise ValueError(f"{path}/weights.safetensors does not match config.json: {exc}") from exc
+        est.net_ = net.to(device).eval()
+        est.warmup_net_ = None
+        est.feature_names_in_ = np.asarray(config["feature_names"], dtype=object)
+        est.n_features_in_ = len(est.feature_names_in_)
+        est.mean_ = np.asarray(config["mean"], np.float32)
+        est.scale_ = np.asarray(config["scale"], np.float32)
+        est.repr_dim_ = config["repr_dim"]
+        est.uses_features_as_repr_ = config["uses_features_as_repr"]
+        est.temperatures_ = tuple(config["temperatures"])
+        est.channel_means_ = np.asarray(config["channel_means"], dtype=np.float64)
+        est.history_ = config["history"]
+        est.n_iter_ = est.history_.get("n_epochs")
+        est.cluster_centers_ = net.centroids.detach().cpu().numpy()
+        est._set_selection()
+        return est
+
+
+def _refuse_empty(X, what: str) -> None:
+    """No rows: say so plainly (scikit-learn's own message covers zero columns)."""
+    shape = getattr(X, "shape", None)
+    if shape is not None and len(shape) == 2 and shape[0] == 0:
+        raise ValueError(f"{what} is empty: shape {tuple(shape)}")
 
 
 def _batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | None, batch_size: int,

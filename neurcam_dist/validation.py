@@ -1,8 +1,6 @@
 """Input checks that run before any work, with errors that name the column, count or value."""
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import pandas as pd
 
@@ -14,20 +12,31 @@ def _describe_bad(values: np.ndarray, names: list[str]) -> str:
     return ", ".join(cols[:10]) + (f" and {len(cols) - 10} more columns" if len(cols) > 10 else "")
 
 
+def frame_columns(X: pd.DataFrame, what: str = "X") -> list[str]:
+    """A DataFrame's column names, after refusing duplicate and non-numeric columns by name."""
+    names = [str(c) for c in X.columns]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"{what} has duplicate column names {dupes}")
+    non_numeric = [str(c) for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
+    if non_numeric:
+        raise ValueError(f"{what} has non-numeric columns {non_numeric}: encode them as numbers first")
+    return names
+
+
 def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) -> tuple[np.ndarray, list[str], bool]:
-    """Return ``(float32 array, column names, came_from_dataframe)`` or raise ``ValueError``.
+    """Return ``(float64 array, column names, came_from_dataframe)`` or raise ``ValueError``.
 
     ``expected_columns`` (the columns seen at fit) makes a DataFrame with other columns fail, and
     reorders one with the same columns in another order.
     """
     if X is None:
         raise ValueError(f"{what} is None: expected a 2-D array or a DataFrame")
+    if expected_columns is not None:
+        expected_columns = [str(c) for c in expected_columns]
     is_frame = isinstance(X, pd.DataFrame)
     if is_frame:
-        names = [str(c) for c in X.columns]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"{what} has duplicate column names {dupes}")
+        names = frame_columns(X, what)
         if expected_columns is not None:
             missing = [c for c in expected_columns if c not in names]
             extra = [c for c in names if c not in expected_columns]
@@ -38,9 +47,6 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
             by_name = {str(c): c for c in X.columns}
             X = X[[by_name[c] for c in expected_columns]]
             names = list(expected_columns)
-        non_numeric = [str(c) for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
-        if non_numeric:
-            raise ValueError(f"{what} has non-numeric columns {non_numeric}: encode them as numbers first")
         arr = X.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
         try:
@@ -61,16 +67,4 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
         raise ValueError(f"{what} is empty: shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise ValueError(f"{what} has NaN or infinite values in column(s) {_describe_bad(arr, names)}")
-    return np.ascontiguousarray(arr, dtype=np.float32), names, is_frame
-
-
-def check_number(name: str, value, low=None, high=None, low_open=False, high_open=False, integer=False):
-    """Check a hyperparameter's type and range; the message names the parameter and the value."""
-    ok_type = isinstance(value, numbers.Integral) if integer else isinstance(value, numbers.Real)
-    if isinstance(value, bool) or not ok_type:
-        kind = "an integer" if integer else "a number"
-        raise ValueError(f"{name} must be {kind}, got {value!r}")
-    if low is not None and (value <= low if low_open else value < low):
-        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {value!r}")
-    if high is not None and (value >= high if high_open else value > high):
-        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {value!r}")
+    return np.ascontiguousarray(arr, dtype=np.float64), names, is_frame

@@ -24,7 +24,7 @@ def test_fit_then_predict_from_files(data, tmp_path, capsys, ray_cluster):
     assert m["n_rows"] == 240 and m["n_features"] == 4  # id and label are not features
     assert {"inertia", "ari", "nmi", "acc"} <= set(m)
     est = NeurCAM.load(out / "model")
-    assert est.feature_names_in_ == ["f0", "f1", "f2", "f3"]
+    assert list(est.feature_names_in_) == ["f0", "f1", "f2", "f3"]
     assert m["inertia"] == est.inertia(X)
 
     table.to_parquet(tmp_path / "table.parquet")

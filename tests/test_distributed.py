@@ -16,9 +16,9 @@ from neurcam_dist.cli import main
 from neurcam_dist.config import ConfigError, load_config, parse_config
 from neurcam_dist.data import DataError, join_embeddings, plan
 from neurcam_dist.distributed import train
-from neurcam_dist.gates import is_one_hot
-from neurcam_dist.scoring import predict_parquet
-from neurcam_dist.synthetic import write_shards
+from neurcam_dist.model.gates import is_one_hot
+from neurcam_dist.distributed import predict_parquet
+from neurcam_dist.data.synthetic import write_shards
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -84,7 +84,7 @@ def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
     on_disk = json.loads((two_workers.output / "metrics.json").read_text())
     assert on_disk["inertia"] == m["inertia"]
     expl = est.explain()
-    assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est._reference)
+    assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est.reference_)
 
 
 def test_one_and_two_workers_reach_similar_inertia(two_workers, shards, tmp_path, capsys):
@@ -244,3 +244,31 @@ def test_config_errors_name_the_field(tmp_path):
     assert load_config(f, {"model.epochs": 3}).model.epochs == 3
     with pytest.raises(ConfigError, match=r"model\.epsilon: Input should be less than 1"):
         load_config(f, {"model.epsilon": 1.5})
+
+
+def test_sample_is_uniform_over_every_file_and_seeded(shards):
+    from neurcam_dist.data import sample
+    from neurcam_dist.config import DataConfig
+    p = plan(DataConfig(path=str(shards), embedding="embedding", label="label", id="id"))
+    ids = sample(p, 200, 3, ["id"])["id"].to_numpy()
+    assert len(ids) == 200 == len(np.unique(ids))
+    # every shard (750 rows each) is represented, not only the first files
+    assert set(np.unique(ids // (N_ROWS // 4))) == {0, 1, 2, 3}
+    assert np.array_equal(sample(p, 200, 3, ["id"])["id"].to_numpy(), ids)
+    assert not np.array_equal(sample(p, 200, 4, ["id"])["id"].to_numpy(), ids)
+    # nearly the whole dataset: exactly n distinct rows (no head-of-file fallback)
+    near = sample(p, N_ROWS - 1, 0, ["id"])["id"].to_numpy()
+    assert len(near) == N_ROWS - 1 == len(np.unique(near))
+    assert len(sample(p, N_ROWS * 2, 0, ["id"])) == N_ROWS
+
+
+def test_reference_rows_are_a_random_subset_of_the_sample():
+    from types import SimpleNamespace
+
+    from neurcam_dist.distributed.driver import InitialState, set_reference
+    table = pa.table({"f0": np.arange(1000, dtype=np.float32)})   # the sample, in file order
+    est = SimpleNamespace()
+    set_reference(est, InitialState(None, None, None, table), SimpleNamespace(features=["f0"]), 100, seed=0)
+    rows = est.reference_["f0"].to_numpy()
+    assert len(rows) == 100 == len(np.unique(rows))
+    assert not np.array_equal(rows, np.arange(100)) and rows.max() > 500  # not the head of the sample

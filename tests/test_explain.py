@@ -8,8 +8,9 @@ import torch
 
 from neurcam_dist import NeurCAM
 from neurcam_dist.cli import main
-from neurcam_dist.explain import Explanation, interp_pair, purify
-from neurcam_dist.report import write_plots, write_report
+from neurcam_dist.explain import Explanation
+from neurcam_dist.explain.grids import interp_pair, purify
+from neurcam_dist.explain.report import write_plots, write_report
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_purification_inside_the_explanation_leaves_logits_unchanged(fitted_pair
     for t in expl.terms:
         if t.kind == "pair":
             ga, gb = t.grids
-            from neurcam_dist.explain import nearest_index
+            from neurcam_dist.explain.grids import nearest_index
             w = np.zeros((len(ga), len(gb)))
             np.add.at(w, (nearest_index(ga, X[t.features[0]].to_numpy(float)),
                           nearest_index(gb, X[t.features[1]].to_numpy(float))), 1.0)
@@ -83,13 +84,15 @@ def test_purification_inside_the_explanation_leaves_logits_unchanged(fitted_pair
 
 def _table_logits_without_purification(est, X, expl):
     """Table model built from raw (unpurified, uncentred) channel tables on the explanation's grids."""
-    from neurcam_dist.explain import _term_table, interp_main, term_groups
-    terms, owner = term_groups(est)
+    from neurcam_dist.explain import term_groups
+    from neurcam_dist.explain.build import _term_table
+    from neurcam_dist.explain.grids import interp_main
+    terms, owner = term_groups(est.net_)
     names = est.feature_names_in_
     out = np.zeros((len(X), 3))
     for n, t in enumerate(terms):
         grids = expl.term(" & ".join(names[i] for i in t)).grids
-        table = _term_table(est, np.flatnonzero(owner == n), t, grids)
+        table = _term_table(est.scoring_model(), np.flatnonzero(owner == n), t, grids)
         cols = [X[names[i]].to_numpy(float) for i in t]
         out += interp_main(grids[0], table, cols[0]) if len(t) == 1 else interp_pair(grids[0], grids[1], table, *cols)
     return out

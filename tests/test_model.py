@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from neurcam_dist import NeurCAM
-from neurcam_dist.estimator import log_assignment
-from neurcam_dist.gates import SelectionGates, is_one_hot, relaxed_gates
-from neurcam_dist.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
-from neurcam_dist.nbm import NeurCAMNet
-from neurcam_dist.schedule import Schedule
+from neurcam_dist.model import log_assignment
+from neurcam_dist.model.gates import SelectionGates, is_one_hot, relaxed_gates
+from neurcam_dist.model.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
+from neurcam_dist.model.network import NeurCAMNet
+from neurcam_dist.model.schedule import Schedule
 
 from .conftest import SMALL
 
@@ -202,3 +202,37 @@ def test_bf16_training_gives_a_valid_fp32_scored_model(data):
         assert is_one_hot(shape_fns.gates.matrix(1e-9))
     np.testing.assert_allclose(est.contributions(X).sum(1), est.decision_function(X), rtol=1e-5, atol=1e-4)
     assert next(est.net_.parameters()).dtype == torch.float32  # autocast only: weights stay fp32
+
+
+def test_building_or_loading_a_network_leaves_the_callers_random_state_alone(fitted, tmp_path):
+    fitted.save(tmp_path / "m")
+    torch.manual_seed(1234)
+    expected = torch.rand(5)
+    torch.manual_seed(1234)
+    NeurCAM.load(tmp_path / "m")
+    NeurCAMNet(6, 3, 2, 2, (8,), 4, torch.zeros(3, 6), seed=7)
+    assert torch.equal(torch.rand(5), expected)
+    # and the network's own initialisation is still a function of its seed alone
+    a, b = (NeurCAMNet(6, 3, 2, 2, (8,), 4, torch.zeros(3, 6), seed=7) for _ in range(2))
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_warmup_epochs_count_from_the_end_of_distillation():
+    s = Schedule(epochs=100, warmup_epochs=3, distill_epochs=5, epsilon=0.5, has_pairs=False, early_stopping=False)
+    for _ in range(10):
+        s.end_epoch(1.0, lambda t: False, lambda t: False)
+    starts = {e["phase"]: e["epoch"] for e in s.events}
+    assert starts["warmup"] == 5 and starts["anneal_single"] == 8  # 5 distillation + 3 warm-up epochs
+    # warmup_epochs=0: the distilled model is the teacher, annealing starts right after distillation
+    s0 = Schedule(epochs=100, warmup_epochs=0, distill_epochs=2, epsilon=0.5, has_pairs=True, early_stopping=False)
+    actions = [s0.end_epoch(1.0, lambda t: False, lambda t: False) for _ in range(3)]
+    assert actions[1] == "freeze_teacher" and s0.phase == "anneal_pairs"
+
+
+def test_scoring_model_holds_what_scoring_needs_and_nothing_else(fitted, data):
+    import pickle
+    X, _ = data
+    fitted_net = fitted.scoring_model()
+    assert not hasattr(fitted_net, "reference_") and not hasattr(fitted_net, "warmup_net_")
+    np.testing.assert_array_equal(fitted_net.logits(X.to_numpy()), fitted.decision_function(X))
+    assert len(pickle.dumps(fitted_net)) < len(pickle.dumps(fitted)) / 2

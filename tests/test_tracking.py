@@ -67,9 +67,10 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
 
     import mlflow
 
-    from neurcam_dist.distributed import TrackingError, train
+    from neurcam_dist.service import train
+    from neurcam_dist.tracking import TrackingError
     from neurcam_dist.explain import Explanation
-    from neurcam_dist.synthetic import write_shards
+    from neurcam_dist.data.synthetic import write_shards
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     write_shards(tmp_path / "data", 1500, n_features=4, repr_dim=6, n_clusters=3, n_files=3, seed=1)
@@ -99,7 +100,7 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
     mv = client.get_model_version_by_alias("trained", "candidate")
     assert mv.version == t["version"] and mv.run_id == t["run_id"]
     registered = tracking.load_estimator("models:/trained@candidate")
-    X = result.estimator._reference
+    X = result.estimator.reference_
     assert np.array_equal(registered.predict(X), result.estimator.predict(X))
 
     # a tracking server that is down: the model is still saved, the error says what was not logged,

@@ -3,11 +3,11 @@ import copy
 
 import torch
 
-from neurcam_dist.epoch import Batch
-from neurcam_dist.loss import fcm_log_membership, squared_distances
-from neurcam_dist.nbm import NeurCAMNet
-from neurcam_dist.schedule import Schedule
-from neurcam_dist.training import Trainer
+from neurcam_dist.model.step import Batch
+from neurcam_dist.model.loss import fcm_log_membership, squared_distances
+from neurcam_dist.model.network import NeurCAMNet
+from neurcam_dist.model.schedule import Schedule
+from neurcam_dist.model.trainer import Trainer
 
 
 def _setup(x):

@@ -7,10 +7,11 @@ import sys
 import numpy as np
 import pytest
 
-from neurcam_dist import tune as tune_mod
+from neurcam_dist import service
+from neurcam_dist.distributed import tuner as tune_mod
 from neurcam_dist.cli import main
 from neurcam_dist.config import ConfigError, parse_config
-from neurcam_dist.synthetic import write_shards
+from neurcam_dist.data.synthetic import write_shards
 
 from .conftest import free_port
 
@@ -47,7 +48,7 @@ def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
-    res = tune_mod.search(job(shards, tmp_path / "out", {"seeds": 3},
+    res = service.search(job(shards, tmp_path / "out", {"seeds": 3},
                               {"uri": mlflow_server, "experiment": "tune-test", "model_name": "tuned"}))
     assert [t.status for t in res.trials] == ["ok"] * 3
     assert sorted(int(t.params["random_state"]) for t in res.trials) == [0, 1, 2]
@@ -89,7 +90,7 @@ def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, 
     assert json.loads((out / "config.json").read_text())["model"]["random_state"] == res.best.params["random_state"]
 
     # the registered model, loaded in a fresh process, predicts what the estimator predicts
-    X = res.estimator._reference
+    X = res.estimator.reference_
     X.to_parquet(tmp_path / "x.parquet")
     code = ("import mlflow, pandas as pd, numpy as np; "
             "m = mlflow.pyfunc.load_model('models:/tuned@candidate'); "
@@ -105,7 +106,7 @@ def test_a_failing_trial_is_recorded_and_the_best_other_registered(shards, tmp_p
     import mlflow
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     # n_single=0 with n_pairs=0 leaves no shape function: that trial fails, the other one trains
-    res = tune_mod.search(job(shards, tmp_path / "out", {"seeds": [4], "n_single": [0, 3], "n_pairs": [0]},
+    res = service.search(job(shards, tmp_path / "out", {"seeds": [4], "n_single": [0, 3], "n_pairs": [0]},
                               {"uri": mlflow_server, "experiment": "tune-fail", "model_name": "tuned-fail"}))
     failed = [t for t in res.trials if t.status == "failed"]
     assert len(res.trials) == 2 and len(failed) == 1 and failed[0].params["n_single"] == 0

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from neurcam_dist.epoch import Batch, train_epoch  # noqa: E402
-from neurcam_dist.nbm import NeurCAMNet  # noqa: E402
+from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
+from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
 
 K, HIDDEN, BASES = 10, (256, 256), 64
 

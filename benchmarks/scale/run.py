@@ -21,7 +21,8 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from neurcam_dist import distributed  # noqa: E402
+from neurcam_dist.distributed import driver as distributed  # noqa: E402
+from neurcam_dist.distributed import quiet_data_progress  # noqa: E402
 from neurcam_dist.config import parse_config  # noqa: E402
 from neurcam_dist.data import resolve  # noqa: E402
 
@@ -101,7 +102,7 @@ def main() -> None:
     import ray
     ray.init(num_cpus=args.workers + 1, object_store_memory=int(args.object_store_gib * GiB), include_dashboard=False,
              logging_level="WARNING")
-    distributed.quiet_data_progress()
+    quiet_data_progress()
     if args.block_mib:
         from ray.data import DataContext
         DataContext.get_current().target_max_block_size = int(args.block_mib * 2**20)

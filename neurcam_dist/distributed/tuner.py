@@ -5,12 +5,12 @@ Every trial is a Tune function trainable that drives a Ray Train ``TorchTrainer`
 Ray Train V2 documents): Tune's ``TuneReportCallback`` forwards the workers' reports, and the
 trial ends with a Ray Data pass that scores the whole dataset. The driver validates and profiles
 the data once, fits the k-means initialisation once per seed, and afterwards picks the winner,
-writes it like ``neurcam train`` does (plus the explanation report and ``search.json``), measures
-how consistent the best runs' explanations are, and logs everything to MLflow.
+writes it like ``neurcam train`` does (plus the explanation report and ``search.json``) and
+measures how consistent the best runs' explanations are. It returns what tracking needs
+(``SearchResult``); MLflow logging is the caller's (``neurcam_dist.service``).
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import time
@@ -21,9 +21,14 @@ from pathlib import Path
 import numpy as np
 from ray.tune import Callback
 
-from . import distributed as dist_mod
-from .config import JobConfig, ModelConfig, SearchConfig
-from .estimator import NeurCAM
+from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
+from ..estimator import NeurCAM
+from ..explain.report import write_report
+from ..params import check_params_for_data
+from ..storage import atomic_directory
+from .driver import InitialState, finish_run, initial_state, log, prepare, run_workers, set_reference, worker_config
+from .driver import write_run
+from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
 
@@ -39,6 +44,7 @@ class Trial:
     trial_id: str
     params: dict
     status: str                      # "ok" or "failed"
+    model: dict = field(default_factory=dict)   # the trial's full model section (as validated, or as given)
     metrics: dict = field(default_factory=dict)
     error: str | None = None
     output: str | None = None
@@ -63,15 +69,12 @@ class SearchResult:
     output: Path
     plan: object
     config: JobConfig                # the resolved config with the winner's hyperparameters
-    tracking: dict | None = None
+    search_config: JobConfig         # the config the search ran (base model section + search space)
+    tracking: dict | None = None     # filled by ``service.search`` when the config has ``tracking:``
 
     @property
     def report_path(self) -> Path:
         return self.output / "report" / "report.html"
-
-
-def _log(msg: str) -> None:
-    print(f"[neurcam] {msg}", flush=True)
 
 
 # ---------------------------------------------------------------------------- search space
@@ -105,16 +108,14 @@ def _trial(params: dict, job: dict) -> None:
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    from .distributed import finish_run, quiet_data_progress, run_workers, worker_config, _write_output
-
     quiet_data_progress()
     cfg: JobConfig = job["config"]
     plan = job["plan"]
     ctx = tune.get_context()
     trial_id = ctx.get_trial_id()
     model = trial_model(cfg, params)
-    # the estimator's own checks (e.g. no shape function at all): a clear failure of this trial
-    NeurCAM(**model.estimator_params())._check_params(plan.n_rows, len(plan.features))
+    # the data-dependent checks (e.g. no shape function at all): a clear failure of this trial
+    check_params_for_data(model.estimator_params(), plan.n_rows, len(plan.features))
     out = Path(job["trials_dir"]) / trial_id
     tcfg = cfg.model_copy(update={"model": model, "output": str(out), "search": None, "tracking": None})
     init = job["inits"][model.random_state]
@@ -125,13 +126,7 @@ def _trial(params: dict, job: dict) -> None:
     est, metrics = finish_run(tcfg, plan, wcfg, init, result, time.perf_counter() - t0, run_name)
     metrics["trial_id"] = trial_id
     metrics["params"] = params
-
-    def write(tmp: Path) -> None:
-        est.save(tmp / "model")
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
-        (tmp / "config.json").write_text(tcfg.model_dump_json(indent=1))
-
-    _write_output(out, write)
+    write_run(out, est, metrics, tcfg)
     final = {k: float(metrics[k]) for k in ("inertia", "ari", "nmi", "acc", "train_seconds") if k in metrics}
     tune.report({**final, "epochs": int(metrics["epochs"]), "output": str(out), "done": True})
 
@@ -143,17 +138,17 @@ class _Progress(Callback):
         self.total, self.done = total, 0
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        _log(f"trial {trial.trial_id} started: {_plain(trial.config)}")
+        log(f"trial {trial.trial_id} started: {_plain(trial.config)}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.done += 1
         r = trial.last_result or {}
-        _log(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
+        log(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
              + (f" ari={r['ari']:.4f}" if "ari" in r else "") + f" after {r.get('epochs', '?')} epochs")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.done += 1
-        _log(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
+        log(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
 
 
 def _plain(config: dict) -> dict:
@@ -164,37 +159,62 @@ def _plain(config: dict) -> dict:
 def search(config, *, name: str | None = None) -> SearchResult:
     """Run the search ``config`` describes (a ``JobConfig``, a dict or a YAML path; a missing
     ``search:`` section means 5 seeds). Writes the winner to ``output/`` like ``train`` does,
-    plus ``output/report/`` and ``output/search.json``; logs to MLflow when ``tracking`` is set.
-    Raises ``SearchError`` when every trial failed, ``distributed.TrackingError`` when the search
-    finished but MLflow logging did not."""
-    from ray import tune
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    cfg = dist_mod._coerce(config)
+    plus ``output/report/`` and ``output/search.json``. Raises ``SearchError`` when every trial
+    failed. MLflow logging (a ``tracking:`` section) is ``service.search``'s."""
+    cfg = coerce_config(config)
     s = cfg.search or SearchConfig()
     cfg = cfg.model_copy(update={"search": s})
     t_start = time.perf_counter()
     tc = cfg.train
-    per_trial = tc.num_workers * tc.cpus_per_worker + s.trial_cpus
-    dist_mod.ensure_ray(min_cpus=s.max_concurrent_trials * per_trial + 1)
+    ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
     check_search_resources(s, tc)
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    total = n_trials(s)
-    _log(f"search {name}: {total} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
-         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
-         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    if cfg.tracking is not None:
-        _warn_if_unreachable(cfg)
+    log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
+        + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
+        + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
+    plan, prof = prepare(cfg)
+    inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(update={"random_state": seed})}),
+                                 plan, prof) for seed in s.seeds}
+    t_search = time.perf_counter()
+    trials = run_trials(cfg, plan, inits, name)
+    search_seconds = time.perf_counter() - t_search
+    ranked = rank(trials, name)
+    best = ranked[0]
 
-    plan, prof = dist_mod.prepare(cfg)
-    inits = {}
-    for seed in s.seeds:
-        inits[seed] = dist_mod.initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
-            update={"random_state": seed})}), plan, prof)
+    def load(t: Trial) -> NeurCAM:
+        est = NeurCAM.load(Path(t.output) / "model")
+        seed = int(t.params["random_state"])
+        set_reference(est, inits[seed], plan, tc.reference_rows, seed)
+        return est
+
+    est = load(best)
+    # one explanation per compared run, on the winner's reference rows; the winner's is its report
+    explanations = [est.explain()] + [load(t).explain(est.reference_) for t in ranked[1:s.consistency_runs]]
+    consistency = explanation_consistency(explanations)
+    best_cfg = cfg.model_copy(update={"model": trial_model(cfg, best.params)})
+    metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
+               "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ranked),
+                          "best_trial": best.trial_id, "best_params": best.params,
+                          "search_seconds": round(search_seconds, 2), **consistency}}
+    summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
+               "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
     out = Path(cfg.output)
-    trials_dir = out / "trials" / name
+    write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)})
+    atomic_directory(out / "report", lambda d: write_report(explanations[0], d), marker="report.html")
+    log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
+    return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
+                        output=out, plan=plan, config=best_cfg, search_config=cfg)
+
+
+def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) -> list[Trial]:
+    """The Tune run: one ``_trial`` per grid point and sample; every trial's outcome, failed ones included."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    s = cfg.search
+    trials_dir = Path(cfg.output) / "trials" / name
     job = {"config": cfg, "plan": plan, "name": name, "trials_dir": str(trials_dir.resolve()),
-           "inits": {k: dataclasses.replace(v, sample=None) for k, v in inits.items()}}
+           "inits": {k: v.without_sample() for k, v in inits.items()}}
     trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
         trainable, param_space=param_space(s),
@@ -202,70 +222,32 @@ def search(config, *, name: str | None = None) -> SearchResult:
                                     search_alg=BasicVariantGenerator(random_state=s.sampler_seed,
                                                                      max_concurrent=s.max_concurrent_trials)),
         run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
-                                  callbacks=[_Progress(total)]))
-    t_search = time.perf_counter()
-    grid = tuner.fit()
-    search_seconds = time.perf_counter() - t_search
-    trials = collect(grid)
-    ok = [t for t in trials if t.status == "ok"]
+                                  callbacks=[_Progress(n_trials(s))]))
+    trials = collect(tuner.fit(), cfg)
     for t in trials:
-        _log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
-                                                   else f"FAILED: {error_summary(t.error)}"))
+        log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
+                                                  else f"FAILED: {error_summary(t.error)}"))
+    return trials
+
+
+def rank(trials: list[Trial], name: str) -> list[Trial]:
+    """The finished trials, lowest hard inertia first; ``SearchError`` when none finished."""
+    ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise SearchError(f"every one of the {len(trials)} trial(s) of search {name} failed:\n"
                           + "\n".join(f"  {t.trial_id} {t.params}: {error_summary(t.error)}" for t in trials))
     ranked = sorted(ok, key=lambda t: t.inertia)
     best = ranked[0]
-    _log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
-         f"({len(ok)} of {len(trials)} trial(s) finished)")
-
-    def load(t: Trial) -> NeurCAM:
-        est = NeurCAM.load(Path(t.output) / "model")
-        dist_mod.set_reference(est, inits[int(t.params["random_state"])], plan, tc.reference_rows)
-        return est
-
-    est = load(best)
-    # one explanation per compared run, on the winner's reference rows; the winner's is its report
-    explanations = [est.explain()] + [load(t).explain(est._reference) for t in ranked[1:s.consistency_runs]]
-    consistency = explanation_consistency(explanations)
-    best_cfg = cfg.model_copy(update={"model": trial_model(cfg, best.params)})
-    metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
-               "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ok),
-                          "best_trial": best.trial_id, "best_params": best.params,
-                          "search_seconds": round(search_seconds, 2), **consistency}}
-    summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
-               "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
-    from .report import write_report
-    from .persist import atomic_directory
-
-    def write(tmp: Path) -> None:
-        est.save(tmp / "model")
-        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
-        (tmp / "config.json").write_text(best_cfg.model_dump_json(indent=1))
-        (tmp / "search.json").write_text(json.dumps(summary, indent=1, default=str))
-
-    dist_mod._write_output(out, write, extra=("search.json",))
-    atomic_directory(out / "report", lambda d: write_report(explanations[0], d), marker="report.html")
-    _log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
-    result = SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
-                          output=out, plan=plan, config=best_cfg)
-    if cfg.tracking is not None:
-        from .tracking import log_search
-        try:
-            result.tracking = log_search(result, cfg)
-        except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
-            raise dist_mod.tracking_failed(cfg, out, exc, "the search's parent run, its trial runs") from exc
-        _log(f"MLflow parent run {result.tracking['run_id']} in {result.tracking['tracking_uri']}"
-             + (f"; registered {cfg.tracking.model_name} version {result.tracking['version']} (alias candidate)"
-                if cfg.tracking.model_name else ""))
-    return result
+    log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
+        f"({len(ok)} of {len(trials)} trial(s) finished)")
+    return ranked
 
 
 def check_search_resources(s: SearchConfig, tc) -> None:
     """Concurrent trials each start a worker group; if together they took every CPU, Ray Data
     could not read for any of them and the whole search would hang: refuse up front."""
     import ray
-    dist_mod.check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
     cpus = ray.cluster_resources().get("CPU", 0.0)
     need = s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus)
     if cpus - need < 1:
@@ -279,19 +261,23 @@ def check_search_resources(s: SearchConfig, tc) -> None:
                          f"{ray.cluster_resources().get('GPU', 0.0):g}")
 
 
-def collect(grid) -> list[Trial]:
+def collect(grid, cfg: JobConfig) -> list[Trial]:
     """Tune's ``ResultGrid`` as ``Trial`` records: finished trials have a final ``done`` report."""
     trials = []
     for res in grid:
         m = dict(res.metrics or {})
         params = _plain(res.config)
         trial_id = m.get("trial_id") or Path(res.path).name
+        try:
+            model = trial_model(cfg, params).model_dump()
+        except ValueError:  # parameters the model refused: record them as given
+            model = {**cfg.model.model_dump(), **params}
         if res.error is None and m.get("done"):
             metrics = json.loads((Path(m["output"]) / "metrics.json").read_text())
-            trials.append(Trial(metrics["trial_id"], params, "ok", metrics, output=m["output"]))
+            trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=m["output"]))
         else:
             err = res.error if res.error is not None else "the trial ended without its final report"
-            trials.append(Trial(str(trial_id), params, "failed", error=_error_text(err)))
+            trials.append(Trial(str(trial_id), params, "failed", model, error=_error_text(err)))
     return trials
 
 
@@ -308,17 +294,6 @@ def error_summary(text: str | None) -> str:
         if "Error" in ln or "error" in ln:
             return ln[:500]
     return (lines[-1] if lines else "unknown error")[:500]
-
-
-def _warn_if_unreachable(cfg: JobConfig) -> None:
-    from .tracking import check_reachable, tracking_uri
-    uri = tracking_uri(cfg.tracking.uri)
-    if uri.startswith(("http://", "https://")):
-        try:
-            check_reachable(uri)
-        except ConnectionError as exc:
-            _log(f"WARNING: {exc}; the search runs anyway and the winner is saved locally, but the command "
-                 f"will exit non-zero if MLflow is still unreachable at the end")
 
 
 # ---------------------------------------------------------------------------- explanation consistency

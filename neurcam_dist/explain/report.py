@@ -13,7 +13,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .explain import Explanation, Term  # noqa: E402
+from ..storage import atomic_directory  # noqa: E402
+from .explanation import Explanation, Term  # noqa: E402
 
 
 def _safe(name: str) -> str:
@@ -147,7 +148,6 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
 
 def write_report(expl: Explanation, directory) -> Path:
     """explanation.json, Parquet tables, PNG plots and report.html into ``directory`` (atomically)."""
-    from .persist import atomic_directory
     directory = Path(directory)
 
     def write(tmp: Path) -> None:

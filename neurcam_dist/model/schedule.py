@@ -1,6 +1,7 @@
 """Algorithm 1's schedule as a small, serialisable state machine.
 
-Phases: ``distill`` (optional: KL toward the k-means assignment) -> ``warmup`` (T = T2 = 1) ->
+Phases: ``distill`` (optional, ``distill_epochs`` epochs: KL toward the k-means assignment) ->
+``warmup`` (T = T2 = 1, at most ``warmup_epochs`` epochs counted from its own start) ->
 ``anneal_pairs`` (T2 *= epsilon each epoch until every pairwise gate is one-hot, then locked) ->
 ``anneal_single`` (T likewise) -> ``final`` (both locked; train on until ``epochs`` or early stop).
 The same decisions must be taken on every data-parallel worker, so the schedule only looks at
@@ -11,7 +12,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from ..params import DEFAULTS
+
 PHASES = ("distill", "warmup", "anneal_pairs", "anneal_single", "final")
+# annealing phase -> (temperature attribute, its name, which gates, next phase, action once one-hot)
+ANNEALING = {"anneal_pairs": ("t2", "T2", "pairwise", "anneal_single", "lock_pairs"),
+             "anneal_single": ("t", "T", "single-feature", "final", "lock_single")}
 
 
 @dataclass
@@ -31,14 +37,17 @@ class Plateau:
 
 @dataclass
 class Schedule:
+    """``epochs`` bounds the whole run (every phase); ``warmup_epochs`` bounds the warm-up alone,
+    which starts after distillation. Annealing always runs until the gates are one-hot."""
+
     epochs: int
     warmup_epochs: int
     distill_epochs: int
     epsilon: float
     has_pairs: bool
     early_stopping: bool = True
-    n_iter_no_change: int = 10
-    tol: float = 1e-4
+    n_iter_no_change: int = DEFAULTS["n_iter_no_change"]
+    tol: float = DEFAULTS["tol"]
     min_temperature: float = 1e-8
     epoch: int = 0
     phase: str = "warmup"
@@ -47,7 +56,7 @@ class Schedule:
     phase_start: int = 0
     stop_reason: str = ""
     events: list = field(default_factory=list)
-    plateau: Plateau = field(default_factory=lambda: Plateau(1e-4))
+    plateau: Plateau = field(default_factory=lambda: Plateau(DEFAULTS["tol"]))
 
     def __post_init__(self) -> None:
         if self.epoch == 0 and self.phase == "warmup" and self.distill_epochs > 0:
@@ -57,6 +66,10 @@ class Schedule:
     @property
     def annealing(self) -> bool:
         return self.phase in ("anneal_pairs", "anneal_single", "final")
+
+    @property
+    def _first_anneal(self) -> str:
+        return "anneal_pairs" if self.has_pairs else "anneal_single"
 
     @property
     def uses_teacher(self) -> bool:
@@ -80,25 +93,26 @@ class Schedule:
         if self.phase == "distill":
             if self.epoch - self.phase_start >= self.distill_epochs:
                 self._enter("warmup", f"distillation done after {self.distill_epochs} epochs")
+                if self.warmup_epochs == 0:  # no warm-up: the distilled model is the teacher
+                    self._enter(self._first_anneal, "warm-up ended: warmup_epochs=0")
+                    action = "freeze_teacher"
         elif self.phase == "warmup":
             plateaued = self.early_stopping and self.plateau.stale >= self.n_iter_no_change
-            if self.epoch >= self.warmup_epochs or plateaued:
+            done = self.epoch - self.phase_start >= self.warmup_epochs
+            if done or plateaued:
                 why = (f"loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
-                       if plateaued and self.epoch < self.warmup_epochs else f"warmup_epochs={self.warmup_epochs}")
-                self._enter("anneal_pairs" if self.has_pairs else "anneal_single", f"warm-up ended: {why}")
+                       if plateaued and not done else f"warmup_epochs={self.warmup_epochs}")
+                self._enter(self._first_anneal, f"warm-up ended: {why}")
                 action = "freeze_teacher"
-        elif self.phase == "anneal_pairs":
-            if pairs_one_hot(self.t2) or self.t2 <= self.min_temperature:
-                self._enter("anneal_single", f"pairwise gates one-hot at T2={self.t2:.3g}")
-                action = "lock_pairs"
+        elif self.phase in ANNEALING:
+            attr, label, gates, after, lock = ANNEALING[self.phase]
+            temperature = getattr(self, attr)
+            one_hot = pairs_one_hot if self.phase == "anneal_pairs" else single_one_hot
+            if one_hot(temperature) or temperature <= self.min_temperature:
+                self._enter(after, f"{gates} gates one-hot at {label}={temperature:.3g}")
+                action = lock
             else:
-                self.t2 = max(self.t2 * self.epsilon, self.min_temperature)
-        elif self.phase == "anneal_single":
-            if single_one_hot(self.t) or self.t <= self.min_temperature:
-                self._enter("final", f"single-feature gates one-hot at T={self.t:.3g}")
-                action = "lock_single"
-            else:
-                self.t = max(self.t * self.epsilon, self.min_temperature)
+                setattr(self, attr, max(temperature * self.epsilon, self.min_temperature))
         elif self.phase == "final":
             if self.early_stopping and self.plateau.stale >= self.n_iter_no_change:
                 self.stop_reason = f"early stop: loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"

@@ -1,6 +1,7 @@
 """Scoring with Ray Data: ``map_batches`` over an actor pool, each actor holding the fitted model.
 
-``evaluate`` reduces the whole dataset to sums (per-cluster moments for the inertia, a
+Actors receive a ``model.FittedNet`` (network, standardization, temperatures, names): what
+scoring needs, not the estimator with its reference rows and warm-up network. ``evaluate`` reduces the whole dataset to sums (per-cluster moments for the inertia, a
 contingency table for ARI/NMI/ACC, channel sums for the explanation's centring), so the driver
 never holds per-row results. ``predict_parquet`` writes one row per input row, with the id,
 the cluster, the probabilities and the three terms that pushed the row hardest toward its
@@ -18,28 +19,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import data as data_mod
-from . import metrics
-from .persist import atomic_directory
+from .. import data as data_mod
+from .. import metrics
+from ..explain import rows_from_contributions
+from ..model import FittedNet
+from ..storage import atomic_directory
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
 
 
 class _Evaluator:
-    def __init__(self, est, plan: data_mod.Plan):
+    def __init__(self, fitted: FittedNet, plan: data_mod.Plan):
         import torch
         torch.set_num_threads(1)
-        self.est, self.plan = est, plan
+        self.fitted, self.plan = fitted, plan
 
     def __call__(self, table: pa.Table) -> dict:
-        est, plan = self.est, self.plan
+        fitted, plan = self.fitted, self.plan
         x = data_mod.matrix(table, plan.features)
-        contrib = np.concatenate(list(est._contribution_chunks(x)))          # (n, channels, K)
+        contrib = fitted.contributions(x)                                     # (n, channels, K)
         labels = contrib.sum(1).argmax(1)
-        xr = ((x - est.mean_) / est.scale_) if plan.repr_kind == "features" else data_mod.representation(table, plan)
+        xr = fitted.standardize(x) if plan.repr_kind == "features" else data_mod.representation(table, plan)
         xr = xr.astype(np.float64)
-        k = est.n_clusters
+        k = fitted.n_clusters
         acc = {"n": len(labels), "counts": np.bincount(labels, minlength=k),
                "sums": np.zeros((k, xr.shape[1])), "sumsq": np.bincount(labels, (xr ** 2).sum(1), minlength=k),
                "channels": contrib.astype(np.float64).sum(0), "pairs": {}}
@@ -65,11 +68,11 @@ def _combine(a: dict | None, b: dict) -> dict:
     return out
 
 
-def evaluate(est, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2) -> dict:
+def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2) -> dict:
     """Hard inertia over every row (and ARI/NMI/ACC with a label column), plus the channel means."""
     cols = list(dict.fromkeys(plan.columns + ([plan.label] if plan.label else [])))
     ds = data_mod.read(plan, cols).map_batches(
-        _Evaluator, fn_constructor_kwargs={"est": est, "plan": plan}, batch_size=batch_size,
+        _Evaluator, fn_constructor_kwargs={"fitted": fitted, "plan": plan}, batch_size=batch_size,
         batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
     total = None
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
@@ -85,7 +88,7 @@ def evaluate(est, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: i
     if plan.label:
         truths = sorted({t for t, _ in total["pairs"]}, key=str)
         index = {t: i for i, t in enumerate(truths)}
-        table = np.zeros((len(truths), est.n_clusters), np.int64)
+        table = np.zeros((len(truths), fitted.n_clusters), np.int64)
         for (t, c), v in total["pairs"].items():
             table[index[t], c] = v
         out.update(metrics.table_scores(table))
@@ -93,16 +96,15 @@ def evaluate(est, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: i
 
 
 class _Scorer:
-    def __init__(self, est, id_column: str | None, carry: list[str]):
+    def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str]):
         import torch
         torch.set_num_threads(1)
-        self.est, self.id_column, self.carry = est, id_column, carry
+        self.fitted, self.id_column, self.carry = fitted, id_column, carry
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        from .explain import rows_from_contributions
-        est = self.est
-        x = data_mod.matrix(table, est.feature_names_in_)
-        rows = rows_from_contributions(est, np.concatenate(list(est._contribution_chunks(x))))
+        fitted = self.fitted
+        x = data_mod.matrix(table, fitted.feature_names)
+        rows = rows_from_contributions(fitted, fitted.contributions(x))
         logits = rows.logits
         z = logits - logits.max(1, keepdims=True)
         proba = np.exp(z)
@@ -133,20 +135,22 @@ class _Scorer:
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2) -> dict:
     """Score Parquet input with Ray Data into Parquet shards under ``output`` (atomically: the
-    directory appears complete or not at all; a previous output is replaced only on success)."""
+    directory appears complete or not at all; a previous output is replaced only on success).
+    ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()`` is shipped to the actors)."""
+    fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
-    footers = data_mod._footers(src)
+    footers = data_mod.footers(src)
     n_rows = sum(n for _, _, n in footers)
     if n_rows == 0:
         raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
-    wanted = list(est.feature_names_in_) + ([id_column] if id_column else []) + list(carry or [])
+    wanted = list(fitted.feature_names) + ([id_column] if id_column else []) + list(carry or [])
     for f, schema, _ in footers:
         missing = [c for c in wanted if schema.get_field_index(c) < 0]
         if missing:
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
             raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
     ds = data_mod.read_source(src, list(dict.fromkeys(wanted)))
-    ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"est": est, "id_column": id_column, "carry": list(carry or [])},
+    ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"fitted": fitted, "id_column": id_column, "carry": list(carry or [])},
                         batch_size=batch_size, batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
     t0 = time.perf_counter()
     summary = {}

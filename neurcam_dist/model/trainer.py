@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .epoch import Batch, EpochStats, train_epoch
-from .nbm import NeurCAMNet
+from .step import Batch, EpochStats, train_epoch
+from .network import NeurCAMNet
 from .schedule import Schedule
 
 

@@ -70,10 +70,13 @@ class NeurCAMNet(nn.Module):
                  hidden: tuple[int, ...], n_bases: int, centroids: torch.Tensor, seed: int = 0):
         super().__init__()
         g = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)  # nn.Linear's default init draws from the global generator
         self.n_features, self.n_clusters = n_features, n_clusters
-        self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g)
-        self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g)
+        # nn.Linear's default init draws from the global generator: seed it inside a fork, so that
+        # building a network (NeurCAM.load included) leaves the caller's random state untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g)
+            self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g)
         self.centroids = nn.Parameter(centroids.detach().clone().float())
 
     def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
@@ -93,4 +96,5 @@ class NeurCAMNet(nn.Module):
         return torch.cat(parts, dim=1)
 
     def all_one_hot(self, t: float, t2: float) -> bool:
+        """Every gate exactly one-hot at these temperatures: the model is a valid GAM / GA2M."""
         return self.single.gates.one_hot_at(t) and self.pairs.gates.one_hot_at(t2)

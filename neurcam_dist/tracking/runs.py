@@ -1,89 +1,26 @@
-"""MLflow: where runs go, and the registered model that downstream scoring pulls.
-
-Tracking URI: the config's, else ``MLFLOW_TRACKING_URI``, else an embedded local store (a SQLite
-database and an artifact folder under the working directory), so nothing needs a server.
-A model is logged as a pyfunc from code (``pyfunc_model.py``) with the safetensors model
-directory as its artifact, registered, and aliased ``candidate``; ``promote`` moves ``champion``.
+"""MLflow runs for a finished training or search: params, per-epoch metric histories, final
+metrics, tags, artifacts (the explanation report and the run's JSON files) and the registered
+model. They take the results ``distributed.train`` / ``distributed.search`` return (duck-typed:
+``estimator``, ``metrics``, ``plan``, ...) and know nothing of Ray.
 """
 from __future__ import annotations
 
-import os
+import json
+import shutil
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-LOCAL_DB = "mlflow.db"
-LOCAL_ARTIFACTS = "mlartifacts"
-
-
-def tracking_uri(configured: str | None = None, workdir: str | os.PathLike = ".") -> str:
-    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    return f"sqlite:///{(Path(workdir) / LOCAL_DB).resolve()}"
+from ..estimator import NeurCAM
+from ..explain.report import write_report
+from ..version import __version__
+from .registry import log_model
+from .uri import use
 
 
-def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".") -> str:
-    """Point MLflow at the tracking store and experiment; returns the experiment id."""
-    import mlflow
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
-    uri = tracking_uri(configured, workdir)
-    if uri.startswith(("http://", "https://")):
-        check_reachable(uri)
-    mlflow.set_tracking_uri(uri)
-    exp = mlflow.get_experiment_by_name(experiment)
-    if exp is not None:
-        mlflow.set_experiment(experiment)
-        return exp.experiment_id
-    location = None
-    if uri.startswith("sqlite:///"):  # the embedded store keeps artifacts beside its database
-        location = (Path(workdir) / LOCAL_ARTIFACTS).resolve().as_uri()
-    exp_id = mlflow.create_experiment(experiment, artifact_location=location)
-    mlflow.set_experiment(experiment)
-    return exp_id
-
-
-def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down."""
-    import urllib.error
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
-            return
-    except (urllib.error.URLError, OSError) as exc:
-        raise ConnectionError(f"MLflow tracking server {uri} is unreachable ({exc})") from None
-
-
-def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
-    """Log ``est`` as a pyfunc in the active run; register it and alias the new version.
-    Returns ``(model_info, version or None)``."""
-    import warnings
-
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.models import infer_signature
-
-    example = X_example[est.feature_names_in_].head(5)
-    proba = est.predict_proba(example)
-    output = pd.DataFrame({"cluster": proba.argmax(1), **{f"proba_{k}": proba[:, k] for k in range(proba.shape[1])}})
-    with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
-        warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
-        signature = infer_signature(example.astype(np.float64), output)
-    with tempfile.TemporaryDirectory() as tmp:
-        est.save(Path(tmp) / "model")
-        info = mlflow.pyfunc.log_model(
-            name="model", python_model=str(Path(__file__).with_name("pyfunc_model.py")),
-            artifacts={"model": str(Path(tmp) / "model")},
-            signature=signature, input_example=example.astype(np.float64),
-            pip_requirements=[f"neurcam-dist=={_version()}"], registered_model_name=registered_name)
-    version = None
-    if registered_name:
-        version = str(info.registered_model_version)
-        MlflowClient().set_registered_model_alias(registered_name, alias, version)
-    return info, version
+class TrackingError(RuntimeError):
+    """Training succeeded but MLflow logging did not: the CLI exits non-zero and says what is missing."""
 
 
 def data_fingerprint(plan) -> dict:
@@ -95,8 +32,11 @@ def data_fingerprint(plan) -> dict:
 def _tags() -> dict:
     import subprocess
 
-    import ray
-    tags = {"ray_version": ray.__version__, "neurcam_version": _version()}
+    tags = {"neurcam_version": __version__}
+    try:
+        tags["ray_version"] = metadata.version("ray")
+    except metadata.PackageNotFoundError:
+        pass
     try:
         rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent)
@@ -135,17 +75,13 @@ def _run_tags(est) -> dict:
 def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | None = None) -> None:
     """What a run keeps besides the model: the explanation report (JSON, Parquet, PNG, HTML),
     the resolved config, the standardization statistics, the history and the metrics."""
-    import json
-    import shutil
-
-    from .report import write_report
     if report is not None and report.is_dir():
         shutil.copytree(report, t / "report")
     else:
         write_report(est.explain(), t / "report")
     (t / "config.json").write_text(cfg.model_dump_json(indent=1))
     (t / "standardization.json").write_text(json.dumps(
-        {"features": est.feature_names_in_, "mean": est.mean_.tolist(), "scale": est.scale_.tolist()}))
+        {"features": list(est.feature_names_in_), "mean": est.mean_.tolist(), "scale": est.scale_.tolist()}))
     (t / "history.json").write_text(json.dumps(est.history_, default=str))
     (t / "metrics.json").write_text(json.dumps(metrics, default=str))
 
@@ -169,7 +105,7 @@ def log_training(result, cfg) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             _write_artifacts(Path(tmp), est, cfg, metrics)
             mlflow.log_artifacts(tmp)
-        _, version = log_model(est, est._reference, registered_name=tc.model_name)
+        _, version = log_model(est, est.reference_, registered_name=tc.model_name)
     return {"run_id": run.info.run_id, "experiment": tc.experiment, "tracking_uri": mlflow.get_tracking_uri(),
             "registered_model": tc.model_name, "version": version}
 
@@ -179,12 +115,7 @@ def log_search(result, cfg) -> dict:
     FAILED with their error). The winner's nested run holds the artifacts and the model; the
     parent holds the selection (``search.json``: every trial's inertia), the best inertia and
     the explanation-consistency metrics. The model is registered last."""
-    import json
-
     import mlflow
-
-    from .estimator import NeurCAM
-    from .tune import trial_model
 
     tc = cfg.tracking
     exp_id = use(tc.uri, tc.experiment)
@@ -203,11 +134,7 @@ def log_search(result, cfg) -> dict:
                 "mlflow.parentRunId": parent.info.run_id, "neurcam.trial_id": trial.trial_id,
                 "neurcam.status": trial.status, **tags})
             rid = run.info.run_id
-            try:
-                model = trial_model(cfg, trial.params).model_dump()
-            except ValueError:  # parameters the model refused: record them as given
-                model = {**cfg.model.model_dump(), **trial.params}
-            client.log_batch(rid, params=_param_list(_params(model, cfg, result.plan)))
+            client.log_batch(rid, params=_param_list(_params(trial.model, cfg, result.plan)))
             if trial.status == "ok":
                 est = NeurCAM.load(Path(trial.output) / "model")
                 _log_history(client, rid, est)
@@ -236,7 +163,7 @@ def log_search(result, cfg) -> dict:
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
         with mlflow.start_run(run_id=best_run, nested=True):
-            _, version = log_model(result.estimator, result.estimator._reference, registered_name=tc.model_name)
+            _, version = log_model(result.estimator, result.estimator.reference_, registered_name=tc.model_name)
     return {"run_id": parent.info.run_id, "best_run_id": best_run, "experiment": tc.experiment,
             "tracking_uri": mlflow.get_tracking_uri(), "registered_model": tc.model_name, "version": version}
 
@@ -246,24 +173,12 @@ def _param_list(params: dict):
     return [Param(k, str(v)[:6000]) for k, v in params.items()]
 
 
-def promote(name: str, version: str, alias: str = "champion") -> None:
-    """Move ``alias`` (default ``champion``) to ``version`` of registered model ``name``."""
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-    client = MlflowClient()
-    try:
-        client.get_model_version(name, str(version))
-    except MlflowException as exc:
-        raise ValueError(f"registered model {name!r} has no version {version}: {exc.message}") from None
-    client.set_registered_model_alias(name, alias, str(version))
 
 
-def load_estimator(uri: str):
-    """A ``NeurCAM`` from a ``models:/NAME@alias`` (or any pyfunc) URI logged by ``log_model``."""
-    import mlflow
-    return mlflow.pyfunc.load_model(uri).unwrap_python_model().estimator
-
-
-def _version() -> str:
-    from . import __version__
-    return __version__
+def tracking_failed(cfg, out: Path, exc: Exception, runs: str) -> TrackingError:
+    """The error for a run whose model is safe on disk but whose MLflow logging failed."""
+    from .uri import tracking_uri
+    return TrackingError(f"training finished and the model is saved in {out}/model, but logging to MLflow "
+                         f"({tracking_uri(cfg.tracking.uri)}) failed, so {runs}, the artifacts and the "
+                         f"registered version were not recorded (nothing was registered): "
+                         f"{type(exc).__name__}: {exc}")

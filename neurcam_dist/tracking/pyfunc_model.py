@@ -14,7 +14,7 @@ from mlflow.pyfunc import PythonModel
 
 class NeurCAMPyfunc(PythonModel):
     def load_context(self, context) -> None:
-        from neurcam_dist import NeurCAM
+        from neurcam_dist.estimator import NeurCAM
         self.estimator = NeurCAM.load(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
@@ -22,7 +22,7 @@ class NeurCAMPyfunc(PythonModel):
         missing = [c for c in est.feature_names_in_ if c not in model_input.columns]
         if missing:
             raise ValueError(f"the input lacks the model's feature columns {missing}")
-        proba = est.predict_proba(model_input[est.feature_names_in_])
+        proba = est.predict_proba(model_input[list(est.feature_names_in_)])
         out = pd.DataFrame({"cluster": proba.argmax(1)}, index=model_input.index)
         for k in range(proba.shape[1]):
             out[f"proba_{k}"] = proba[:, k]

@@ -1,0 +1,58 @@
+"""Joining a features dataset to an embeddings dataset on a key, once, into Parquet shards."""
+from __future__ import annotations
+
+import os
+
+from ..config import DataConfig
+from .sources import ID_LIKE, DataError, footers, is_number, resolve
+
+
+def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
+    """Join the features and embeddings datasets on ``cfg.embeddings.key`` into Parquet shards under
+    ``staging`` (once; every epoch then streams plain files). Every feature row must find exactly
+    one embedding row: otherwise ``DataError`` with the counts of missing and duplicate keys.
+    Returns the data config of the joined shards."""
+    import shutil
+
+    import ray.data
+    from ray.data.aggregate import Count
+
+    key = cfg.embeddings.key
+    emb_cols = [cfg.embedding] if isinstance(cfg.embedding, str) else list(cfg.embedding)
+    fsrc, esrc = resolve(cfg.path), resolve(cfg.embeddings.path)
+    ffoot, efoot = footers(fsrc), footers(esrc)
+    for foot, cols, what in ((ffoot, [key], "features"), (efoot, [key, *emb_cols], "embeddings")):
+        for f, schema, _ in foot:
+            missing = [c for c in cols if schema.get_field_index(c) < 0]
+            if missing:
+                raise DataError(f"{f} ({what} dataset): no column(s) {missing}; columns: {schema.names}")
+    clash = [c for c in emb_cols if c in ffoot[0][1].names]
+    if clash:
+        raise DataError(f"columns {clash} exist in both the features and the embeddings datasets")
+    n_rows = sum(n for _, _, n in ffoot)
+    parts = max(2, min(64, n_rows // 500_000 + 1))
+    feats = ray.data.read_parquet(fsrc.files, filesystem=fsrc.filesystem, file_extensions=None)
+    embs = ray.data.read_parquet(esrc.files, filesystem=esrc.filesystem, columns=[key, *emb_cols],
+                                 file_extensions=None)
+    counts = embs.select_columns([key]).groupby(key).aggregate(Count(alias_name="n")).materialize()
+    dup = counts.filter(expr="n > 1")
+    n_dup_keys = dup.count()
+    n_dup_rows = int(dup.sum("n") or 0) if n_dup_keys else 0
+    missing = feats.select_columns([key]).join(counts, "left_anti", parts, on=(key,)).count()
+    if missing or n_dup_keys:
+        raise DataError(f"joining features to embeddings on {key!r}: {missing} of {n_rows} feature row(s) have no "
+                        f"embedding (missing keys); {n_dup_keys} key(s) appear more than once in the embeddings "
+                        f"dataset ({n_dup_rows} rows): every feature row needs exactly one embedding")
+    features = cfg.features
+    if features is None:  # decided before the join, so the key never becomes a feature
+        reserved = {key, *emb_cols, *(c for c in (cfg.label, cfg.id) if c)}
+        features = [f.name for f in ffoot[0][1] if f.name not in reserved and f.name.lower() not in ID_LIKE
+                    and is_number(f.type)]
+    os.makedirs(staging, exist_ok=True)
+    tmp = os.path.join(staging, f".joined.tmp-{os.getpid()}")
+    final = os.path.join(staging, "joined")
+    shutil.rmtree(tmp, ignore_errors=True)
+    feats.join(embs, "inner", parts, on=(key,)).write_parquet(tmp)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return cfg.model_copy(update={"path": final, "embeddings": None, "features": features})

@@ -1,0 +1,124 @@
+"""The plan of a run: which files and columns it reads, settled from the Parquet footers alone.
+
+Nothing trains until the plan (schemas, column roles, row counts) and the profile pass (values)
+have passed, so a bad shard fails in seconds with the file and column named, not hours into a run.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..config import DataConfig
+from .sources import ID_LIKE, DataError, Source, footers, is_float_list, is_number, listing, resolve
+
+
+@dataclass
+class Plan:
+    """Which files and columns a run reads; everything downstream takes this, not the config."""
+
+    source: Source
+    features: list[str]
+    repr_kind: str                      # "features" | "list" | "columns"
+    repr_columns: list[str]
+    repr_dim: int
+    label: str | None
+    id: str | None
+    n_rows: int
+    rows_per_file: dict[str, int]
+    schema_hash: str
+    joined_from: dict | None = None
+    key: str | None = None
+
+    @property
+    def columns(self) -> list[str]:
+        """Columns the training stream needs."""
+        cols = list(self.features)
+        if self.repr_kind != "features":
+            cols += [c for c in self.repr_columns if c not in cols]
+        return cols
+
+    def describe(self) -> str:
+        rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",
+               "columns": f"{len(self.repr_columns)} columns"}[self.repr_kind]
+        return (f"{self.n_rows:,} rows in {len(self.source.files)} file(s); {len(self.features)} features; "
+                f"representation: {rep} (dim {self.repr_dim})" + (f"; label {self.label!r}" if self.label else ""))
+
+
+def plan(cfg: DataConfig) -> Plan:
+    """Validate schemas and choose columns from the Parquet footers alone (no data is read)."""
+    src = resolve(cfg.path)
+    foot = footers(src)
+    n_rows = sum(n for _, _, n in foot)
+    if n_rows == 0:
+        raise DataError(f"the dataset at {cfg.path!r} is empty: {len(foot)} file(s), 0 rows")
+    first = foot[0][1]
+    repr_in_features = cfg.embeddings is None and cfg.embedding is not None
+    reserved = {c for c in (cfg.label, cfg.id) if c} | ({cfg.embeddings.key} if cfg.embeddings else set())
+    if repr_in_features:
+        reserved |= set([cfg.embedding] if isinstance(cfg.embedding, str) else cfg.embedding)
+    if cfg.features:
+        features = list(cfg.features)
+    else:
+        features = [f.name for f in first if f.name not in reserved and f.name.lower() not in ID_LIKE
+                    and f.name.lower() != "embedding" and is_number(f.type)]
+        if not features:
+            raise DataError(f"{foot[0][0]}: no numeric feature columns (columns: {first.names}); "
+                            f"name them in data.features")
+    dup = sorted({c for c in features if features.count(c) > 1})
+    if dup:
+        raise DataError(f"data.features lists {dup} more than once")
+    needed = {c: "feature" for c in features}
+    for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embeddings.key if cfg.embeddings else None, "key")):
+        if c:
+            needed[c] = role
+    repr_kind, repr_columns, repr_dim = "features", list(features), len(features)
+    if repr_in_features:
+        if isinstance(cfg.embedding, str):
+            needed[cfg.embedding] = "embedding"
+            repr_kind, repr_columns = "list", [cfg.embedding]
+        else:
+            for c in cfg.embedding:
+                needed.setdefault(c, "embedding")
+            repr_kind, repr_columns, repr_dim = "columns", list(cfg.embedding), len(cfg.embedding)
+    problems = []
+    list_sizes = set()
+    for f, schema, _ in foot:
+        for col, role in needed.items():
+            idx = schema.get_field_index(col)
+            if idx < 0:
+                problems.append(f"{f}: no column {col!r} ({role}); columns: {schema.names}")
+                continue
+            t = schema.field(idx).type
+            if role == "feature" or (role == "embedding" and repr_kind == "columns"):
+                if not is_number(t):
+                    problems.append(f"{f}: column {col!r} ({role}) has type {t}, expected a number")
+            elif role == "embedding":
+                if not is_float_list(t):
+                    problems.append(f"{f}: column {col!r} (embedding) has type {t}, expected list<float>")
+                elif pa.types.is_fixed_size_list(t):
+                    list_sizes.add(t.list_size)
+    if problems:
+        raise DataError(listing("schema problems", problems))
+    if repr_kind == "list" and len(list_sizes) > 1:
+        raise DataError(f"embedding column {cfg.embedding!r} has different fixed lengths across files: "
+                        f"{sorted(list_sizes)}")
+    if repr_kind == "list":
+        repr_dim = list_sizes.pop() if list_sizes else _first_list_length(src, cfg.embedding)
+    h = hashlib.sha256(str(sorted((c, str(first.field(c).type)) for c in needed)).encode()).hexdigest()[:16]
+    return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
+                label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
+                schema_hash=h)
+
+
+def _first_list_length(src: Source, col: str) -> int:
+    for f in src.files:
+        pf = pq.ParquetFile(f, filesystem=src.filesystem)
+        for i in range(pf.num_row_groups):
+            lengths = pc.list_value_length(pf.read_row_group(i, columns=[col])[col]).drop_null()
+            if len(lengths):
+                return int(lengths[0].as_py())
+    raise DataError(f"embedding column {col!r} holds no values")

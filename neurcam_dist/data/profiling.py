@@ -1,0 +1,136 @@
+"""The profile pass: one streaming Ray Data aggregation that counts NaN / inf / null per file and
+column and computes the standardization moments, without holding the data."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow.compute as pc
+
+from .planning import Plan
+from .reading import matrix, read
+from .sources import PATH_COLUMN, DataError, listing
+
+
+@dataclass
+class Profile:
+    n_rows: int
+    mean: np.ndarray
+    std: np.ndarray
+    bad: dict = field(default_factory=dict)        # (file, column) -> [nan, inf, null]
+    lengths: dict = field(default_factory=dict)    # file -> [min, max] list length
+
+    def scale(self) -> np.ndarray:
+        return np.where(self.std > 0, self.std, 1.0).astype(np.float32)
+
+
+def _profile_aggregate(p: Plan):
+    from ray.data.aggregate import AggregateFnV2
+    from ray.data.block import BlockAccessor
+
+    d = len(p.features)
+    checked = list(dict.fromkeys(p.features + ([] if p.repr_kind == "features" else p.repr_columns)
+                                 + [c for c in (p.label, p.id) if c]))
+
+    class ProfileAgg(AggregateFnV2):
+        """Per block: Chan's (count, mean, M2) of every feature, bad-value counts per file/column."""
+
+        def __init__(self):
+            super().__init__("profile", zero_factory=self.zero, on=None, ignore_nulls=False)
+
+        def aggregate_block(self, block):
+            t = BlockAccessor.for_block(block).to_arrow()
+            acc = self.zero()
+            paths = t[PATH_COLUMN]
+            files = pc.unique(paths).to_pylist()
+            for path in files:
+                part = t.filter(pc.equal(paths, path)) if len(files) > 1 else t
+                acc = self.combine(acc, self._one_file(part, path))
+            return acc
+
+        # Per-file tallies travel as JSON text: Ray may store accumulators as Arrow structs, which
+        # would fill every file key of every block with nulls.
+        @staticmethod
+        def zero():
+            return {"n": 0, "mean": [0.0] * d, "m2": [0.0] * d, "bad": "{}", "len": "{}"}
+
+        def _one_file(self, t, path):
+            bad = {}
+            for c in checked:
+                col = t[c]
+                if p.repr_kind == "list" and c == p.repr_columns[0]:
+                    arr = col.combine_chunks()
+                    lengths = pc.list_value_length(arr).drop_null()
+                    lens = {path: [int(pc.min(lengths).as_py()), int(pc.max(lengths).as_py())]} if len(lengths) else {}
+                    vals = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64)
+                    nulls = arr.null_count
+                else:
+                    vals = col.to_numpy(zero_copy_only=False)
+                    nulls = col.null_count
+                    if not np.issubdtype(vals.dtype, np.number):
+                        if nulls:
+                            bad[f"{path}\0{c}"] = [0, 0, nulls]
+                        continue
+                    vals = vals.astype(np.float64)
+                nan = int(np.isnan(vals).sum()) - nulls
+                inf = int(np.isinf(vals).sum())
+                if nan or inf or nulls:
+                    bad[f"{path}\0{c}"] = [nan, inf, nulls]
+            x = matrix(t, p.features).astype(np.float64)
+            x = x[np.isfinite(x).all(1)]
+            n = len(x)
+            mean = x.mean(0) if n else np.zeros(d)
+            m2 = ((x - mean) ** 2).sum(0) if n else np.zeros(d)
+            return {"n": n, "mean": mean.tolist(), "m2": m2.tolist(), "bad": json.dumps(bad),
+                    "len": json.dumps(lens if p.repr_kind == "list" else {})}
+
+        def combine(self, a, b):
+            na, nb = a["n"], b["n"]
+            n = na + nb
+            ma, mb = np.asarray(a["mean"]), np.asarray(b["mean"])
+            if n:
+                delta = mb - ma
+                mean = ma + delta * nb / n
+                m2 = np.asarray(a["m2"]) + np.asarray(b["m2"]) + delta ** 2 * na * nb / n
+            else:
+                mean, m2 = ma, np.asarray(a["m2"])
+            bad = json.loads(a["bad"])
+            for k, v in json.loads(b["bad"]).items():
+                bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0]), v)]
+            lens = json.loads(a["len"])
+            for k, (lo, hi) in json.loads(b["len"]).items():
+                old = lens.get(k)
+                lens[k] = [lo, hi] if old is None else [min(old[0], lo), max(old[1], hi)]
+            return {"n": n, "mean": mean.tolist(), "m2": m2.tolist(), "bad": json.dumps(bad),
+                    "len": json.dumps(lens)}
+
+        def finalize(self, acc):
+            return acc
+
+    return ProfileAgg()
+
+
+def profile(p: Plan) -> Profile:
+    """One streaming pass over the data: refuse NaN / inf / null, wrong list lengths; return the
+    standardization moments. Raises ``DataError`` naming each offending file and column."""
+    ds = read(p, p.columns + [c for c in (p.label, p.id) if c and c not in p.columns], with_paths=True)
+    acc = ds.aggregate(_profile_aggregate(p))["profile"]
+    bad = {tuple(k.split("\0", 1)): v for k, v in json.loads(acc["bad"]).items()}
+    if bad:
+        items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null" for (f, c), (nan, inf, null)
+                 in sorted(bad.items())]
+        raise DataError(listing("file/column(s) with missing or non-finite values", items))
+    if p.repr_kind == "list":
+        lengths = json.loads(acc["len"])
+        wrong = [f"{f}: embedding lengths {lo}..{hi}" for f, (lo, hi) in sorted(lengths.items())
+                 if lo != p.repr_dim or hi != p.repr_dim]
+        if wrong:
+            raise DataError(listing(f"file(s) whose {p.repr_columns[0]!r} rows are not all of length "
+                                     f"{p.repr_dim}", wrong))
+    n = acc["n"]
+    if n != p.n_rows:
+        raise DataError(f"the profile pass saw {n} rows but the Parquet footers say {p.n_rows}")
+    m2 = np.asarray(acc["m2"])
+    return Profile(n_rows=n, mean=np.asarray(acc["mean"], np.float64), std=np.sqrt(m2 / max(n, 1)),
+                   bad=bad, lengths=json.loads(acc["len"]))

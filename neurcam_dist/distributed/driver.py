@@ -1,0 +1,235 @@
+"""Training on Ray: Ray Data streams the Parquet shards into Ray Train ``TorchTrainer`` DDP workers.
+
+The driver (``train``) validates and profiles the data, draws a bounded sample for the k-means
+centroid init, starts the workers (``worker.train_loop_per_worker``), and after training scores
+the whole dataset with a Ray Data pass. It returns what tracking needs (``TrainResult``); MLflow
+logging is the caller's (``neurcam_dist.service``, the CLI, ``jobs/``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .. import data as data_mod
+from ..config import JobConfig, coerce_config
+from ..estimator import NeurCAM
+from ..model import TrainingSpec, build_trainer
+from ..model.kmeans import kmeans_centroids
+from ..params import check_params_for_data
+from ..storage import write_run_output
+from .scoring import evaluate
+from .session import check_resources, ensure_ray
+from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
+
+
+@dataclass
+class TrainResult:
+    estimator: NeurCAM
+    metrics: dict
+    output: Path
+    plan: data_mod.Plan
+    config: JobConfig
+    tracking: dict | None = None     # filled by ``service.train`` when the config has ``tracking:``
+
+    @property
+    def model_path(self) -> Path:
+        return self.output / "model"
+
+
+def log(msg: str) -> None:
+    print(f"[neurcam] {msg}", flush=True)
+
+
+def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
+    """Everything that must pass before a worker starts: join, schema, values, sizes."""
+    data_cfg = cfg.data
+    if data_cfg.embeddings is not None:
+        staging = os.path.join(cfg.storage_path(), "staging")
+        log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
+        data_cfg = data_mod.join_embeddings(data_cfg, staging)
+    plan = data_mod.plan(data_cfg)
+    try:  # the hyperparameters against the data's size, from the footers alone
+        check_params_for_data(cfg.model.estimator_params(), plan.n_rows, len(plan.features))
+    except ValueError as exc:
+        raise data_mod.DataError(f"model: {exc}") from None
+    log(f"data: {plan.describe()}")
+    t0 = time.perf_counter()
+    prof = data_mod.profile(plan)
+    log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+    return plan, prof
+
+
+@dataclass
+class InitialState:
+    """What the driver computes before the workers start (all from one streaming pass and a sample)."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    centroids: np.ndarray
+    sample: object          # pyarrow.Table: the bounded uniform random sample (features + representation)
+
+    def without_sample(self) -> "InitialState":
+        """What trials need shipped to them (the sample stays on the driver)."""
+        return InitialState(self.mean, self.scale, self.centroids, None)
+
+
+def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -> InitialState:
+    """Standardization from the profile; MiniBatchKMeans centroids on a bounded random sample."""
+    m, tc = cfg.model, cfg.train
+    mean = prof.mean.astype(np.float32) if m.standardize else np.zeros(len(plan.features), np.float32)
+    scale = prof.scale() if m.standardize else np.ones(len(plan.features), np.float32)
+    cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))
+    table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
+    x_sample = (data_mod.matrix(table, plan.features) - mean) / scale
+    xr_sample = x_sample if plan.repr_kind == "features" else data_mod.representation(table, plan)
+    if len(xr_sample) < m.n_clusters:
+        raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
+                                 f"{m.n_clusters}: raise train.kmeans_sample")
+    centroids = kmeans_centroids(xr_sample, m.n_clusters, m.batch_size, m.random_state)
+    log(f"k-means init on a {len(xr_sample):,}-row sample")
+    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table)
+
+
+def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
+                  max_epochs: int | None = None) -> WorkerConfig:
+    """What every worker receives (``max_epochs`` cuts a run short: benchmarks only)."""
+    tc = cfg.train
+    return WorkerConfig(spec=TrainingSpec.from_params(cfg.model.estimator_params(), len(plan.features)), plan=plan,
+                        mean=init.mean, scale=init.scale, centroids=init.centroids, shuffle_buffer=tc.shuffle_buffer,
+                        checkpoint_every=tc.checkpoint_every, threads=tc.cpus_per_worker, max_epochs=max_epochs)
+
+
+def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, callbacks=None):
+    """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
+    ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback)."""
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    tc = cfg.train
+    dataset = data_mod.read(plan, ordered=True)
+    if _should_cache(tc.cache, plan):
+        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache={tc.cache})")
+        dataset = dataset.materialize()
+    trainer = TorchTrainer(
+        train_loop_per_worker, train_loop_config={"worker": wcfg},
+        scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
+                                     resources_per_worker={"CPU": tc.cpus_per_worker}),
+        run_config=RunConfig(name=run_name, storage_path=cfg.storage_path(),
+                             failure_config=FailureConfig(max_failures=tc.max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=callbacks),
+        datasets={"train": dataset},
+    )
+    log(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} "
+        f"in {cfg.storage_path()}")
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed and where
+        raise RuntimeError(f"distributed training failed (run {run_name}, storage {cfg.storage_path()}): "
+                           f"{exc}") from exc
+    if result.error is not None:
+        raise RuntimeError(f"distributed training failed (run {run_name}): {result.error}")
+    return result
+
+
+def _should_cache(mode: str, plan: data_mod.Plan) -> bool:
+    """Small data: skip the per-epoch Parquet read (Ray Data restarts a streaming read every epoch,
+    seconds of fixed cost); large data keeps streaming from the files."""
+    if mode != "auto":
+        return mode == "always"
+    import ray
+    store = ray.cluster_resources().get("object_store_memory", 0.0)
+    width = len(plan.features) + (plan.repr_dim if plan.repr_kind != "features" else 0)
+    return plan.n_rows * width * 4 < 0.2 * store
+
+
+def train(config, *, name: str | None = None) -> TrainResult:
+    """Train on Ray as ``config`` (a ``JobConfig``, a dict or a YAML path) says; writes
+    ``output/model`` (loadable by ``NeurCAM.load``), ``metrics.json`` and ``config.json``
+    atomically. Uses the running Ray, else ``RAY_ADDRESS``, else starts a local one. MLflow
+    logging (a ``tracking:`` section) is ``service.train``'s."""
+    cfg = coerce_config(config)
+    t_start = time.perf_counter()
+    tc = cfg.train
+    ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
+    check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    if cfg.search is not None:
+        log("the config's search: section is for neurcam tune; this trains one run with the model: section")
+    plan, prof = prepare(cfg)
+    init = initial_state(cfg, plan, prof)
+    wcfg = worker_config(cfg, plan, init)
+    run_name = name or f"neurcam-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    t_train = time.perf_counter()
+    result = run_workers(cfg, plan, wcfg, run_name)
+    est, metrics = finish_run(cfg, plan, wcfg, init, result, time.perf_counter() - t_train, run_name)
+    metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
+    out = Path(cfg.output)
+    write_run(out, est, metrics, cfg)
+    log(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
+                                                     if k in metrics) + f"; model and metrics in {out}/")
+    return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan, config=cfg)
+
+
+def write_run(out: Path, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None) -> None:
+    """``model/``, ``metrics.json``, ``config.json`` (and ``extra`` JSON texts) into ``out``, each atomically."""
+    def write(tmp: Path) -> None:
+        est.save(tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        (tmp / "config.json").write_text(cfg.model_dump_json(indent=1))
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
+
+    write_run_output(out, write, extra=tuple(extra or ()))
+
+
+def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: InitialState, result,
+               train_seconds: float, run_name: str) -> tuple[NeurCAM, dict]:
+    """After the workers: the estimator from the final checkpoint, then a Ray Data pass over the
+    whole dataset for the hard assignments, the inertia and (with labels) ARI/NMI/ACC."""
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
+    est = assemble(cfg, plan, wcfg, state, train_seconds)
+    if init.sample is not None:
+        set_reference(est, init, plan, cfg.train.reference_rows, cfg.model.random_state)
+    log("scoring the whole dataset (hard assignments, inertia)")
+    tc = cfg.train
+    scores = evaluate(est.scoring_model(), plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
+    est.channel_means_ = scores.pop("channel_means")
+    metrics = {
+        "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
+        "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+        "resumed_at_epochs": est.history_["resumes"], "num_workers": tc.num_workers,
+        "precision": est.precision_, "train_seconds": round(train_seconds, 2), "schema_hash": plan.schema_hash,
+        "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
+        "run_name": run_name,
+    }
+    return est, metrics
+
+
+def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: int, seed: int) -> None:
+    """Rows ``explain()`` uses by default: a uniform random subset of the (uniform) k-means sample,
+    so explanations describe every file alike, not the first ones."""
+    n = init.sample.num_rows
+    keep = np.sort(np.random.default_rng(seed).choice(n, min(rows, n), replace=False))
+    est.reference_ = pd.DataFrame(data_mod.matrix(init.sample, plan.features)[keep].astype(np.float64),
+                                  columns=plan.features)
+
+
+def assemble(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float) -> NeurCAM:
+    """The in-memory estimator type, from the final checkpoint: ``explain``/``save`` work on it."""
+    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"])
+    trainer.load_state_dict(state["trainer"])
+    est = NeurCAM(**cfg.model.estimator_params(), device="cpu", verbose=False)
+    est.set_trained(trainer.net, trainer.teacher, trainer.schedule, list(state["records"]), seconds,
+                    feature_names=list(plan.features), mean=wcfg.mean, scale=wcfg.scale, repr_dim=plan.repr_dim,
+                    uses_features_as_repr=plan.repr_kind == "features", precision=state["precision"])
+    est.history_["resumes"] = list(state["resumes"])
+    est.history_["world_size"] = int(state["world_size"])
+    return est

@@ -1,0 +1,49 @@
+"""The Ray session: connect or start one, quiet Ray Data's bars, refuse worker groups that would
+leave Ray Data no CPU (the run would hang)."""
+from __future__ import annotations
+
+import math
+import os
+
+
+def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
+    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (once per process). A local Ray
+    gets at least ``min_cpus`` logical CPUs, so the training workers never take every CPU slot
+    and starve the Ray Data tasks that feed them."""
+    import ray
+    if ray.is_initialized():
+        return
+    address = os.environ.get("RAY_ADDRESS")
+    kwargs = {"include_dashboard": False, **init_kwargs}
+    if address:
+        kwargs.pop("num_cpus", None)
+        kwargs.pop("object_store_memory", None)
+    else:
+        kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(min_cpus)))
+    ray.init(address=address or None, **kwargs)
+    quiet_data_progress()
+
+
+def quiet_data_progress() -> None:
+    """Ray Data's per-operator progress bars redraw every second for every epoch's execution;
+    our own per-epoch lines say what matters. ``NEURCAM_RAY_PROGRESS=1`` brings them back."""
+    from ray.data import DataContext
+    if os.environ.get("NEURCAM_RAY_PROGRESS") != "1":
+        ctx = DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+
+
+def check_resources(num_workers: int, cpus_per_worker: float, use_gpu: bool) -> None:
+    """Refuse a worker group that would leave Ray Data no CPU to read with (it would hang)."""
+    import ray
+    res = ray.cluster_resources()
+    cpus, gpus = res.get("CPU", 0.0), res.get("GPU", 0.0)
+    need = num_workers * cpus_per_worker
+    if cpus - need < 1:
+        raise ValueError(f"train.num_workers x train.cpus_per_worker = {need:g} CPUs leaves "
+                         f"{max(cpus - need, 0):g} of the cluster's {cpus:g} CPUs for Ray Data to read the "
+                         f"shards (at least 1 is needed): lower train.cpus_per_worker or add CPUs")
+    if use_gpu and gpus < num_workers:
+        raise ValueError(f"train.use_gpu with train.num_workers={num_workers} needs {num_workers} GPUs; "
+                         f"the cluster has {gpus:g}")

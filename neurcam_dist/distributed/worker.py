@@ -1,0 +1,198 @@
+"""One Ray Train worker: stream this worker's shard every epoch through the shared ``Trainer``.
+
+The worker builds its trainer with ``model.build_trainer`` from the same ``TrainingSpec`` the
+in-memory estimator uses; only the reductions differ: epoch sums and the one-hot test of the gates
+are all-reduced, so every worker takes the same schedule decisions. Checkpoints hold the whole
+``Trainer`` state, so a restarted worker group resumes mid-phase with the same temperatures and
+optimiser moments.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from ray.data.collate_fn import ArrowBatchCollateFn
+
+from ..data import Plan, matrix, representation
+from ..model import TrainingSpec, build_trainer
+from ..model.device import resolve_precision
+from ..model.loss import fcm_log_membership, squared_distances
+from ..model.perf import keep_freed_memory
+from ..model.step import Batch, EpochStats
+from ..model.trainer import Trainer
+
+STATE_FILE = "trainer_state.pt"
+LOG_EVERY = 10  # epochs between progress lines (phase changes are always printed)
+PROGRESS_SECONDS = 60.0  # within an epoch, a progress line at most this often (rank 0)
+REPORTED = ("epoch", "phase", "loss", "clust_loss", "kl", "T", "T2", "lr", "rows", "rows_per_s", "seconds")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker receives (typed; Ray hands it over as ``{"worker": WorkerConfig}``)."""
+
+    spec: TrainingSpec
+    plan: Plan
+    mean: np.ndarray
+    scale: np.ndarray
+    centroids: np.ndarray
+    shuffle_buffer: int
+    checkpoint_every: int
+    threads: float
+    max_epochs: int | None = None   # cut a run short (benchmarks only)
+
+
+class _Collate(ArrowBatchCollateFn):
+    """Arrow batch -> (standardized features, representation) tensors, in Ray's batch thread."""
+
+    def __init__(self, plan: Plan, mean: np.ndarray, scale: np.ndarray):
+        self.plan, self.mean, self.scale = plan, mean, scale
+
+    def __call__(self, table):
+        x = (matrix(table, self.plan.features) - self.mean) / self.scale
+        xr = x if self.plan.repr_kind == "features" else representation(table, self.plan)
+        if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
+            xr = xr.copy()
+        return torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.from_numpy(np.ascontiguousarray(xr))
+
+
+class _Group:
+    """This worker's place in the group and the collectives the schedule needs."""
+
+    def __init__(self, device: torch.device):
+        import ray.train
+        import torch.distributed as dist
+        ctx = ray.train.get_context()
+        self.rank, self.world, self.device = ctx.get_world_rank(), ctx.get_world_size(), device
+        self.distributed = dist.is_available() and dist.is_initialized() and self.world > 1
+        self.coll_device = device if (self.distributed and dist.get_backend() == "nccl") else torch.device("cpu")
+
+    def agree(self, flag: bool) -> bool:
+        """True only when every worker says True (the gates' one-hot test)."""
+        if not self.distributed:
+            return bool(flag)
+        import torch.distributed as dist
+        t = torch.tensor([1 if flag else 0], device=self.coll_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return bool(t.item())
+
+    def reduce(self, sums: torch.Tensor) -> torch.Tensor:
+        if not self.distributed:
+            return sums
+        import torch.distributed as dist
+        sums = sums.to(self.coll_device)
+        dist.all_reduce(sums)
+        return sums.cpu()
+
+    def wrap(self, trainer: Trainer) -> None:
+        """(Re)wrap the network in DDP over the parameters that train now: rebuilt after a gate
+        lock, since DDP fixes its set of synchronised parameters at construction."""
+        if not self.distributed:
+            return
+        from torch.nn.parallel import DistributedDataParallel
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        trainer.model = DistributedDataParallel(trainer.net, device_ids=ids)
+
+
+def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[dict], list[int]]:
+    """Resume from Ray Train's latest checkpoint, if any: (history records, resume epochs)."""
+    import ray.train
+    ckpt = ray.train.get_checkpoint()
+    if ckpt is None:
+        return [], []
+    with ckpt.as_directory() as d:
+        state = torch.load(os.path.join(d, STATE_FILE), map_location=device, weights_only=True)
+    trainer.load_state_dict(state["trainer"])
+    if rank == 0:
+        print(f"[neurcam] resumed from checkpoint at epoch {trainer.schedule.epoch} "
+              f"(phase {trainer.schedule.phase})", flush=True)
+    return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
+
+
+def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate):
+    """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
+    with a heartbeat line on long epochs."""
+    seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
+    it = shard.iter_torch_batches(batch_size=max(1, c.spec.batch_size // group.world), collate_fn=collate,
+                                  device=group.device, local_shuffle_buffer_size=c.shuffle_buffer or None,
+                                  local_shuffle_seed=seed if c.shuffle_buffer else None)
+    rows, start, last = 0, time.perf_counter(), time.perf_counter()
+    for x, xr in it:
+        yield Batch(x, xr)
+        rows += x.shape[0]
+        if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
+            last = time.perf_counter()
+            print(f"[neurcam] epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
+                  f"rows so far, {rows * group.world / (last - start):,.0f} rows/s", flush=True)
+
+
+def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
+    """Metrics with a checkpoint (rank 0) every ``checkpoint_every`` epochs and at the end. A
+    Train v2 report is a round trip through the controller (about 1.5 s here), longer than a small
+    epoch, so reports go with checkpoints only; the per-epoch history travels in the state."""
+    import ray.train
+    metrics = {k: rec[k] for k in REPORTED}
+    metrics["finished"] = trainer.finished
+    if group.rank != 0:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        torch.save({"trainer": trainer.state_dict(), **state}, os.path.join(d, STATE_FILE))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """The Ray Train entry point: build, restore, then epochs until the schedule finishes."""
+    import ray.train
+    import ray.train.torch
+
+    c: WorkerConfig = config["worker"]
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, int(c.threads)))
+        keep_freed_memory()
+    precision = resolve_precision(c.spec.precision, device)
+    torch.manual_seed(c.spec.seed)
+    group = _Group(device)
+    trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree)
+    records, resumes = _restore(trainer, device, group.rank)
+    group.wrap(trainer)
+    collate = _Collate(c.plan, np.asarray(c.mean, np.float32), np.asarray(c.scale, np.float32))
+    shard = ray.train.get_dataset_shard("train")
+    init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
+
+    def target_fn(batch: Batch) -> torch.Tensor:
+        with torch.no_grad():
+            if trainer.schedule.phase == "distill":
+                return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
+            return torch.log_softmax(trainer.teacher(batch.x, 1.0, 1.0).float(), dim=1)
+
+    epochs_run = 0
+    while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
+        epochs_run += 1
+        t0 = time.perf_counter()
+        phase_before = trainer.schedule.phase
+        if group.distributed:
+            with trainer.model.join():
+                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate), target_fn)
+        else:
+            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate), target_fn)
+        means = EpochStats.means_of(group.reduce(stats.sums()))
+        seconds = time.perf_counter() - t0
+        rec, action = trainer.end_epoch(means, seconds)
+        rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
+        records.append(rec)
+        if action in ("lock_pairs", "lock_single"):
+            group.wrap(trainer)
+        s = trainer.schedule
+        if group.rank == 0 and (s.epoch % LOG_EVERY == 0 or s.phase != phase_before or trainer.finished):
+            print(f"[neurcam] epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
+                  f"loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s", flush=True)
+        cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
+        if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:
+            _report(trainer, rec, {"records": records, "resumes": resumes, "precision": precision,
+                                   "world_size": group.world}, group)

@@ -1,0 +1,132 @@
+"""``build_explanation``: evaluate every term of a fitted model on grids in original units,
+purify the pairs, centre on the data, measure importance and profile the clusters."""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+from ..storage import jsonable
+from ..validation import check_matrix
+from .explanation import Explanation, Term
+from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
+from .terms import term_groups
+
+@torch.no_grad()
+@torch.no_grad()
+def _term_table(fitted, channels: np.ndarray, features: tuple[int, ...], grids: list[np.ndarray]) -> np.ndarray:
+    """Sum of ``channels``' contributions (of a ``model.FittedNet``) on the grid of ``features``
+    (other standardized inputs at 0)."""
+    mesh = np.meshgrid(*grids, indexing="ij")
+    n = mesh[0].size
+    x = np.zeros((n, len(fitted.feature_names)), dtype=np.float32)
+    for f, m in zip(features, mesh):
+        x[:, f] = (m.reshape(-1) - fitted.mean[f]) / fitted.scale[f]
+    t, t2 = fitted.temperatures
+    device = next(fitted.net.parameters()).device
+    contrib = fitted.net.contributions(torch.from_numpy(x).to(device), t, t2).double().cpu().numpy()
+    table = contrib[:, channels, :].sum(1)
+    return table.reshape(*mesh[0].shape, -1)
+
+
+def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30) -> Explanation:
+    """The ``Explanation`` of a fitted model over data ``X`` (its distribution centres the terms,
+    weights the purification and defines importance)."""
+    fitted = est.scoring_model()
+    names = list(fitted.feature_names)
+    arr, _, _ = check_matrix(X, "X", expected_columns=names)  # original units, fitted order
+    terms, owner = term_groups(fitted.net)
+    k = fitted.n_clusters
+    in_pairs = sorted({f for t in terms if len(t) == 2 for f in t})
+    pair_grid = {f: feature_grid(arr[:, f], pair_grid_size) for f in in_pairs}
+    main_features = sorted({t[0] for t in terms if len(t) == 1} | set(in_pairs))
+    main_grid = {}
+    for f in main_features:
+        g, discrete = feature_grid(arr[:, f], grid_size)
+        if f in pair_grid:
+            g = np.union1d(g, pair_grid[f][0])
+            discrete = discrete and pair_grid[f][1]
+        main_grid[f] = (g, discrete)
+
+    mains = {f: np.zeros((len(main_grid[f][0]), k)) for f in main_features}
+    for n, t in enumerate(terms):
+        if len(t) == 1:
+            mains[t[0]] += _term_table(fitted, np.flatnonzero(owner == n), t, [main_grid[t[0]][0]])
+    pair_tables = {}
+    for n, t in enumerate(terms):
+        if len(t) == 2:
+            a, b = t
+            ga, gb = pair_grid[a][0], pair_grid[b][0]
+            raw = _term_table(fitted, np.flatnonzero(owner == n), t, [ga, gb])
+            weights = np.zeros((len(ga), len(gb)))
+            np.add.at(weights, (nearest_index(ga, arr[:, a]), nearest_index(gb, arr[:, b])), 1.0)
+            pure, ma, mb = purify(raw, weights)
+            mains[a] += interp_main(ga, ma, main_grid[a][0])
+            mains[b] += interp_main(gb, mb, main_grid[b][0])
+            pair_tables[t] = pure
+    # Channel biases live inside the term tables; every term's data mean moves into the intercept.
+    intercept = np.zeros(k)
+    out_terms, at_rows_all = [], []
+    for f in main_features:
+        g, discrete = main_grid[f]
+        at_rows = interp_main(g, mains[f], arr[:, f])
+        mean = at_rows.mean(0)
+        values = mains[f] - mean
+        intercept = intercept + mean
+        at_rows_all.append(at_rows - mean)
+        counts, edges = np.histogram(arr[:, f], bins=min(n_bins, max(1, len(np.unique(arr[:, f])))))
+        out_terms.append(Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
+                              values=values, importance=np.abs(at_rows - mean).mean(0),
+                              histogram={"edges": edges.tolist(), "counts": counts.tolist()}))
+    for (a, b), table in pair_tables.items():
+        ga, gb = pair_grid[a][0], pair_grid[b][0]
+        # Purified: zero mean over the data binned on the grid, so no further centring is needed.
+        at_rows = interp_pair(ga, gb, table, arr[:, a], arr[:, b])
+        at_rows_all.append(at_rows)
+        out_terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
+                              grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
+                              importance=np.abs(at_rows).mean(0)))
+    expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
+                       terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr))
+    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1))
+    return expl
+
+
+def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, top: int = 3) -> None:
+    """Cluster sizes and the terms that push members in / out; ``per_term`` is (N, T, K), the
+    exported terms evaluated at the explained rows (already computed for importance)."""
+    k = expl.n_clusters
+    expl.cluster_sizes = np.bincount(labels, minlength=k).tolist()
+    # Softmax ignores what a term adds to every cluster alike: what separates cluster c is the
+    # term's contribution to c minus its mean contribution over all clusters.
+    per_term = per_term - per_term.mean(2, keepdims=True)
+    profiles = []
+    for c in range(k):
+        members = labels == c
+        if not members.any():
+            profiles.append({"cluster": c, "size": 0, "into": [], "out_of": []})
+            continue
+        mean = per_term[members, :, c].mean(0)
+        order = np.argsort(-mean)
+        into = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
+                for i in order[:top] if mean[i] > 0]
+        out = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
+               for i in order[::-1][:top] if mean[i] < 0]
+        profiles.append({"cluster": c, "size": int(members.sum()), "into": into, "out_of": out})
+    expl.profiles = profiles
+
+
+def model_card(est, arr: np.ndarray) -> dict:
+    h = est.history_ or {}
+    epochs = h.get("epochs", [])
+    return jsonable({
+        "hyperparameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in est.get_params().items()},
+        "data": {"n_rows": int(arr.shape[0]), "columns": list(est.feature_names_in_),
+                 "sha256": hashlib.sha256(np.ascontiguousarray(arr, dtype=np.float64).tobytes()).hexdigest()},
+        "selected_features": list(est.selected_features_),
+        "selected_pairs": [list(p) for p in est.selected_pairs_],
+        "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
+                "final_loss": epochs[-1]["loss"] if epochs else None,
+                "fit_seconds": h.get("fit_seconds")},
+    })

@@ -1,0 +1,177 @@
+"""Explanations as data: shape graphs, purified pair heat maps, importance, a table-only scorer.
+
+A fitted NeurCAM is a sum of shape functions. ``build.build_explanation`` evaluates every *term* (the
+sum of the channels that selected the same feature, or the same unordered pair) on a grid in the
+feature's original units, centres it on the data, purifies pair terms (Lengerich et al., 2020) so
+that their mass that a main effect can carry moves there, and measures importance as the mean
+absolute contribution (the EBM convention). The result is plain numbers: JSON / Parquet first,
+plots and the HTML report are rendered from those numbers (``report``). This module holds the
+data objects and the table-only scorer: numpy and pandas, no torch.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..storage import atomic_directory, write_text_atomic
+from .grids import interp_main, interp_pair
+
+SCHEMA = "neurcam-dist/explanation"
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Term:
+    name: str
+    kind: str                      # "main" or "pair"
+    features: list[str]
+    grids: list[np.ndarray]        # one per feature, original units
+    discrete: list[bool]
+    values: np.ndarray             # main: (G, K); pair: (Ga, Gb, K)
+    importance: np.ndarray         # (K,) mean |contribution| over the data
+    histogram: dict | None = None  # main terms: {"edges": [...], "counts": [...]}
+
+    def evaluate(self, columns: list[np.ndarray]) -> np.ndarray:
+        if self.kind == "main":
+            return interp_main(self.grids[0], self.values, columns[0])
+        return interp_pair(self.grids[0], self.grids[1], self.values, columns[0], columns[1])
+
+
+@dataclass
+class Explanation:
+    feature_names: list[str]
+    n_clusters: int
+    intercept: np.ndarray
+    terms: list[Term]
+    cluster_sizes: list[int]
+    profiles: list[dict]
+    model_card: dict = field(default_factory=dict)
+
+    # ---- derived views
+    @property
+    def importance(self) -> list[dict]:
+        """Global ranking: mean over clusters of each term's importance, largest first."""
+        rows = [{"term": t.name, "kind": t.kind, "importance": float(t.importance.mean()),
+                 "per_cluster": t.importance.tolist()} for t in self.terms]
+        return sorted(rows, key=lambda r: -r["importance"])
+
+    def term(self, name: str) -> Term:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(f"no term {name!r}; terms are {[t.name for t in self.terms]}")
+
+    def logits(self, X) -> np.ndarray:
+        """(N, K) logits of the table model (intercept + every term looked up / interpolated)."""
+        cols = _columns(X, self.feature_names)
+        out = np.tile(self.intercept, (len(next(iter(cols.values()))), 1))
+        for t in self.terms:
+            out += t.evaluate([cols[f] for f in t.features])
+        return out
+
+    def to_scorer(self) -> "TableScorer":
+        return TableScorer(self)
+
+    # ---- serialisation
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
+            "feature_names": list(self.feature_names), "n_clusters": int(self.n_clusters),
+            "intercept": self.intercept.tolist(),
+            "cluster_sizes": list(map(int, self.cluster_sizes)),
+            "profiles": self.profiles,
+            "model_card": self.model_card,
+            "terms": [{"name": t.name, "kind": t.kind, "features": t.features,
+                       "grids": [g.tolist() for g in t.grids], "discrete": list(map(bool, t.discrete)),
+                       "values": t.values.tolist(), "importance": t.importance.tolist(),
+                       "histogram": t.histogram} for t in self.terms],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Explanation":
+        if d.get("schema") != SCHEMA:
+            raise ValueError(f"not a NeurCAM explanation (schema {d.get('schema')!r})")
+        if d.get("schema_version") != SCHEMA_VERSION:
+            raise ValueError(f"explanation schema version {d.get('schema_version')} is not supported "
+                             f"(this version reads {SCHEMA_VERSION})")
+        terms = [Term(name=t["name"], kind=t["kind"], features=list(t["features"]),
+                      grids=[np.asarray(g, dtype=np.float64) for g in t["grids"]], discrete=list(t["discrete"]),
+                      values=np.asarray(t["values"], dtype=np.float64),
+                      importance=np.asarray(t["importance"], dtype=np.float64), histogram=t.get("histogram"))
+                 for t in d["terms"]]
+        return cls(feature_names=list(d["feature_names"]), n_clusters=int(d["n_clusters"]),
+                   intercept=np.asarray(d["intercept"], dtype=np.float64), terms=terms,
+                   cluster_sizes=list(d["cluster_sizes"]), profiles=list(d["profiles"]),
+                   model_card=dict(d.get("model_card", {})))
+
+    def to_json(self, path) -> None:
+        write_text_atomic(Path(path), json.dumps(self.to_dict()))
+
+    @classmethod
+    def from_json(cls, path) -> "Explanation":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_parquet(self, directory) -> None:
+        """``terms.parquet`` (one row per term and cluster: importance), ``grids.parquet`` (one row per
+        grid point) and ``values.parquet`` (one row per grid cell and cluster), written atomically."""
+        import pandas as pd
+
+        terms, grids, values = [], [], []
+        for t in self.terms:
+            for k in range(self.n_clusters):
+                terms.append({"term": t.name, "kind": t.kind, "features": " & ".join(t.features), "cluster": k,
+                              "importance": float(t.importance[k])})
+            for axis, (f, g) in enumerate(zip(t.features, t.grids)):
+                grids += [{"term": t.name, "axis": axis, "feature": f, "index": i, "value": float(v)}
+                          for i, v in enumerate(g)]
+            idx = np.indices(t.values.shape[:-1]).reshape(len(t.features), -1).T
+            flat = t.values.reshape(-1, self.n_clusters)
+            for (cell, row) in zip(idx, flat):
+                for k in range(self.n_clusters):
+                    values.append({"term": t.name, "i": int(cell[0]), "j": int(cell[1]) if len(cell) > 1 else -1,
+                                   "cluster": k, "value": float(row[k])})
+        intercept = pd.DataFrame({"cluster": np.arange(self.n_clusters), "intercept": self.intercept})
+
+        def write(tmp: Path) -> None:
+            pd.DataFrame(terms).to_parquet(tmp / "terms.parquet", index=False)
+            pd.DataFrame(grids).to_parquet(tmp / "grids.parquet", index=False)
+            pd.DataFrame(values).to_parquet(tmp / "values.parquet", index=False)
+            intercept.to_parquet(tmp / "intercept.parquet", index=False)
+
+        atomic_directory(Path(directory), write, marker="terms.parquet")
+
+
+class TableScorer:
+    """Scores with numpy and the exported tables only (no torch): lookup for discrete features,
+    linear / bilinear interpolation between grid points otherwise."""
+
+    def __init__(self, explanation: Explanation):
+        self.explanation = explanation
+
+    def decision_function(self, X) -> np.ndarray:
+        return self.explanation.logits(X)
+
+    def predict_proba(self, X) -> np.ndarray:
+        g = self.decision_function(X)
+        g = g - g.max(1, keepdims=True)
+        e = np.exp(g)
+        return e / e.sum(1, keepdims=True)
+
+    def predict(self, X) -> np.ndarray:
+        return self.decision_function(X).argmax(1)
+
+
+def _columns(X, names: list[str]) -> dict[str, np.ndarray]:
+    import pandas as pd
+    if isinstance(X, pd.DataFrame):
+        missing = [n for n in names if n not in X.columns]
+        if missing:
+            raise ValueError(f"X lacks the model's feature columns {missing}")
+        return {n: X[n].to_numpy(np.float64) for n in names}
+    arr = np.asarray(X, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] != len(names):
+        raise ValueError(f"X must have {len(names)} columns ({names}), got shape {arr.shape}")
+    return {n: arr[:, j] for j, n in enumerate(names)}

@@ -1,0 +1,60 @@
+"""A fitted model's terms, and the per-row additive decomposition of its logits.
+
+A *term* is the sum of every channel that selected the same feature (or the same unordered
+pair); a pair channel that picked one feature twice joins that feature's main term.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def term_groups(net) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """Terms of a ``NeurCAMNet`` as sorted feature-index tuples, and for each channel the index
+    of its term."""
+    singles = [(int(i),) for i in net.single.gates.selected()[:, 0].tolist()]
+    pairs = [tuple(sorted(set(int(v) for v in p))) for p in net.pairs.gates.selected().tolist()]
+    keys = singles + pairs
+    mains = sorted({k for k in keys if len(k) == 1})
+    duos = sorted({k for k in keys if len(k) == 2})
+    terms = mains + duos
+    index = {t: n for n, t in enumerate(terms)}
+    return terms, np.array([index[k] for k in keys], dtype=np.int64)
+
+
+def term_name(term: tuple[int, ...], names: list[str]) -> str:
+    return " & ".join(names[i] for i in term)
+
+
+@dataclass
+class RowExplanation:
+    """Per-row additive decomposition: ``intercept + contributions.sum(1) == logits``."""
+
+    terms: list[str]
+    contributions: np.ndarray   # (rows, terms, clusters)
+    intercept: np.ndarray       # (clusters,)
+    logits: np.ndarray          # (rows, clusters)
+
+    def to_frame(self):
+        import pandas as pd
+        n, t, k = self.contributions.shape
+        return pd.DataFrame({
+            "row": np.repeat(np.arange(n), t * k),
+            "term": np.tile(np.repeat(np.asarray(self.terms, dtype=object), k), n),
+            "cluster": np.tile(np.arange(k), n * t),
+            "contribution": self.contributions.reshape(-1),
+        })
+
+
+def rows_from_contributions(fitted, contrib: np.ndarray) -> RowExplanation:
+    """The per-row decomposition of a ``model.FittedNet`` from already computed (N, channels, K)
+    channel contributions (the batch scorer has them): channels summed into their terms with one
+    matmul, each centred on its training-data mean (the mean moves into the intercept)."""
+    contrib = contrib.astype(np.float64)
+    terms, owner = term_groups(fitted.net)
+    membership = np.zeros((len(owner), len(terms)))
+    membership[np.arange(len(owner)), owner] = 1.0
+    out = np.einsum("nck,ct->ntk", contrib - fitted.channel_means[None], membership)
+    return RowExplanation(terms=[term_name(t, fitted.feature_names) for t in terms], contributions=out,
+                          intercept=fitted.channel_means.sum(0), logits=contrib.sum(1))

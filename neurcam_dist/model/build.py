@@ -1,0 +1,85 @@
+"""The one builder of network + schedule + trainer, shared by the estimator and the Ray worker.
+
+``TrainingSpec`` is the typed form of the hyperparameters once the data's width is known; both
+drivers make one (``TrainingSpec.from_params``) and hand it to ``build_trainer``, so the two can
+never build a different model from the same settings.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ..params import DEFAULTS, check_params, resolved_n_single
+from .network import NeurCAMNet
+from .schedule import Schedule
+from .trainer import Trainer
+
+
+@dataclass(frozen=True)
+class TrainingSpec:
+    n_features: int
+    n_clusters: int
+    n_single: int
+    n_pairs: int
+    hidden: tuple[int, ...]
+    n_bases: int
+    seed: int
+    m: float
+    gamma: float
+    epsilon: float
+    lr: float
+    lr_patience: int
+    epochs: int
+    warmup_epochs: int
+    distill_epochs: int           # 0 unless init='distill'
+    early_stopping: bool
+    n_iter_no_change: int
+    tol: float
+    batch_size: int
+    precision: str                # fp32, bf16 or auto (resolved per device by the driver)
+
+    @classmethod
+    def from_params(cls, params: dict, n_features: int) -> "TrainingSpec":
+        """From estimator-style hyperparameters (the table in ``params``; missing keys: defaults)."""
+        p = {**DEFAULTS, **params}
+        check_params(p)
+        distill = p["init"] == "distill" and p["distill_epochs"] > 0
+        return cls(n_features=int(n_features), n_clusters=int(p["n_clusters"]),
+                   n_single=resolved_n_single(p, n_features), n_pairs=int(p["n_pairs"]),
+                   hidden=tuple(int(h) for h in p["hidden"]), n_bases=int(p["n_bases"]),
+                   seed=int(p["random_state"]), m=float(p["m"]), gamma=float(p["gamma"]),
+                   epsilon=float(p["epsilon"]), lr=float(p["lr"]), lr_patience=int(p["lr_patience"]),
+                   epochs=int(p["epochs"]), warmup_epochs=int(p["warmup_epochs"]),
+                   distill_epochs=int(p["distill_epochs"]) if distill else 0,
+                   early_stopping=bool(p["early_stopping"]), n_iter_no_change=int(p["n_iter_no_change"]),
+                   tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def build_network(spec: TrainingSpec, centroids) -> NeurCAMNet:
+    return NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
+                      torch.as_tensor(np.asarray(centroids, np.float32)), seed=spec.seed)
+
+
+def build_schedule(spec: TrainingSpec) -> Schedule:
+    return Schedule(epochs=spec.epochs, warmup_epochs=spec.warmup_epochs, distill_epochs=spec.distill_epochs,
+                    epsilon=spec.epsilon, has_pairs=spec.n_pairs > 0, early_stopping=spec.early_stopping,
+                    n_iter_no_change=spec.n_iter_no_change, tol=spec.tol)
+
+
+def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
+                  agree: Callable[[bool], bool] = bool) -> Trainer:
+    """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
+    ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce."""
+    net = build_network(spec, centroids).to(device)
+    for kind in (net.single, net.pairs):
+        if kind.n == 0:
+            for p in kind.parameters():
+                p.requires_grad_(False)
+    return Trainer(net, build_schedule(spec), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
+                   precision=precision, agree=agree)

@@ -1,0 +1,134 @@
+"""The one table of NeurCAM's hyperparameters: type, default, range, choices.
+
+The estimator checks its parameters against it, the YAML config's ``model`` section is generated
+from it (``config.ModelConfig``), and the search checks every grid value through that section, so a
+constraint is written once. ``check_params`` needs no data; ``check_params_for_data`` adds what
+depends on the data's size (rows, features) and is what the Ray driver and the search trials call
+before any work starts.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One hyperparameter: its type (``int``, ``float``, ``bool``, ``str`` or ``tuple`` of ints),
+    default, bounds (``ge``/``gt``/``le``/``lt``), allowed ``choices`` and whether None is allowed.
+    ``in_config``: part of a job config's ``model`` section (False for process-level settings)."""
+
+    kind: type
+    default: Any
+    doc: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple | None = None
+    optional: bool = False
+    in_config: bool = True
+
+
+HYPERPARAMETERS: dict[str, Spec] = {
+    "n_clusters": Spec(int, 10, "number of clusters", ge=2),
+    "n_single": Spec(int, None, "single-feature shape functions (None: one per feature)", ge=0, optional=True),
+    "n_pairs": Spec(int, 0, "pairwise shape functions (0: NeurCAM, > 0: Neur2CAM)", ge=0),
+    "m": Spec(float, 1.05, "fuzziness of the fuzzy c-means loss", ge=1.0),
+    "gamma": Spec(float, 1.0, "weight of the KL term toward the model frozen after warm-up", ge=0.0),
+    "epsilon": Spec(float, 0.9, "temperature decay per annealing epoch", gt=0.0, lt=1.0),
+    "warmup_epochs": Spec(int, 400, "most warm-up epochs (after distillation)", ge=0),
+    "epochs": Spec(int, 1000, "most epochs in all (distillation, warm-up, annealing, final)", ge=1),
+    "batch_size": Spec(int, 512, "rows per optimiser step (global: split across Ray workers)", ge=1),
+    "lr": Spec(float, 2e-3, "Adam learning rate", gt=0.0),
+    "hidden": Spec(tuple, (256, 256), "hidden layer widths of the shared backbones"),
+    "n_bases": Spec(int, 64, "basis functions per backbone", ge=1),
+    "standardize": Spec(bool, True, "standardize the features (and the default representation)"),
+    "random_state": Spec(int, 0, "seed of every random choice"),
+    "device": Spec(str, "auto", "torch device ('auto': CUDA when available)", in_config=False),
+    "init": Spec(str, "distill", "distill: KL toward the k-means assignment first; kmeans: centroids only",
+                 choices=("distill", "kmeans")),
+    "distill_epochs": Spec(int, 10, "distillation epochs before the warm-up (init='distill')", ge=0),
+    "lr_patience": Spec(int, 10, "epochs without improvement before the learning rate halves", ge=0),
+    "early_stopping": Spec(bool, True, "end the warm-up and the final phase once the loss plateaus"),
+    "n_iter_no_change": Spec(int, 10, "plateau length (epochs) for early stopping", ge=1),
+    "tol": Spec(float, 1e-3, "relative loss improvement that counts for early stopping", ge=0.0),
+    "precision": Spec(str, "fp32", "fp32, bf16 (autocast matmuls) or auto", choices=("fp32", "bf16", "auto")),
+    "verbose": Spec(bool, True, "progress bar", in_config=False),
+}
+
+DEFAULTS: dict[str, Any] = {name: spec.default for name, spec in HYPERPARAMETERS.items()}
+
+
+def _fmt(v) -> str:
+    return repr(v) if isinstance(v, str) else f"{v}"
+
+
+def check_value(name: str, value) -> None:
+    """Raise ``ValueError`` naming ``name`` and ``value`` when ``value`` breaks the table."""
+    spec = HYPERPARAMETERS[name]
+    if value is None:
+        if spec.optional:
+            return
+        raise ValueError(f"{name} must not be None")
+    if spec.kind is tuple:
+        try:
+            items = tuple(value)
+        except TypeError:
+            items = None
+        if (not items or isinstance(value, (str, bytes))
+                or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in items)):
+            raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
+        return
+    if spec.kind is bool:
+        is_bool = isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                              and type(value).__name__ in ("bool", "bool_"))
+        if not is_bool and not (isinstance(value, numbers.Integral) and value in (0, 1)):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+        return
+    if spec.kind is str:
+        if spec.choices is not None and value not in spec.choices:
+            raise ValueError(f"{name} must be one of {spec.choices}, got {value!r}")
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return
+    integer = spec.kind is int
+    ok_type = isinstance(value, numbers.Integral) if integer else isinstance(value, numbers.Real)
+    if isinstance(value, bool) or not ok_type or (not integer and math.isnan(float(value))):
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    for bound, fails, sign in ((spec.ge, lambda b: value < b, ">="), (spec.gt, lambda b: value <= b, ">"),
+                               (spec.le, lambda b: value > b, "<="), (spec.lt, lambda b: value >= b, "<")):
+        if bound is not None and fails(bound):
+            raise ValueError(f"{name} must be {sign} {_fmt(bound)}, got {value!r}")
+
+
+def check_params(params: dict) -> None:
+    """Every value of ``params`` (a subset of the table's names) against the table."""
+    unknown = sorted(set(params) - set(HYPERPARAMETERS))
+    if unknown:
+        raise ValueError(f"unknown hyperparameter(s) {unknown}; known: {sorted(HYPERPARAMETERS)}")
+    for name, value in params.items():
+        check_value(name, value)
+
+
+def check_params_for_data(params: dict, n_rows: int, n_features: int) -> None:
+    """``check_params`` plus what depends on the data: enough rows for the clusters, enough features
+    for pairs, at least one shape function. The Ray driver calls it from the Parquet footers alone."""
+    full = {**DEFAULTS, **params}
+    check_params(full)
+    if full["n_clusters"] > n_rows:
+        raise ValueError(f"n_clusters={full['n_clusters']} is larger than the number of rows "
+                         f"(n_samples={n_rows})" if n_rows == 1 else
+                         f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
+    if full["n_pairs"] > 0 and n_features < 2:
+        raise ValueError(f"n_pairs={full['n_pairs']} needs at least 2 features, X has {n_features}")
+    if resolved_n_single(full, n_features) + full["n_pairs"] == 0:
+        raise ValueError("n_single=0 and n_pairs=0: the model needs at least one shape function")
+
+
+def resolved_n_single(params: dict, n_features: int) -> int:
+    """``n_single=None`` means one single-feature channel per feature."""
+    n = params.get("n_single", DEFAULTS["n_single"])
+    return n_features if n is None else int(n)

@@ -1,0 +1,64 @@
+"""The service's entry points: train or search on Ray, then log the result to MLflow when the
+config has a ``tracking:`` section. The CLI and the Ray Job entrypoints call these; training
+itself (``distributed``) knows nothing of MLflow, and tracking nothing of Ray.
+
+When MLflow is unreachable the run still finishes and its model is saved in ``output/``;
+``tracking.TrackingError`` then says what was not logged (and that nothing was registered).
+"""
+from __future__ import annotations
+
+from .config import JobConfig, coerce_config
+from .distributed import SearchResult, TrainResult
+from .distributed import search as _search
+from .distributed import train as _train
+from .distributed.driver import log
+
+
+def train(config, *, name: str | None = None) -> TrainResult:
+    """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
+    cfg = coerce_config(config)
+    result = _train(cfg, name=name)
+    if cfg.tracking is not None:
+        from . import tracking
+        try:
+            result.tracking = tracking.log_training(result, cfg)
+        except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
+            raise tracking.tracking_failed(cfg, result.output, exc, "the run") from exc
+        _say_logged(cfg, result.tracking, "run")
+    return result
+
+
+def search(config, *, name: str | None = None) -> SearchResult:
+    """``distributed.search``, then a parent run, a nested run per trial and the winner registered
+    as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
+    start (the search still runs: its winner is saved locally)."""
+    cfg = coerce_config(config)
+    if cfg.tracking is not None:
+        _warn_if_unreachable(cfg)
+    result = _search(cfg, name=name)
+    if cfg.tracking is not None:
+        from . import tracking
+        try:
+            result.tracking = tracking.log_search(result, result.search_config)
+        except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
+            raise tracking.tracking_failed(cfg, result.output, exc,
+                                           "the search's parent run, its trial runs") from exc
+        _say_logged(cfg, result.tracking, "parent run")
+    return result
+
+
+def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
+    log(f"MLflow {what} {t['run_id']} in {t['tracking_uri']}"
+        + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
+           if cfg.tracking.model_name else ""))
+
+
+def _warn_if_unreachable(cfg: JobConfig) -> None:
+    from .tracking import check_reachable, tracking_uri
+    uri = tracking_uri(cfg.tracking.uri)
+    if uri.startswith(("http://", "https://")):
+        try:
+            check_reachable(uri)
+        except ConnectionError as exc:
+            log(f"WARNING: {exc}; the run goes on and its model is saved locally, but the command "
+                f"will exit non-zero if MLflow is still unreachable at the end")

@@ -1,0 +1,8 @@
+"""Files: atomic directory and file writes, the model-directory format, JSON helpers.
+Knows nothing of the estimator, Ray or MLflow."""
+from .atomic import atomic_directory, write_run_output, write_text_atomic
+from .modeldir import read_model_dir, write_model_dir
+from .serialize import jsonable
+
+__all__ = ["atomic_directory", "jsonable", "read_model_dir", "write_model_dir", "write_run_output",
+           "write_text_atomic"]

@@ -1,0 +1,70 @@
+"""Model directories: ``config.json`` + ``weights.safetensors`` + ``manifest.json`` (sha256 of both).
+
+The format only: a JSON config and a flat tensor state in, the same out. It knows nothing of the
+estimator that fills the config. No pickle anywhere, so loading a model cannot run code; writing
+is atomic (``atomic.atomic_directory``), so a crash never leaves a half-written model and an
+existing good model is only replaced by a complete one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from .atomic import atomic_directory
+
+FORMAT = "neurcam-dist/model"
+FORMAT_VERSION = 1
+FILES = ("config.json", "weights.safetensors")
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
+    """Write ``config`` (JSON-ready) and ``state`` (tensors) as a model directory at ``path``."""
+    config = {"format": FORMAT, "format_version": FORMAT_VERSION, **config}
+    state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
+
+    def write(tmp: Path) -> None:
+        save_file(state, str(tmp / "weights.safetensors"))
+        (tmp / "config.json").write_text(json.dumps(config, indent=1))
+        manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+    atomic_directory(Path(path), write, marker=MANIFEST)
+
+
+def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """``(config, state)`` of the model directory at ``path``, after checking every file against
+    the manifest; ``ValueError`` names what is missing, altered or of another version."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"no model directory at {path}")
+    missing = [f for f in (*FILES, MANIFEST) if not (path / f).is_file()]
+    if missing:
+        raise ValueError(f"{path} is not a complete NeurCAM model: missing {missing}")
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}/{MANIFEST} is not valid JSON: {exc}") from exc
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a NeurCAM model directory (format {manifest.get('format')!r})")
+    for f in FILES:
+        expected = manifest.get("files", {}).get(f)
+        if expected != _sha256(path / f):
+            raise ValueError(f"{path}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
+    config = json.loads((path / "config.json").read_text())
+    if config.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: model format version {config.get('format_version')} is not supported "
+                         f"(this version reads {FORMAT_VERSION})")
+    return config, load_file(str(path / "weights.safetensors"))

@@ -1,0 +1,48 @@
+"""Where runs go: the config's tracking URI, else ``MLFLOW_TRACKING_URI``, else an embedded local
+store (a SQLite database and an artifact folder under the working directory), so nothing needs a
+server; an http server that is down is reported in seconds."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOCAL_DB = "mlflow.db"
+LOCAL_ARTIFACTS = "mlartifacts"
+
+
+def tracking_uri(configured: str | None = None, workdir: str | os.PathLike = ".") -> str:
+    uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    return f"sqlite:///{(Path(workdir) / LOCAL_DB).resolve()}"
+
+
+def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".") -> str:
+    """Point MLflow at the tracking store and experiment; returns the experiment id."""
+    import mlflow
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
+    uri = tracking_uri(configured, workdir)
+    if uri.startswith(("http://", "https://")):
+        check_reachable(uri)
+    mlflow.set_tracking_uri(uri)
+    exp = mlflow.get_experiment_by_name(experiment)
+    if exp is not None:
+        mlflow.set_experiment(experiment)
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):  # the embedded store keeps artifacts beside its database
+        location = (Path(workdir) / LOCAL_ARTIFACTS).resolve().as_uri()
+    exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+    mlflow.set_experiment(experiment)
+    return exp_id
+
+
+def check_reachable(uri: str, timeout: float = 5.0) -> None:
+    """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down."""
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout):
+            return
+    except (urllib.error.URLError, OSError) as exc:
+        raise ConnectionError(f"MLflow tracking server {uri} is unreachable ({exc})") from None
