@@ -13,8 +13,28 @@ ROOT = Path(__file__).resolve().parent
 DEFAULT_DATA = ROOT.parent.parent / "shared" / "data"
 
 
+def heavy_tailed(n: int = 6000, d: int = 8, k: int = 6, outlier_rate: float = 0.003, seed: int = 0):
+    """Gaussian clusters plus a few rows pushed tens of standard deviations out on one feature:
+    the table on which Lloyd's k-means spends clusters on single outliers (seeded, no download)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, size=(k, d))
+    y = rng.integers(0, k, size=n)
+    x = centers[y] + rng.normal(size=(n, d))
+    out = rng.random(n) < outlier_rate
+    cols = rng.integers(0, d, size=out.sum())
+    x[np.flatnonzero(out), cols] += rng.choice([-1, 1], size=out.sum()) * rng.uniform(30, 60, size=out.sum()) * x.std(0)[cols]
+    return pd.DataFrame(x, columns=[f"f{j}" for j in range(d)]), y
+
+
 def load_dataset(name: str, data_dir: Path = DEFAULT_DATA):
-    """(features DataFrame, labels) of a UCI table in ``data_dir`` (label column split off)."""
+    """(features DataFrame, labels) of a UCI table in ``data_dir`` (label column split off), of
+    scikit-learn's bundled ``digits``, or of the seeded ``heavytail`` table."""
+    if name == "digits":
+        from neurcam_dist.data.bundled import digits_frame
+        df = digits_frame()
+        return df.drop(columns="label"), df["label"].to_numpy()
+    if name == "heavytail":
+        return heavy_tailed()
     path = Path(data_dir) / f"{name}.csv.gz"
     if not path.exists():
         raise SystemExit(f"{path} not found: pass --data-dir pointing at the folder with {name}.csv.gz")

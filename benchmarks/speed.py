@@ -51,7 +51,7 @@ def forward_flops_per_row(d: int, k: int, c: int, p: int) -> float:
 
 def time_phases(x: torch.Tensor, k: int, p: int, precision: str, epochs: int) -> dict:
     n, d = x.shape
-    cents = torch.from_numpy(kmeans_centroids(x.numpy(), k, BATCH, 0))
+    cents = torch.from_numpy(kmeans_centroids(x.numpy(), k, 0, batch_size=BATCH)[0])
     net = NeurCAMNet(d, k, d, p, HIDDEN, BASES, cents, seed=0)
     opt = torch.optim.Adam(net.parameters(), lr=2e-3)
     gen = torch.Generator().manual_seed(0)

@@ -33,8 +33,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     """Interpretable fuzzy clustering with a neural GAM (NeurCAM) or GA2M (Neur2CAM, ``n_pairs > 0``).
 
     ``n_single=None`` gives one single-feature channel per feature. ``init='distill'`` spends the
-    first ``distill_epochs`` epochs pulling the network toward the MiniBatchKMeans assignment
-    (KL to the fuzzy c-means membership of the k-means centroids); the paper's warm-up follows,
+    first ``distill_epochs`` epochs pulling the network toward the k-means assignment (KL to the
+    fuzzy c-means membership of the k-means centroids; ``kmeans`` says which k-means: Lloyd's
+    while it costs seconds, MiniBatchKMeans above); the paper's warm-up follows,
     for at most ``warmup_epochs`` epochs. ``early_stopping`` ends the warm-up and the final phase
     once the epoch loss stops improving by ``tol`` (relative) for ``n_iter_no_change`` epochs;
     ``warmup_epochs`` and ``epochs`` (the whole run) are then upper bounds. Annealing always runs
@@ -51,7 +52,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  gamma: float = 1.0, epsilon: float = 0.9, warmup_epochs: int = 400, epochs: int = 1000,
                  batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (256, 256), n_bases: int = 64,
                  standardize: bool = True, random_state: int = 0, device: str = "auto",
-                 init: str = "distill", distill_epochs: int = 10, lr_patience: int = 10,
+                 kmeans: str = "auto", kmeans_n_init: int = 10, init: str = "distill", distill_epochs: int = 10,
+                 lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
                  precision: str = "fp32", verbose: bool = True):
         self.n_clusters = n_clusters
@@ -69,6 +71,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.standardize = standardize
         self.random_state = random_state
         self.device = device
+        self.kmeans = kmeans
+        self.kmeans_n_init = kmeans_n_init
         self.init = init
         self.distill_epochs = distill_epochs
         self.lr_patience = lr_patience
@@ -137,7 +141,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         spec = TrainingSpec.from_params(self.get_params(), d)
 
         t0 = time.perf_counter()
-        centroids = kmeans_centroids(xr, spec.n_clusters, spec.batch_size, seed)
+        centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
+                                                n_init=self.kmeans_n_init, batch_size=spec.batch_size)
         trainer = build_trainer(spec, centroids, precision=precision, device=device)
         net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)
@@ -147,7 +152,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         records = self._train(trainer, x_t, xr_t, targets, spec, callback)
         self.set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0,
                          feature_names=names, mean=mean, scale=scale, repr_dim=xr.shape[1],
-                         uses_features_as_repr=X_repr is None, precision=precision)
+                         uses_features_as_repr=X_repr is None, precision=precision, init_info=init_info)
         fitted = self.scoring_model()
         self.labels_ = fitted.logits(arr).argmax(1)
         # Training-data means of every channel: the reference that centres per-row explanations.
@@ -183,7 +188,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def set_trained(self, net: NeurCAMNet, teacher: NeurCAMNet | None, sched: Schedule, records: list,
                     seconds: float, *, feature_names: list[str], mean: np.ndarray, scale: np.ndarray,
-                    repr_dim: int, uses_features_as_repr: bool, precision: str) -> "NeurCAM":
+                    repr_dim: int, uses_features_as_repr: bool, precision: str,
+                    init_info: dict | None = None) -> "NeurCAM":
         """The learned attributes every driver sets at the end of training (in memory or on Ray)."""
         if not net.all_one_hot(sched.t, sched.t2):
             raise RuntimeError("internal error: training ended with a gate that is not one-hot")
@@ -196,7 +202,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.net_ = net.eval()
         self.warmup_net_ = teacher
         self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
-                         "n_epochs": sched.epoch, "fit_seconds": seconds}
+                         "n_epochs": sched.epoch, "fit_seconds": seconds, "init": init_info}
         self.n_iter_ = sched.epoch
         self.temperatures_ = (sched.t, sched.t2)
         self.cluster_centers_ = net.centroids.detach().cpu().numpy()

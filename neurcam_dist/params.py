@@ -48,6 +48,10 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "standardize": Spec(bool, True, "standardize the features (and the default representation)"),
     "random_state": Spec(int, 0, "seed of every random choice"),
     "device": Spec(str, "auto", "torch device ('auto': CUDA when available)", in_config=False),
+    "kmeans": Spec(str, "auto", "k-means for the centroid init and the distillation target: lloyd (KMeans, "
+                   "k-means++), minibatch (MiniBatchKMeans, the paper's mKMC) or auto (lloyd while rows x dims x "
+                   "clusters <= 2e7, where it costs seconds; minibatch above)", choices=("auto", "lloyd", "minibatch")),
+    "kmeans_n_init": Spec(int, 10, "k-means restarts (the best by inertia is kept)", ge=1),
     "init": Spec(str, "distill", "distill: KL toward the k-means assignment first; kmeans: centroids only",
                  choices=("distill", "kmeans")),
     "distill_epochs": Spec(int, 10, "distillation epochs before the warm-up (init='distill')", ge=0),

@@ -236,3 +236,23 @@ def test_scoring_model_holds_what_scoring_needs_and_nothing_else(fitted, data):
     assert not hasattr(fitted_net, "reference_") and not hasattr(fitted_net, "warmup_net_")
     np.testing.assert_array_equal(fitted_net.logits(X.to_numpy()), fitted.decision_function(X))
     assert len(pickle.dumps(fitted_net)) < len(pickle.dumps(fitted)) / 2
+
+
+def test_kmeans_init_is_lloyd_while_cheap_and_recorded(data, fitted):
+    from sklearn.cluster import KMeans
+
+    from neurcam_dist.model.kmeans import LLOYD_BUDGET, kmeans_centroids, kmeans_method
+    X, _ = data
+    x = ((X - X.mean()) / X.std(ddof=0)).to_numpy(np.float32)
+    cents, info = kmeans_centroids(x, 3, 0)
+    ref = KMeans(n_clusters=3, n_init=10, random_state=0).fit(x)
+    np.testing.assert_allclose(cents, ref.cluster_centers_, rtol=1e-5, atol=1e-5)
+    assert info["method"] == "lloyd" and info["n_init"] == 10
+    assert info["inertia"] == pytest.approx(ref.inertia_ / len(x))
+    assert kmeans_method(100_000, 256, 10) == "minibatch" and kmeans_method(10_000, 16, 10) == "lloyd"
+    assert kmeans_method(int(LLOYD_BUDGET), 1, 1) == "lloyd" and kmeans_method(1, 1, 1, "minibatch") == "minibatch"
+    # the fitted model says which k-means it started from, and the model card carries it
+    assert fitted.history_["init"]["method"] == "lloyd"
+    assert fitted.explain(X).model_card["kmeans_init"]["method"] == "lloyd"
+    mb = NeurCAM(n_clusters=3, random_state=0, kmeans="minibatch", kmeans_n_init=3, **SMALL).fit(X)
+    assert mb.history_["init"]["method"] == "minibatch" and mb.history_["init"]["n_init"] == 3

@@ -75,14 +75,15 @@ class InitialState:
     scale: np.ndarray
     centroids: np.ndarray
     sample: object          # pyarrow.Table: the bounded uniform random sample (features + representation)
+    kmeans: dict | None = None   # which k-means made the centroids (the model card records it)
 
     def without_sample(self) -> "InitialState":
         """What trials need shipped to them (the sample stays on the driver)."""
-        return InitialState(self.mean, self.scale, self.centroids, None)
+        return InitialState(self.mean, self.scale, self.centroids, None, self.kmeans)
 
 
 def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -> InitialState:
-    """Standardization from the profile; MiniBatchKMeans centroids on a bounded random sample."""
+    """Standardization from the profile; k-means centroids on a bounded uniform random sample."""
     m, tc = cfg.model, cfg.train
     mean = prof.mean.astype(np.float32) if m.standardize else np.zeros(len(plan.features), np.float32)
     scale = prof.scale() if m.standardize else np.ones(len(plan.features), np.float32)
@@ -93,9 +94,11 @@ def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
-    centroids = kmeans_centroids(xr_sample, m.n_clusters, m.batch_size, m.random_state)
-    log(f"k-means init on a {len(xr_sample):,}-row sample")
-    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table)
+    centroids, info = kmeans_centroids(xr_sample, m.n_clusters, m.random_state, method=m.kmeans,
+                                       n_init=m.kmeans_n_init, batch_size=m.batch_size)
+    log(f"k-means init ({info['method']}, {info['n_init']} restarts) on a {len(xr_sample):,}-row sample "
+        f"in {info['seconds']:.1f} s")
+    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info)
 
 
 def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
@@ -195,7 +198,7 @@ def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: In
     whole dataset for the hard assignments, the inertia and (with labels) ARI/NMI/ACC."""
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
-    est = assemble(cfg, plan, wcfg, state, train_seconds)
+    est = assemble(cfg, plan, wcfg, state, train_seconds, init.kmeans)
     if init.sample is not None:
         set_reference(est, init, plan, cfg.train.reference_rows, cfg.model.random_state)
     log("scoring the whole dataset (hard assignments, inertia)")
@@ -222,14 +225,16 @@ def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: i
                                   columns=plan.features)
 
 
-def assemble(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float) -> NeurCAM:
+def assemble(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float,
+             init_info: dict | None = None) -> NeurCAM:
     """The in-memory estimator type, from the final checkpoint: ``explain``/``save`` work on it."""
     trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"])
     trainer.load_state_dict(state["trainer"])
     est = NeurCAM(**cfg.model.estimator_params(), device="cpu", verbose=False)
     est.set_trained(trainer.net, trainer.teacher, trainer.schedule, list(state["records"]), seconds,
                     feature_names=list(plan.features), mean=wcfg.mean, scale=wcfg.scale, repr_dim=plan.repr_dim,
-                    uses_features_as_repr=plan.repr_kind == "features", precision=state["precision"])
+                    uses_features_as_repr=plan.repr_kind == "features", precision=state["precision"],
+                    init_info=init_info)
     est.history_["resumes"] = list(state["resumes"])
     est.history_["world_size"] = int(state["world_size"])
     return est

@@ -126,6 +126,7 @@ def model_card(est, arr: np.ndarray) -> dict:
                  "sha256": hashlib.sha256(np.ascontiguousarray(arr, dtype=np.float64).tobytes()).hexdigest()},
         "selected_features": list(est.selected_features_),
         "selected_pairs": [list(p) for p in est.selected_pairs_],
+        "kmeans_init": h.get("init"),
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,
                 "fit_seconds": h.get("fit_seconds")},

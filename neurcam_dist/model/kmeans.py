@@ -1,13 +1,41 @@
-"""The centroid initialisation (the paper's mKMC) shared by the estimator and the Ray driver."""
+"""The centroid initialisation (and, with ``init='distill'``, the distillation target) shared by
+the estimator and the Ray driver.
+
+Lloyd's ``KMeans`` (k-means++, ``n_init`` restarts) reaches a lower inertia than MiniBatchKMeans
+(the paper's mKMC), and the network then holds that better partition; it is used whenever it
+costs seconds (``auto``: rows x dims x clusters up to ``LLOYD_BUDGET``). Larger inputs (a Ray
+k-means sample of 100,000 rows of a 256-dim embedding, say) use MiniBatchKMeans.
+"""
 from __future__ import annotations
 
+import time
+
 import numpy as np
-from sklearn.cluster import MiniBatchKMeans
+from sklearn.cluster import KMeans, MiniBatchKMeans
+
+LLOYD_BUDGET = 2e7  # rows x dims x clusters: Lloyd with 10 restarts takes seconds below this on 2 cores
 
 
-def kmeans_centroids(xr: np.ndarray, n_clusters: int, batch_size: int, seed: int) -> np.ndarray:
-    """MiniBatchKMeans with the paper's mKMC settings (init on 5 x batch size points, 5 inits)."""
-    km = MiniBatchKMeans(n_clusters=n_clusters, batch_size=batch_size, init_size=min(len(xr), 5 * batch_size),
-                         n_init=5, random_state=seed)
+def kmeans_method(n_rows: int, dim: int, n_clusters: int, method: str = "auto") -> str:
+    """``lloyd`` or ``minibatch``: ``auto`` picks Lloyd while it stays cheap."""
+    if method != "auto":
+        return method
+    return "lloyd" if n_rows * dim * n_clusters <= LLOYD_BUDGET else "minibatch"
+
+
+def kmeans_centroids(xr: np.ndarray, n_clusters: int, seed: int, *, method: str = "auto", n_init: int = 10,
+                     batch_size: int = 512) -> tuple[np.ndarray, dict]:
+    """``(centroids, info)``: ``info`` says which k-means ran, with how many restarts, on how many
+    rows, its mean squared distance to the nearest centroid, and how long it took (the model card
+    records it)."""
+    chosen = kmeans_method(len(xr), xr.shape[1], n_clusters, method)
+    t0 = time.perf_counter()
+    if chosen == "lloyd":
+        km = KMeans(n_clusters=n_clusters, init="k-means++", n_init=n_init, random_state=seed)
+    else:  # the paper's mKMC settings: init on 5 x batch size points
+        km = MiniBatchKMeans(n_clusters=n_clusters, batch_size=batch_size, init_size=min(len(xr), 5 * batch_size),
+                             n_init=n_init, random_state=seed)
     km.fit(xr)
-    return km.cluster_centers_.astype(np.float32)
+    info = {"method": chosen, "n_init": int(n_init), "rows": int(len(xr)),
+            "inertia": float(km.inertia_) / len(xr), "seconds": round(time.perf_counter() - t0, 3)}
+    return km.cluster_centers_.astype(np.float32), info
