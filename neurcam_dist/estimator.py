@@ -120,10 +120,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         arr, names = self._validate_fit_input(X)
         n, d = arr.shape
         check_params_for_data(self.get_params(), n, d)
-        if X_repr is not None:
-            rep, _, _ = check_matrix(X_repr, "X_repr")
-            if rep.shape[0] != n:
-                raise ValueError(f"X has {n} rows but X_repr has {rep.shape[0]}: they must match row for row")
+        rep = None if X_repr is None else _representation(X_repr, n)
         if self.standardize:
             mean = arr.mean(0)
             std = arr.std(0)
@@ -131,7 +128,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         else:
             mean, scale = np.zeros(d), np.ones(d)
         mean, scale = mean.astype(np.float32), scale.astype(np.float32)
-        x_std = ((arr - mean) / scale).astype(np.float32)
+        x_std = FittedNet.standardize_with(arr, mean, scale)
         xr = x_std if X_repr is None else rep.astype(np.float32)
         seed = int(self.random_state)
         device = resolve_device(self.device)
@@ -153,10 +150,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0,
                          feature_names=names, mean=mean, scale=scale, repr_dim=xr.shape[1],
                          uses_features_as_repr=X_repr is None, precision=precision, init_info=init_info)
-        fitted = self.scoring_model()
-        self.labels_ = fitted.logits(arr).argmax(1)
-        # Training-data means of every channel: the reference that centres per-row explanations.
-        self.channel_means_ = sum(c.astype(np.float64).sum(0) for c in fitted.contribution_chunks(arr)) / n
+        # One pass over the training rows: the labels (channels sum to the logits) and the mean of
+        # every channel, the reference that centres per-row explanations.
+        labels, sums = [], 0.0
+        for c in self.scoring_model().contribution_chunks(arr):
+            labels.append(c.sum(1).argmax(1))
+            sums = sums + c.astype(np.float64).sum(0)
+        self.labels_ = np.concatenate(labels)
+        self.channel_means_ = sums / n
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
         self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
                            else pd.DataFrame(arr[keep], columns=names))
@@ -245,12 +246,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         x_std = self.transform_features(X)
         if X_repr is None and not self.uses_features_as_repr_:
             raise ValueError("this model was fitted with X_repr: pass the same representation to inertia()")
-        rep = x_std
-        if X_repr is not None:
-            rep, _, _ = check_matrix(X_repr, "X_repr")
-            if rep.shape[0] != x_std.shape[0]:
-                raise ValueError(f"X has {x_std.shape[0]} rows but X_repr has {rep.shape[0]}: they must match "
-                                 f"row for row")
+        rep = x_std if X_repr is None else _representation(X_repr, x_std.shape[0])
         return metrics.inertia(rep, self.predict(X))
 
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
@@ -319,6 +315,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         est.cluster_centers_ = net.centroids.detach().cpu().numpy()
         est._set_selection()
         return est
+
+
+def _representation(X_repr, n_rows: int) -> np.ndarray:
+    """The clustering representation, checked and aligned row for row with ``n_rows`` rows of X."""
+    rep, _, _ = check_matrix(X_repr, "X_repr")
+    if rep.shape[0] != n_rows:
+        raise ValueError(f"X has {n_rows} rows but X_repr has {rep.shape[0]}: they must match row for row")
+    return rep
 
 
 def _refuse_empty(X, what: str) -> None:

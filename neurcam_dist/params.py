@@ -123,9 +123,7 @@ def check_params_for_data(params: dict, n_rows: int, n_features: int) -> None:
     full = {**DEFAULTS, **params}
     check_params(full)
     if full["n_clusters"] > n_rows:
-        raise ValueError(f"n_clusters={full['n_clusters']} is larger than the number of rows "
-                         f"(n_samples={n_rows})" if n_rows == 1 else
-                         f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
+        raise ValueError(f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
     if full["n_pairs"] > 0 and n_features < 2:
         raise ValueError(f"n_pairs={full['n_pairs']} needs at least 2 features, X has {n_features}")
     if resolved_n_single(full, n_features) + full["n_pairs"] == 0:

@@ -43,9 +43,14 @@ class FittedNet:
     def n_clusters(self) -> int:
         return self.net.n_clusters
 
+    @staticmethod
+    def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        """Raw features -> float32 standardized features (computed in float64); fit and scoring share it."""
+        return ((np.asarray(arr, np.float64) - mean) / scale).astype(np.float32)
+
     def standardize(self, arr: np.ndarray) -> np.ndarray:
         """Raw features in the fitted column order -> float32 standardized features."""
-        return ((np.asarray(arr, np.float64) - self.mean) / self.scale).astype(np.float32)
+        return self.standardize_with(arr, self.mean, self.scale)
 
     def _device(self) -> torch.device:
         return next(self.net.parameters()).device
