@@ -17,13 +17,14 @@ import pandas as pd
 
 from . import metrics
 from .data.bundled import digits_frame, write_frame_shards
-from .data.sources import ID_LIKE
 from .estimator import NeurCAM
 from .storage import atomic_directory
+from .redaction import redact
+from .validation import is_id_like
 from .version import __version__
 
 
-def read_table(path: str) -> pd.DataFrame:
+def read_table(path: str, encoding: str = "utf-8") -> pd.DataFrame:
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file: {path}")
@@ -31,11 +32,30 @@ def read_table(path: str) -> pd.DataFrame:
     if name.endswith((".parquet", ".pq")) or p.is_dir():
         return pd.read_parquet(p)
     if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
-        return pd.read_csv(p)
+        try:
+            return pd.read_csv(p, encoding=encoding)
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path} is not valid {encoding} text (byte {exc.object[exc.start:exc.start + 1]!r} "
+                             f"at offset {exc.start}): pass its encoding, e.g. --encoding latin-1") from None
     raise ValueError(f"{path}: expected a .csv(.gz) or .parquet file")
 
 
-def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None):
+def _numeric_or_error(df: pd.DataFrame, col) -> None:
+    """A text column whose values are numbers but for a few cells is a typo, not a category:
+    name the column and the first cell that is not a number instead of dropping it silently."""
+    values = df[col].dropna()
+    if values.empty:
+        return
+    parsed = pd.to_numeric(values, errors="coerce")
+    ok = parsed.notna()
+    if ok.mean() >= 0.5 and not ok.all():
+        row = values.index[~ok.to_numpy()][0]
+        raise ValueError(f"column {col!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
+                         f"{row} ({values[row]!r}): fix those cells, or name the features with --features")
+
+
+def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False):
+    """Features (named, or every numeric column that is not index-, id- or key-like) and labels."""
     if label is not None and label not in df.columns:
         raise ValueError(f"label column {label!r} is not in the data (columns: {list(df.columns)})")
     if features:
@@ -44,11 +64,26 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
             raise ValueError(f"feature columns {missing} are not in the data")
         cols = list(features)
     else:
-        cols = [c for c in df.columns if c != label and str(c).lower() not in ID_LIKE
-                and pd.api.types.is_numeric_dtype(df[c])]
+        candidates = [c for c in df.columns if c != label and not is_id_like(c)]
+        for c in candidates:
+            if not pd.api.types.is_numeric_dtype(df[c]):
+                _numeric_or_error(df, c)
+        cols = [c for c in candidates if pd.api.types.is_numeric_dtype(df[c])]
         if not cols:
             raise ValueError("no numeric feature columns found: name them with --features")
-    y = df[label].to_numpy() if label is not None else None
+        skipped = [str(c) for c in df.columns if c not in cols and c != label]
+        if not quiet:
+            print(f"features ({len(cols)}): {', '.join(map(str, cols[:20]))}"
+                  + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
+                  + (f"; not used: {', '.join(skipped[:20])}" if skipped else ""), file=sys.stderr)
+    y = None
+    if label is not None:
+        blank = df[label].isna()
+        if blank.any():
+            raise ValueError(f"label column {label!r} has {int(blank.sum())} blank cell(s), the first at row "
+                             f"{df.index[blank.to_numpy()][0]}: fill or drop those rows (the label is used for "
+                             f"evaluation only)")
+        y = df[label].to_numpy()
     return df[cols], y
 
 
@@ -66,12 +101,13 @@ def demo_config(out: str, seeds: int, workers: int) -> dict:
 
 
 def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict, report: bool = False) -> dict:
-    X, y = split_columns(df, features, label)
+    X, y = split_columns(df, features, label, quiet=not params.get("verbose", True))
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     seconds = time.perf_counter() - t0
     result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
               "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+              "n_clusters_used": est.history_["n_clusters_used"],
               "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
               **metrics.scores(est.transform_features(X), est.predict(X), y)}
 
@@ -82,7 +118,7 @@ def fit_and_write(df: pd.DataFrame, out: str, features, label, params: dict, rep
             from .explain.report import write_report
             write_report(est.explain(X), tmp / "report")
 
-    atomic_directory(Path(out), write, marker="metrics.json")
+    atomic_directory(Path(out), write, marker="metrics.json", own={"model", "metrics.json", "report"})
     return result
 
 
@@ -130,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--features", nargs="+", default=None)
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
     fit.add_argument("--report", action="store_true", help="also write the explanation report to OUT/report")
+    fit.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
     _add_model_args(fit, None, 0)
     exp = sub.add_parser("explain", help="shape graphs, pair heat maps, importance and an HTML report")
     exp.add_argument("--model", required=True)
@@ -137,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--out", required=True)
     exp.add_argument("--grid-size", type=int, default=128)
     exp.add_argument("--pair-grid-size", type=int, default=32)
+    exp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
     gen = sub.add_parser("generate", help="write a bundled or synthetic dataset as Parquet shards")
     gen.add_argument("kind", choices=("digits", "synthetic"),
                      help="digits: scikit-learn's bundled 8x8 digits; synthetic: clustered blobs + embedding")
@@ -193,15 +231,18 @@ def _demo(args) -> None:
 
 
 def _fit(args) -> None:
-    result = fit_and_write(read_table(args.data), args.out, args.features, args.label, _params(args),
+    result = fit_and_write(read_table(args.data, args.encoding), args.out, args.features, args.label, _params(args),
                            report=args.report)
     _report(result, args.out)
 
 
 def _explain(args) -> None:
     from .explain.report import write_report
+    for flag, value in (("--grid-size", args.grid_size), ("--pair-grid-size", args.pair_grid_size)):
+        if value < 2:
+            raise ValueError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
     est = NeurCAM.load(args.model)
-    df = read_table(args.data)
+    df = read_table(args.data, args.encoding)
     missing = [c for c in est.feature_names_in_ if c not in df.columns]
     if missing:
         raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
@@ -269,10 +310,10 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     except ValueError as exc:
-        print(f"neurcam: error: {exc}", file=sys.stderr)
+        print(f"neurcam: error: {redact(exc)}", file=sys.stderr)
         return 2
     except RuntimeError as exc:
-        print(f"neurcam: failed: {exc}", file=sys.stderr)
+        print(f"neurcam: failed: {redact(exc)}", file=sys.stderr)
         return 1
     return 0
 
@@ -297,7 +338,7 @@ def print_search(res) -> None:
             print(f"registered model: models:/{t['registered_model']}/{t['version']} "
                   f"(alias: models:/{t['registered_model']}@candidate; promote with "
                   f"'neurcam promote {t['registered_model']} {t['version']}')")
-        uri = t["tracking_uri"]
+        uri = redact(t["tracking_uri"])
         if uri.startswith("sqlite:///"):
             print(f"MLflow UI: mlflow ui --backend-store-uri {uri} --port 5000   (then open http://127.0.0.1:5000)")
         else:

@@ -13,6 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from .params import HYPERPARAMETERS
+from .redaction import redact
 
 
 class ConfigError(ValueError):
@@ -68,6 +69,8 @@ def _model_fields() -> dict:
                 ann = ann | None
             bounds = {k: getattr(spec, k) for k in ("ge", "gt", "le", "lt") if getattr(spec, k) is not None}
             default = ... if name in REQUIRED_MODEL_KEYS else spec.default
+            if spec.kind is float:
+                bounds["allow_inf_nan"] = False
             field = Field(default, description=spec.doc, **bounds)
         fields[name] = (ann, field)
     return fields
@@ -221,6 +224,10 @@ class JobConfig(_Strict):
                     raise ValueError(f"search.{key}{where} = {value!r}: {msg}") from None
         return self
 
+    def public_json(self) -> str:
+        """The resolved config as saved beside outputs and in MLflow: credentials redacted."""
+        return redact(self.model_dump_json(indent=1))
+
     def storage_path(self) -> str:
         s = self.train.storage_path or os.path.join(self.output, "_ray")
         return s if "://" in s else str(Path(s).resolve())
@@ -272,7 +279,12 @@ def apply_overrides(raw: dict, overrides: dict | None) -> dict:
     for dotted, value in (overrides or {}).items():
         node = raw
         *parents, leaf = dotted.split(".")
-        for key in parents:
-            node = node.setdefault(key, {})
+        for depth, key in enumerate(parents):
+            if node.get(key) is None:  # absent, or an empty section (``search:`` with nothing under it)
+                node[key] = {}
+            node = node[key]
+            if not isinstance(node, dict):
+                section = ".".join(parents[:depth + 1])
+                raise ConfigError(f"cannot set {dotted}: {section} is a value ({node!r}), not a section")
         node[leaf] = value
     return raw

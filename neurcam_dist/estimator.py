@@ -6,6 +6,7 @@ shared epoch step; the Ray worker builds and drives the very same pieces over st
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -24,7 +25,9 @@ from .model.schedule import Schedule
 from .model.step import Batch
 from .params import HYPERPARAMETERS, check_params_for_data
 from .storage import jsonable, read_model_dir, write_model_dir
-from .validation import check_matrix, frame_columns
+from .numerics import check_float32_range, column_moments, constant_columns
+from .validation import check_matrix, constant_features_note, frame_columns
+from .version import __version__
 
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
 
@@ -51,7 +54,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
                  gamma: float = 1.0, epsilon: float = 0.9, warmup_epochs: int = 400, epochs: int = 1000,
                  batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (256, 256), n_bases: int = 64,
-                 standardize: bool = True, random_state: int = 0, device: str = "auto",
+                 standardize: bool = True, constant_features: str = "drop", random_state: int = 0, device: str = "auto",
                  kmeans: str = "auto", kmeans_n_init: int = 10, init: str = "distill", distill_epochs: int = 10,
                  lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
@@ -69,6 +72,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.hidden = hidden
         self.n_bases = n_bases
         self.standardize = standardize
+        self.constant_features = constant_features
         self.random_state = random_state
         self.device = device
         self.kmeans = kmeans
@@ -121,13 +125,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         n, d = arr.shape
         check_params_for_data(self.get_params(), n, d)
         rep = None if X_repr is None else _representation(X_repr, n)
+        allowed = ~self._constant_columns(arr, names)
         if self.standardize:
-            mean = arr.mean(0)
-            std = arr.std(0)
+            mean, std = column_moments(arr)
             scale = np.where(std > 0, std, 1.0)
         else:
             mean, scale = np.zeros(d), np.ones(d)
-        mean, scale = mean.astype(np.float32), scale.astype(np.float32)
         x_std = FittedNet.standardize_with(arr, mean, scale)
         xr = x_std if X_repr is None else rep.astype(np.float32)
         seed = int(self.random_state)
@@ -140,7 +143,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         t0 = time.perf_counter()
         centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
                                                 n_init=self.kmeans_n_init, batch_size=spec.batch_size)
-        trainer = build_trainer(spec, centroids, precision=precision, device=device)
+        trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed)
         net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
@@ -158,10 +161,30 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             sums = sums + c.astype(np.float64).sum(0)
         self.labels_ = np.concatenate(labels)
         self.channel_means_ = sums / n
+        self._note_empty_clusters(arr)
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
         self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
                            else pd.DataFrame(arr[keep], columns=names))
         return self
+
+    def _constant_columns(self, arr: np.ndarray, names: list[str]) -> np.ndarray:
+        const = constant_columns(arr)
+        note = constant_features_note(const, names, self.constant_features, self.n_pairs)
+        if note:
+            warnings.warn(note, UserWarning, stacklevel=3)
+        return const
+
+    def _note_empty_clusters(self, arr: np.ndarray) -> None:
+        """Fewer non-empty clusters than asked for (e.g. fewer distinct rows than clusters): warn and
+        record it, since a caller reading ``n_clusters`` would otherwise assume all are in use."""
+        used = int(len(np.unique(self.labels_)))
+        self.history_["n_clusters_used"] = used
+        if used < self.n_clusters:
+            distinct = len(np.unique(arr, axis=0)) if arr.shape[0] <= 1_000_000 else None
+            why = (f"; X has only {distinct} distinct row(s)" if distinct is not None and distinct < self.n_clusters
+                   else "")
+            warnings.warn(f"only {used} of n_clusters={self.n_clusters} clusters hold training rows{why}",
+                          UserWarning, stacklevel=3)
 
     def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, targets: torch.Tensor | None,
                spec: TrainingSpec, callback) -> list[dict]:
@@ -196,7 +219,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             raise RuntimeError("internal error: training ended with a gate that is not one-hot")
         self.feature_names_in_ = np.asarray(feature_names, dtype=object)
         self.n_features_in_ = len(feature_names)
-        self.mean_, self.scale_ = np.asarray(mean, np.float32), np.asarray(scale, np.float32)
+        self.mean_, self.scale_ = np.asarray(mean, np.float64), np.asarray(scale, np.float64)
         self.repr_dim_ = int(repr_dim)
         self.uses_features_as_repr_ = bool(uses_features_as_repr)
         self.precision_ = precision
@@ -273,6 +296,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "net_")
         net = self.net_
         config = {
+            "written_by": f"neurcam-dist {__version__}",
             "params": jsonable(self.get_params()),
             "n_single": net.single.n, "n_pairs": net.pairs.n,
             "feature_names": list(self.feature_names_in_),
@@ -289,13 +313,21 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     @classmethod
     def load(cls, path, device: str = "cpu") -> "NeurCAM":
         config, state = read_model_dir(path)
-        params = {k: v for k, v in config["params"].items() if k in HYPERPARAMETERS}
+        unknown = sorted(set(config["params"]) - set(HYPERPARAMETERS))
+        if unknown:
+            raise ValueError(f"{path} was written by {config.get('written_by', 'another neurcam-dist version')} "
+                             f"and has parameter(s) {unknown} that neurcam-dist {__version__} does not know: "
+                             f"load it with that version or newer")
+        params = dict(config["params"])
         params["hidden"] = tuple(params["hidden"])
         params["device"] = device
         est = cls(**params)
         k, r = state["centroids"].shape
         net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"], params["hidden"],
                          params["n_bases"], torch.zeros(k, r))
+        for key, value in net.state_dict().items():  # models saved before constant-feature masks
+            if key.endswith("gates.allowed"):
+                state.setdefault(key, value)
         try:
             net.load_state_dict(state, strict=True)
         except RuntimeError as exc:
@@ -304,8 +336,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         est.warmup_net_ = None
         est.feature_names_in_ = np.asarray(config["feature_names"], dtype=object)
         est.n_features_in_ = len(est.feature_names_in_)
-        est.mean_ = np.asarray(config["mean"], np.float32)
-        est.scale_ = np.asarray(config["scale"], np.float32)
+        est.mean_ = np.asarray(config["mean"], np.float64)
+        est.scale_ = np.asarray(config["scale"], np.float64)
         est.repr_dim_ = config["repr_dim"]
         est.uses_features_as_repr_ = config["uses_features_as_repr"]
         est.temperatures_ = tuple(config["temperatures"])
@@ -319,7 +351,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
 def _representation(X_repr, n_rows: int) -> np.ndarray:
     """The clustering representation, checked and aligned row for row with ``n_rows`` rows of X."""
-    rep, _, _ = check_matrix(X_repr, "X_repr")
+    rep, names, _ = check_matrix(X_repr, "X_repr")
+    check_float32_range(rep, names, "X_repr")
     if rep.shape[0] != n_rows:
         raise ValueError(f"X has {n_rows} rows but X_repr has {rep.shape[0]}: they must match row for row")
     return rep

@@ -46,6 +46,8 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "hidden": Spec(tuple, (256, 256), "hidden layer widths of the shared backbones"),
     "n_bases": Spec(int, 64, "basis functions per backbone", ge=1),
     "standardize": Spec(bool, True, "standardize the features (and the default representation)"),
+    "constant_features": Spec(str, "drop", "features with one value everywhere: drop (no gate may select them; "
+                              "a warning names them) or error", choices=("drop", "error")),
     "random_state": Spec(int, 0, "seed of every random choice"),
     "device": Spec(str, "auto", "torch device ('auto': CUDA when available)", in_config=False),
     "kmeans": Spec(str, "auto", "k-means for the centroid init and the distillation target: lloyd (KMeans, "
@@ -100,8 +102,8 @@ def check_value(name: str, value) -> None:
         return
     integer = spec.kind is int
     ok_type = isinstance(value, numbers.Integral) if integer else isinstance(value, numbers.Real)
-    if isinstance(value, bool) or not ok_type or (not integer and math.isnan(float(value))):
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+    if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(float(value))):
+        raise ValueError(f"{name} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
     for bound, fails, sign in ((spec.ge, lambda b: value < b, ">="), (spec.gt, lambda b: value <= b, ">"),
                                (spec.le, lambda b: value > b, "<="), (spec.lt, lambda b: value >= b, "<")):
         if bound is not None and fails(bound):

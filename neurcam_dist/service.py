@@ -7,16 +7,45 @@ When MLflow is unreachable the run still finishes and its model is saved in ``ou
 """
 from __future__ import annotations
 
+import signal
+import threading
+from contextlib import contextmanager
+
 from .config import JobConfig, coerce_config
 from .distributed import SearchResult, TrainResult
 from .distributed import search as _search
 from .distributed import train as _train
 from .distributed.driver import log
+from .redaction import redact
+
+
+@contextmanager
+def _sigterm_as_exit():
+    """SIGTERM (``kill``, a Kubernetes pod stopping, ``ray job stop``) raises ``SystemExit`` so that
+    open MLflow runs end FAILED and temporary outputs are removed, instead of the process vanishing
+    with runs left RUNNING. Only the main thread can install handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def train(config, *, name: str | None = None) -> TrainResult:
     """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
     cfg = coerce_config(config)
+    with _sigterm_as_exit():
+        return _train_and_log(cfg, name)
+
+
+def _train_and_log(cfg: JobConfig, name: str | None) -> TrainResult:
     result = _train(cfg, name=name)
     if cfg.tracking is not None:
         from . import tracking
@@ -33,6 +62,11 @@ def search(config, *, name: str | None = None) -> SearchResult:
     as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
     start (the search still runs: its winner is saved locally)."""
     cfg = coerce_config(config)
+    with _sigterm_as_exit():
+        return _search_and_log(cfg, name)
+
+
+def _search_and_log(cfg: JobConfig, name: str | None) -> SearchResult:
     if cfg.tracking is not None:
         _warn_if_unreachable(cfg)
     result = _search(cfg, name=name)
@@ -48,7 +82,7 @@ def search(config, *, name: str | None = None) -> SearchResult:
 
 
 def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
-    log(f"MLflow {what} {t['run_id']} in {t['tracking_uri']}"
+    log(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
         + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
            if cfg.tracking.model_name else ""))
 

@@ -1,8 +1,24 @@
 """Input checks that run before any work, with errors that name the column, count or value."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
+
+# Columns never chosen as features automatically (name them in ``features`` to use them anyway):
+# pandas' index written out (``Unnamed: 0``, ``__index_level_0__``, ``index``, ``level_0``), row ids
+# (``id``, ``ID``, ``customer_id``, ``customerId``, ``row-id``, ``uuid``) and ground truth (``label``).
+_NOT_A_FEATURE = re.compile(
+    r"^(unnamed: ?\d+|__index_level_\d+__|index|level_\d+|id|uuid|guid|label|embedding)$"
+    r"|[_\-\s.](id|uuid|key)$", re.IGNORECASE)
+_CAMEL_ID = re.compile(r"[a-z0-9](Id|ID|Uuid|UUID|Key)$")
+
+
+def is_id_like(name) -> bool:
+    """True for index, id, key and label columns, which automatic feature selection skips."""
+    name = str(name)
+    return bool(_NOT_A_FEATURE.search(name) or _CAMEL_ID.search(name))
 
 
 def _describe_bad(values: np.ndarray, names: list[str]) -> str:
@@ -68,3 +84,23 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
     if not np.isfinite(arr).all():
         raise ValueError(f"{what} has NaN or infinite values in column(s) {_describe_bad(arr, names)}")
     return np.ascontiguousarray(arr, dtype=np.float64), names, is_frame
+
+
+
+def constant_features_note(const: np.ndarray, names: list[str], mode: str, n_pairs: int) -> str | None:
+    """The one rule for constant features (in memory and on Ray): all constant, or any under
+    ``constant_features='error'``, is a ``ValueError``; else a note naming those left out, or None."""
+    const = np.asarray(const, bool)
+    if not const.any():
+        return None
+    cols = [names[j] for j in np.flatnonzero(const)]
+    shown = f"{cols[:20]}" + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
+    if const.all():
+        raise ValueError(f"every feature is constant ({shown}): there is nothing to cluster on")
+    if mode == "error":
+        raise ValueError(f"{len(cols)} constant feature(s) {shown} (constant_features='error'): drop them, "
+                         f"or set constant_features='drop'")
+    if n_pairs > 0 and (~const).sum() < 2:
+        raise ValueError(f"n_pairs={n_pairs} needs 2 non-constant features; only "
+                         f"{[n for n, c in zip(names, const) if not c]} vary")
+    return f"{len(cols)} constant feature(s) left out (no gate may select them): {shown}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from ..config import DataConfig
-from .sources import ID_LIKE, DataError, footers, is_number, resolve
+from .sources import DataError, auto_features, footers, resolve
 
 
 def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
@@ -46,8 +46,7 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
     features = cfg.features
     if features is None:  # decided before the join, so the key never becomes a feature
         reserved = {key, *emb_cols, *(c for c in (cfg.label, cfg.id) if c)}
-        features = [f.name for f in ffoot[0][1] if f.name not in reserved and f.name.lower() not in ID_LIKE
-                    and is_number(f.type)]
+        features = auto_features(ffoot[0][1], reserved)
     os.makedirs(staging, exist_ok=True)
     tmp = os.path.join(staging, f".joined.tmp-{os.getpid()}")
     final = os.path.join(staging, "joined")

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import DataConfig
-from .sources import ID_LIKE, DataError, Source, footers, is_float_list, is_number, listing, resolve
+from .sources import DataError, auto_features, Source, footers, is_float_list, is_number, listing, resolve
 
 
 @dataclass
@@ -44,7 +44,8 @@ class Plan:
     def describe(self) -> str:
         rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",
                "columns": f"{len(self.repr_columns)} columns"}[self.repr_kind]
-        return (f"{self.n_rows:,} rows in {len(self.source.files)} file(s); {len(self.features)} features; "
+        shown = ", ".join(self.features[:20]) + (f" and {len(self.features) - 20} more" if len(self.features) > 20 else "")
+        return (f"{self.n_rows:,} rows in {self.source.describe()}; {len(self.features)} features ({shown}); "
                 f"representation: {rep} (dim {self.repr_dim})" + (f"; label {self.label!r}" if self.label else ""))
 
 
@@ -63,8 +64,7 @@ def plan(cfg: DataConfig) -> Plan:
     if cfg.features:
         features = list(cfg.features)
     else:
-        features = [f.name for f in first if f.name not in reserved and f.name.lower() not in ID_LIKE
-                    and f.name.lower() != "embedding" and is_number(f.type)]
+        features = auto_features(first, reserved)
         if not features:
             raise DataError(f"{foot[0][0]}: no numeric feature columns (columns: {first.names}); "
                             f"name them in data.features")

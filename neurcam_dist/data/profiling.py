@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
+from ..numerics import FLOAT32_MAX, pow2_above
 from .planning import Plan
 from .reading import matrix, read
 from .sources import PATH_COLUMN, DataError, listing
@@ -16,13 +17,20 @@ from .sources import PATH_COLUMN, DataError, listing
 @dataclass
 class Profile:
     n_rows: int
-    mean: np.ndarray
+    mean: np.ndarray                               # float64, like the standard deviation
     std: np.ndarray
     bad: dict = field(default_factory=dict)        # (file, column) -> [nan, inf, null]
     lengths: dict = field(default_factory=dict)    # file -> [min, max] list length
+    lo: np.ndarray | None = None                   # per-feature minimum and maximum
+    hi: np.ndarray | None = None
 
     def scale(self) -> np.ndarray:
-        return np.where(self.std > 0, self.std, 1.0).astype(np.float32)
+        return np.where(self.std > 0, self.std, 1.0)
+
+    @property
+    def constant(self) -> np.ndarray:
+        """Features with one value in every row."""
+        return self.lo == self.hi
 
 
 def _profile_aggregate(p: Plan):
@@ -50,60 +58,77 @@ def _profile_aggregate(p: Plan):
             return acc
 
         # Per-file tallies travel as JSON text: Ray may store accumulators as Arrow structs, which
-        # would fill every file key of every block with nulls.
+        # would fill every file key of every block with nulls. Moments are Chan's (n, mean, M2)
+        # with M2 kept divided by s^2 (s: a power of two above the largest magnitude), so that
+        # values near float64's limit cannot overflow the sums of squares.
         @staticmethod
         def zero():
-            return {"n": 0, "mean": [0.0] * d, "m2": [0.0] * d, "bad": "{}", "len": "{}"}
+            return {"n": 0, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d, "lo": [0.0] * d,
+                    "hi": [0.0] * d, "bad": "{}", "len": "{}"}
 
         def _one_file(self, t, path):
             bad = {}
+            lens = {}
             for c in checked:
                 col = t[c]
+                as_repr = p.repr_kind != "features" and c in p.repr_columns
                 if p.repr_kind == "list" and c == p.repr_columns[0]:
                     arr = col.combine_chunks()
                     lengths = pc.list_value_length(arr).drop_null()
-                    lens = {path: [int(pc.min(lengths).as_py()), int(pc.max(lengths).as_py())]} if len(lengths) else {}
-                    vals = pc.list_flatten(arr).to_numpy(zero_copy_only=False).astype(np.float64)
-                    nulls = arr.null_count
+                    if len(lengths):
+                        lens = {path: [int(pc.min(lengths).as_py()), int(pc.max(lengths).as_py())]}
+                    flat = pc.list_flatten(arr)
+                    vals = flat.to_numpy(zero_copy_only=False).astype(np.float64)
+                    inner = flat.null_count  # null elements read back as NaN: count them as nulls
+                    nan, nulls = int(np.isnan(vals).sum()) - inner, arr.null_count + inner
                 else:
                     vals = col.to_numpy(zero_copy_only=False)
                     nulls = col.null_count
                     if not np.issubdtype(vals.dtype, np.number):
                         if nulls:
-                            bad[f"{path}\0{c}"] = [0, 0, nulls]
+                            bad[f"{path}\0{c}"] = [0, 0, nulls, 0]
                         continue
                     vals = vals.astype(np.float64)
-                nan = int(np.isnan(vals).sum()) - nulls
+                    nan = int(np.isnan(vals).sum()) - nulls
                 inf = int(np.isinf(vals).sum())
-                if nan or inf or nulls:
-                    bad[f"{path}\0{c}"] = [nan, inf, nulls]
-            x = matrix(t, p.features).astype(np.float64)
+                # a representation is held in float32 as given (features are standardized first)
+                big = int((np.abs(vals[np.isfinite(vals)]) > FLOAT32_MAX).sum()) if as_repr else 0
+                if nan or inf or nulls or big:
+                    bad[f"{path}\0{c}"] = [nan, inf, nulls, big]
+            x = matrix(t, p.features, np.float64)
             x = x[np.isfinite(x).all(1)]
             n = len(x)
-            mean = x.mean(0) if n else np.zeros(d)
-            m2 = ((x - mean) ** 2).sum(0) if n else np.zeros(d)
-            return {"n": n, "mean": mean.tolist(), "m2": m2.tolist(), "bad": json.dumps(bad),
-                    "len": json.dumps(lens if p.repr_kind == "list" else {})}
+            if not n:
+                return {**self.zero(), "bad": json.dumps(bad), "len": json.dumps(lens)}
+            scale = pow2_above(np.abs(x).max(0))
+            z = x / scale
+            zm = z.mean(0)
+            return {"n": n, "mean": (zm * scale).tolist(), "m2s": ((z - zm) ** 2).sum(0).tolist(),
+                    "s": scale.tolist(), "lo": x.min(0).tolist(), "hi": x.max(0).tolist(), "bad": json.dumps(bad),
+                    "len": json.dumps(lens)}
 
         def combine(self, a, b):
             na, nb = a["n"], b["n"]
             n = na + nb
-            ma, mb = np.asarray(a["mean"]), np.asarray(b["mean"])
-            if n:
-                delta = mb - ma
-                mean = ma + delta * nb / n
-                m2 = np.asarray(a["m2"]) + np.asarray(b["m2"]) + delta ** 2 * na * nb / n
+            if not na or not nb:
+                moments = {k: (b if nb else a)[k] for k in ("mean", "m2s", "s", "lo", "hi")}
             else:
-                mean, m2 = ma, np.asarray(a["m2"])
+                ma, mb = np.asarray(a["mean"]), np.asarray(b["mean"])
+                sa, sb = np.asarray(a["s"]), np.asarray(b["s"])
+                s = np.maximum(sa, sb)
+                delta = mb / s - ma / s
+                m2s = (np.asarray(a["m2s"]) * (sa / s) ** 2 + np.asarray(b["m2s"]) * (sb / s) ** 2
+                       + delta ** 2 * na * nb / n)
+                moments = {"mean": (ma * (na / n) + mb * (nb / n)).tolist(), "m2s": m2s.tolist(), "s": s.tolist(),
+                           "lo": np.minimum(a["lo"], b["lo"]).tolist(), "hi": np.maximum(a["hi"], b["hi"]).tolist()}
             bad = json.loads(a["bad"])
             for k, v in json.loads(b["bad"]).items():
-                bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0]), v)]
+                bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0, 0]), v)]
             lens = json.loads(a["len"])
             for k, (lo, hi) in json.loads(b["len"]).items():
                 old = lens.get(k)
                 lens[k] = [lo, hi] if old is None else [min(old[0], lo), max(old[1], hi)]
-            return {"n": n, "mean": mean.tolist(), "m2": m2.tolist(), "bad": json.dumps(bad),
-                    "len": json.dumps(lens)}
+            return {"n": n, **moments, "bad": json.dumps(bad), "len": json.dumps(lens)}
 
         def finalize(self, acc):
             return acc
@@ -118,8 +143,9 @@ def profile(p: Plan) -> Profile:
     acc = ds.aggregate(_profile_aggregate(p))["profile"]
     bad = {tuple(k.split("\0", 1)): v for k, v in json.loads(acc["bad"]).items()}
     if bad:
-        items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null" for (f, c), (nan, inf, null)
-                 in sorted(bad.items())]
+        items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null"
+                 + (f", {big} beyond float32's range (a representation is used as given: divide it by a "
+                    f"constant)" if big else "") for (f, c), (nan, inf, null, big) in sorted(bad.items())]
         raise DataError(listing("file/column(s) with missing or non-finite values", items))
     if p.repr_kind == "list":
         lengths = json.loads(acc["len"])
@@ -131,6 +157,6 @@ def profile(p: Plan) -> Profile:
     n = acc["n"]
     if n != p.n_rows:
         raise DataError(f"the profile pass saw {n} rows but the Parquet footers say {p.n_rows}")
-    m2 = np.asarray(acc["m2"])
-    return Profile(n_rows=n, mean=np.asarray(acc["mean"], np.float64), std=np.sqrt(m2 / max(n, 1)),
-                   bad=bad, lengths=json.loads(acc["len"]))
+    std = np.asarray(acc["s"]) * np.sqrt(np.asarray(acc["m2s"]) / max(n, 1))
+    return Profile(n_rows=n, mean=np.asarray(acc["mean"], np.float64), std=std, bad=bad,
+                   lengths=json.loads(acc["len"]), lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]))

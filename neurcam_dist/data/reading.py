@@ -45,8 +45,10 @@ def representation(table: pa.Table, p: Plan) -> np.ndarray:
     return matrix(table, cols)
 
 
-def matrix(table: pa.Table, columns: list[str]) -> np.ndarray:
-    out = np.empty((table.num_rows, len(columns)), dtype=np.float32)
+def matrix(table: pa.Table, columns: list[str], dtype=np.float32) -> np.ndarray:
+    """The named numeric columns as an (n, len(columns)) array; features are read as float64
+    and standardized before anything becomes float32."""
+    out = np.empty((table.num_rows, len(columns)), dtype=dtype)
     for j, c in enumerate(columns):
         out[:, j] = table[c].to_numpy(zero_copy_only=False)
     return out

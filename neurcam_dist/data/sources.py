@@ -9,8 +9,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..validation import is_id_like
+
 PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away from user columns
-ID_LIKE = ("id", "label")
 MAX_LISTED = 20
 
 
@@ -23,19 +24,75 @@ class Source:
     spec: object                       # what the config said (str or list)
     files: list[str]
     filesystem: pa.fs.FileSystem | None = None
+    skipped: int = 0                   # entries left out: hidden / underscore names, non-Parquet files
+
+    def stamp(self) -> dict[str, tuple[int, int] | None]:
+        """(size, mtime) of every local file, to tell later whether a file changed under a run."""
+        if self.filesystem is not None:
+            return {}
+        out = {}
+        for f in self.files:
+            try:
+                st = os.stat(f)
+                out[f] = (st.st_size, st.st_mtime_ns)
+            except OSError:
+                out[f] = None
+        return out
+
+    def changed_since(self, stamp: dict) -> list[str]:
+        """Files deleted or rewritten since ``stamp`` was taken, each with what happened."""
+        now = self.stamp()
+        return [f"{f} ({'deleted' if now.get(f) is None else 'rewritten'})" for f, st in stamp.items()
+                if now.get(f) != st]
+
+    def describe(self) -> str:
+        return f"{len(self.files)} file(s)" + (f" ({self.skipped} hidden, '_' or non-Parquet entries skipped)"
+                                               if self.skipped else "")
 
 
 def _is_uri(p: str) -> bool:
     return "://" in p and not p.startswith("file://")
 
 
+def _hidden(rel: str) -> bool:
+    """Names starting with '.' or '_' (temporary files, ``_ray/`` staging, ``_SUCCESS``, markers)
+    are not data at any level below the dataset's root."""
+    return any(part.startswith((".", "_")) for part in rel.replace("\\", "/").split("/") if part)
+
+
+def _is_data(name: str) -> bool:
+    return name.endswith((".parquet", ".pq"))
+
+
+def _select(root: str, found: list[str]) -> tuple[list[str], int]:
+    """Data files among ``found`` (paths under ``root``): no hidden parts below root, Parquet names."""
+    keep = []
+    for f in found:
+        rel = f[len(root):] if f.startswith(root) else os.path.basename(f)
+        if not _hidden(rel) and _is_data(f):
+            keep.append(f)
+    return sorted(keep), len(found) - len(keep)
+
+
+def _static_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard, up to a separator."""
+    cut = min((pattern.index(c) for c in "*?[" if c in pattern), default=len(pattern))
+    return pattern[:cut].rpartition("/")[0] + "/"
+
+
 def resolve(spec) -> Source:
-    """Parquet files behind a directory, glob, file or list of those (local or a pyarrow/fsspec URI)."""
+    """Parquet files behind a directory, glob, file or list of those (local or a pyarrow/fsspec URI).
+
+    A directory is read recursively, leaving out names that start with '.' or '_' at every level
+    and files that are not ``.parquet`` / ``.pq``; a path that exists is taken literally even when
+    it holds glob characters such as '['.
+    """
     entries = [spec] if isinstance(spec, str) else list(spec)
     if not entries:
         raise DataError("data.path is an empty list")
     files: list[str] = []
     filesystem = None
+    skipped = 0
     for entry in entries:
         entry = str(entry)
         if _is_uri(entry):
@@ -43,26 +100,49 @@ def resolve(spec) -> Source:
             from pyarrow.fs import FSSpecHandler, PyFileSystem
             fs, root = fsspec.core.url_to_fs(entry)
             filesystem = PyFileSystem(FSSpecHandler(fs))
-            if any(c in root for c in "*?["):
-                found = sorted(fs.glob(root))
-            elif fs.isdir(root):
-                found = sorted(p for p in fs.find(root) if p.endswith((".parquet", ".pq")))
+            if fs.isdir(root):
+                found, n_skipped = _select(root.rstrip("/") + "/", fs.find(root))
+            elif fs.exists(root):
+                found, n_skipped = [root], 0
+            elif any(c in root for c in "*?["):
+                found, n_skipped = _select(_static_prefix(root), fs.glob(root))
             else:
-                found = [root] if fs.exists(root) else []
+                found, n_skipped = [], 0
         else:
             local = entry[len("file://"):] if entry.startswith("file://") else entry
-            if any(c in local for c in "*?["):
-                found = sorted(_glob.glob(local, recursive=True))
-            elif os.path.isdir(local):
-                found = sorted(os.path.join(d, f) for d, _, fs_ in os.walk(local) for f in fs_
-                               if f.endswith((".parquet", ".pq")) and not f.startswith((".", "_")))
+            if os.path.isdir(local):
+                walked = [os.path.join(d, f) for d, _, names in os.walk(local) for f in names]
+                found, n_skipped = _select(os.path.join(local, ""), walked)
+            elif os.path.isfile(local):
+                found, n_skipped = [local], 0
+            elif any(c in local for c in "*?["):
+                matches = [f for f in _glob.glob(local, recursive=True) if os.path.isfile(f)]
+                found, n_skipped = _select(_static_prefix(local), matches)
             else:
-                found = [local] if os.path.isfile(local) else []
+                found, n_skipped = [], 0
             found = [os.path.abspath(f) for f in found]
+        skipped += n_skipped
         if not found:
-            raise DataError(f"no Parquet files found at {entry!r}")
+            more = f" ({n_skipped} hidden, '_' or non-Parquet entries skipped)" if n_skipped else ""
+            raise DataError(f"no Parquet files found at {entry!r}{more}")
         files.extend(found)
-    return Source(spec=spec, files=files, filesystem=filesystem)
+    return Source(spec=spec, files=files, filesystem=filesystem, skipped=skipped)
+
+
+def refuse_output_inside(out, src: Source, what: str = "output") -> None:
+    """An output directory inside the input would be read back as data by the next run."""
+    if src.filesystem is not None or out is None or "://" in str(out):
+        return
+    out_abs = os.path.abspath(str(out))
+    for spec in ([src.spec] if isinstance(src.spec, str) else list(src.spec)):
+        spec = str(spec)
+        root = spec[len("file://"):] if spec.startswith("file://") else spec
+        if not os.path.isdir(root):
+            continue
+        root_abs = os.path.abspath(root)
+        if out_abs == root_abs or out_abs.startswith(os.path.join(root_abs, "")):
+            raise DataError(f"the {what} directory {out} is inside the input directory {spec}: the next run "
+                            f"would read it as data. Write it somewhere else")
 
 
 def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
@@ -84,6 +164,12 @@ def is_number(t: pa.DataType) -> bool:
 def is_float_list(t: pa.DataType) -> bool:
     return ((pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
             and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)))
+
+
+def auto_features(schema: pa.Schema, reserved: set[str]) -> list[str]:
+    """Feature columns when the config names none: numeric, not reserved (label, id, key, the
+    representation), and not index-, id- or key-like by name (``validation.is_id_like``)."""
+    return [f.name for f in schema if f.name not in reserved and not is_id_like(f.name) and is_number(f.type)]
 
 
 def listing(what: str, items: list[str]) -> str:

@@ -11,6 +11,7 @@ import json
 import os
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,10 +22,14 @@ import torch
 from .. import data as data_mod
 from ..config import JobConfig, coerce_config
 from ..estimator import NeurCAM
+from ..explain.report import write_report
 from ..model import TrainingSpec, build_trainer
 from ..model.kmeans import kmeans_centroids
+from ..numerics import standardize
 from ..params import check_params_for_data
+from ..redaction import redact
 from ..storage import write_run_output
+from ..validation import constant_features_note
 from .scoring import evaluate
 from .session import check_resources, ensure_ray
 from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
@@ -45,7 +50,7 @@ class TrainResult:
 
 
 def log(msg: str) -> None:
-    print(f"[neurcam] {msg}", flush=True)
+    print(f"[neurcam] {redact(msg)}", flush=True)
 
 
 def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
@@ -61,6 +66,7 @@ def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
     except ValueError as exc:
         raise data_mod.DataError(f"model: {exc}") from None
     log(f"data: {plan.describe()}")
+    data_mod.sources.refuse_output_inside(cfg.output, plan.source)
     t0 = time.perf_counter()
     prof = data_mod.profile(plan)
     log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
@@ -76,20 +82,27 @@ class InitialState:
     centroids: np.ndarray
     sample: object          # pyarrow.Table: the bounded uniform random sample (features + representation)
     kmeans: dict | None = None   # which k-means made the centroids (the model card records it)
+    allowed: np.ndarray | None = None  # features a gate may select (constant ones are left out)
 
     def without_sample(self) -> "InitialState":
         """What trials need shipped to them (the sample stays on the driver)."""
-        return InitialState(self.mean, self.scale, self.centroids, None, self.kmeans)
+        return InitialState(self.mean, self.scale, self.centroids, None, self.kmeans, self.allowed)
 
 
 def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -> InitialState:
     """Standardization from the profile; k-means centroids on a bounded uniform random sample."""
     m, tc = cfg.model, cfg.train
-    mean = prof.mean.astype(np.float32) if m.standardize else np.zeros(len(plan.features), np.float32)
-    scale = prof.scale() if m.standardize else np.ones(len(plan.features), np.float32)
+    try:
+        note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)
+    except ValueError as exc:
+        raise data_mod.DataError(f"data: {exc}") from None
+    if note:
+        log(note)
+    mean = prof.mean if m.standardize else np.zeros(len(plan.features))
+    scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))
     table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
-    x_sample = (data_mod.matrix(table, plan.features) - mean) / scale
+    x_sample = standardize(data_mod.matrix(table, plan.features, np.float64), mean, scale)
     xr_sample = x_sample if plan.repr_kind == "features" else data_mod.representation(table, plan)
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
@@ -98,7 +111,8 @@ def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -
                                        n_init=m.kmeans_n_init, batch_size=m.batch_size)
     log(f"k-means init ({info['method']}, {info['n_init']} restarts) on a {len(xr_sample):,}-row sample "
         f"in {info['seconds']:.1f} s")
-    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info)
+    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
+                        allowed=~prof.constant)
 
 
 def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
@@ -106,7 +120,8 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
     """What every worker receives (``max_epochs`` cuts a run short: benchmarks only)."""
     tc = cfg.train
     return WorkerConfig(spec=TrainingSpec.from_params(cfg.model.estimator_params(), len(plan.features)), plan=plan,
-                        mean=init.mean, scale=init.scale, centroids=init.centroids, shuffle_buffer=tc.shuffle_buffer,
+                        mean=init.mean, scale=init.scale, centroids=init.centroids, allowed=init.allowed,
+                        shuffle_buffer=tc.shuffle_buffer,
                         checkpoint_every=tc.checkpoint_every, threads=tc.cpus_per_worker, max_epochs=max_epochs)
 
 
@@ -166,12 +181,13 @@ def train(config, *, name: str | None = None) -> TrainResult:
     if cfg.search is not None:
         log("the config's search: section is for neurcam tune; this trains one run with the model: section")
     plan, prof = prepare(cfg)
-    init = initial_state(cfg, plan, prof)
-    wcfg = worker_config(cfg, plan, init)
-    run_name = name or f"neurcam-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    t_train = time.perf_counter()
-    result = run_workers(cfg, plan, wcfg, run_name)
-    est, metrics = finish_run(cfg, plan, wcfg, init, result, time.perf_counter() - t_train, run_name)
+    with unchanged_input(plan):
+        init = initial_state(cfg, plan, prof)
+        wcfg = worker_config(cfg, plan, init)
+        run_name = name or f"neurcam-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        t_train = time.perf_counter()
+        result = run_workers(cfg, plan, wcfg, run_name)
+        est, metrics = finish_run(cfg, plan, wcfg, init, result, time.perf_counter() - t_train, run_name)
     metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
     out = Path(cfg.output)
     write_run(out, est, metrics, cfg)
@@ -180,16 +196,39 @@ def train(config, *, name: str | None = None) -> TrainResult:
     return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan, config=cfg)
 
 
-def write_run(out: Path, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None) -> None:
-    """``model/``, ``metrics.json``, ``config.json`` (and ``extra`` JSON texts) into ``out``, each atomically."""
+@contextmanager
+def unchanged_input(plan: data_mod.Plan):
+    """Fail with the file named, and nothing written, when an input file is deleted or rewritten
+    between validation and the end of training (a failure it causes, or a silent change)."""
+    stamp = plan.source.stamp()
+    try:
+        yield
+    except Exception as exc:
+        changed = plan.source.changed_since(stamp)
+        if changed:
+            raise data_mod.DataError(data_mod.sources.listing(
+                "input file(s) changed after validation; nothing was written", changed)) from exc
+        raise
+    changed = plan.source.changed_since(stamp)
+    if changed:
+        raise data_mod.DataError(data_mod.sources.listing(
+            "input file(s) changed during the run; nothing was written", changed))
+
+
+def write_run(out: Path, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None,
+              report=None) -> None:
+    """``model/``, ``metrics.json``, ``config.json``, ``extra`` JSON texts and (given an
+    ``Explanation``) ``report/`` into ``out``, published together (``storage.write_run_output``)."""
     def write(tmp: Path) -> None:
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
-        (tmp / "config.json").write_text(cfg.model_dump_json(indent=1))
+        (tmp / "config.json").write_text(cfg.public_json())
         for name, text in (extra or {}).items():
             (tmp / name).write_text(text)
+        if report is not None:
+            write_report(report, tmp / "report")
 
-    write_run_output(out, write, extra=tuple(extra or ()))
+    write_run_output(out, write, extra=tuple(extra or ()) + (("report",) if report is not None else ()))
 
 
 def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: InitialState, result,
@@ -205,6 +244,10 @@ def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: In
     tc = cfg.train
     scores = evaluate(est.scoring_model(), plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
     est.channel_means_ = scores.pop("channel_means")
+    est.history_["n_clusters_used"] = scores["n_clusters_used"]
+    if scores["n_clusters_used"] < cfg.model.n_clusters:
+        log(f"warning: only {scores['n_clusters_used']} of model.n_clusters={cfg.model.n_clusters} clusters hold "
+            f"rows (fewer distinct rows than clusters, or clusters the model left empty)")
     metrics = {
         "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
         "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
@@ -221,14 +264,14 @@ def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: i
     so explanations describe every file alike, not the first ones."""
     n = init.sample.num_rows
     keep = np.sort(np.random.default_rng(seed).choice(n, min(rows, n), replace=False))
-    est.reference_ = pd.DataFrame(data_mod.matrix(init.sample, plan.features)[keep].astype(np.float64),
+    est.reference_ = pd.DataFrame(data_mod.matrix(init.sample, plan.features, np.float64)[keep],
                                   columns=plan.features)
 
 
 def assemble(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float,
              init_info: dict | None = None) -> NeurCAM:
     """The in-memory estimator type, from the final checkpoint: ``explain``/``save`` work on it."""
-    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"])
+    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"], allowed=wcfg.allowed)
     trainer.load_state_dict(state["trainer"])
     est = NeurCAM(**cfg.model.estimator_params(), device="cpu", verbose=False)
     est.set_trained(trainer.net, trainer.teacher, trainer.schedule, list(state["records"]), seconds,

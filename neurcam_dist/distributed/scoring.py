@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import time
 from pathlib import Path
 
@@ -37,7 +38,7 @@ class _Evaluator:
 
     def __call__(self, table: pa.Table) -> dict:
         fitted, plan = self.fitted, self.plan
-        x = data_mod.matrix(table, plan.features)
+        x = data_mod.matrix(table, plan.features, np.float64)
         contrib = fitted.contributions(x)                                     # (n, channels, K)
         labels = contrib.sum(1).argmax(1)
         xr = fitted.standardize(x) if plan.repr_kind == "features" else data_mod.representation(table, plan)
@@ -95,6 +96,33 @@ def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, 
     return out
 
 
+def _refuse_non_finite(x: np.ndarray, table: pa.Table, names: list[str]) -> None:
+    """A row that cannot be scored names its file and column (nulls read back as NaN)."""
+    bad = ~np.isfinite(x)
+    if bad.any():
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        where = table[data_mod.PATH_COLUMN][row].as_py() if data_mod.PATH_COLUMN in table.column_names else "input"
+        counts = {names[j]: int(n) for j, n in enumerate(bad.sum(0)) if n}
+        raise data_mod.DataError(f"{where}: column {names[col]!r} has a null, NaN or infinite value "
+                                 f"(value {x[row, col]!r}); missing or non-finite values per column in "
+                                 f"this batch: {counts}. Nothing was written")
+
+
+def _data_error_in(exc: BaseException) -> str | None:
+    """The message of a ``DataError`` raised inside a Ray Data task, however Ray wrapped it."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, data_mod.DataError) and "Traceback" not in str(e):
+            return str(e)
+        todo += [e.__cause__, e.__context__, getattr(e, "cause", None)]
+    found = re.search(r"DataError: (.+)", str(exc))  # Ray may keep only the remote traceback's text
+    return found.group(1) if found else None
+
+
 class _Scorer:
     def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str]):
         import torch
@@ -103,7 +131,8 @@ class _Scorer:
 
     def __call__(self, table: pa.Table) -> pa.Table:
         fitted = self.fitted
-        x = data_mod.matrix(table, fitted.feature_names)
+        x = data_mod.matrix(table, fitted.feature_names, np.float64)
+        _refuse_non_finite(x, table, fitted.feature_names)
         rows = rows_from_contributions(fitted, fitted.contributions(x))
         logits = rows.logits
         z = logits - logits.max(1, keepdims=True)
@@ -139,6 +168,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()`` is shipped to the actors)."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
+    data_mod.sources.refuse_output_inside(output, src, "prediction output")
     footers = data_mod.footers(src)
     n_rows = sum(n for _, _, n in footers)
     if n_rows == 0:
@@ -149,14 +179,20 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         if missing:
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
             raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
-    ds = data_mod.read_source(src, list(dict.fromkeys(wanted)))
+    ds = data_mod.read_source(src, list(dict.fromkeys(wanted)), with_paths=True)
     ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"fitted": fitted, "id_column": id_column, "carry": list(carry or [])},
                         batch_size=batch_size, batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
     t0 = time.perf_counter()
     summary = {}
 
     def write(tmp: Path) -> None:
-        ds.write_parquet(str(tmp))
+        try:
+            ds.write_parquet(str(tmp))
+        except Exception as exc:
+            msg = _data_error_in(exc)
+            if msg is None:
+                raise
+            raise data_mod.DataError(msg) from None
         files = sorted(tmp.glob("*.parquet"))
         written = sum(pq.read_metadata(f).num_rows for f in files)
         if written != n_rows:

@@ -23,11 +23,9 @@ from ray.tune import Callback
 
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
-from ..explain.report import write_report
 from ..params import check_params_for_data
-from ..storage import atomic_directory
 from .driver import InitialState, finish_run, initial_state, log, prepare, run_workers, set_reference, worker_config
-from .driver import write_run
+from .driver import unchanged_input, write_run
 from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
@@ -173,12 +171,13 @@ def search(config, *, name: str | None = None) -> SearchResult:
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
     plan, prof = prepare(cfg)
-    inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(update={"random_state": seed})}),
-                                 plan, prof) for seed in s.seeds}
-    t_search = time.perf_counter()
-    trials = run_trials(cfg, plan, inits, name)
-    search_seconds = time.perf_counter() - t_search
-    ranked = rank(trials, name)
+    with unchanged_input(plan):
+        inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
+            update={"random_state": seed})}), plan, prof) for seed in s.seeds}
+        t_search = time.perf_counter()
+        trials = run_trials(cfg, plan, inits, name)
+        search_seconds = time.perf_counter() - t_search
+        ranked = rank(trials, name)
     best = ranked[0]
 
     def load(t: Trial) -> NeurCAM:
@@ -199,8 +198,8 @@ def search(config, *, name: str | None = None) -> SearchResult:
     summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
     out = Path(cfg.output)
-    write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)})
-    atomic_directory(out / "report", lambda d: write_report(explanations[0], d), marker="report.html")
+    write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)},
+              report=explanations[0])
     log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
                         output=out, plan=plan, config=best_cfg, search_config=cfg)

@@ -24,6 +24,7 @@ from ..model.loss import fcm_log_membership, squared_distances
 from ..model.perf import keep_freed_memory
 from ..model.step import Batch, EpochStats
 from ..model.trainer import Trainer
+from ..numerics import standardize
 
 STATE_FILE = "trainer_state.pt"
 LOG_EVERY = 10  # epochs between progress lines (phase changes are always printed)
@@ -40,6 +41,7 @@ class WorkerConfig:
     mean: np.ndarray
     scale: np.ndarray
     centroids: np.ndarray
+    allowed: np.ndarray | None
     shuffle_buffer: int
     checkpoint_every: int
     threads: float
@@ -53,11 +55,11 @@ class _Collate(ArrowBatchCollateFn):
         self.plan, self.mean, self.scale = plan, mean, scale
 
     def __call__(self, table):
-        x = (matrix(table, self.plan.features) - self.mean) / self.scale
+        x = standardize(matrix(table, self.plan.features, np.float64), self.mean, self.scale)
         xr = x if self.plan.repr_kind == "features" else representation(table, self.plan)
         if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
             xr = xr.copy()
-        return torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.from_numpy(np.ascontiguousarray(xr))
+        return torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(xr))
 
 
 class _Group:
@@ -158,10 +160,11 @@ def train_loop_per_worker(config: dict) -> None:
     precision = resolve_precision(c.spec.precision, device)
     torch.manual_seed(c.spec.seed)
     group = _Group(device)
-    trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree)
+    trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
+                            allowed=c.allowed)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
-    collate = _Collate(c.plan, np.asarray(c.mean, np.float32), np.asarray(c.scale, np.float32))
+    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))
     shard = ray.train.get_dataset_shard("train")
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 

@@ -117,6 +117,10 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, t
     expl.profiles = profiles
 
 
+def _allowed(est) -> list[bool]:
+    return est.net_.single.gates.allowed.cpu().tolist()
+
+
 def model_card(est, arr: np.ndarray) -> dict:
     h = est.history_ or {}
     epochs = h.get("epochs", [])
@@ -127,6 +131,8 @@ def model_card(est, arr: np.ndarray) -> dict:
         "selected_features": list(est.selected_features_),
         "selected_pairs": [list(p) for p in est.selected_pairs_],
         "kmeans_init": h.get("init"),
+        "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used")},
+        "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est)) if not ok],
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,
                 "fit_seconds": h.get("fit_seconds")},

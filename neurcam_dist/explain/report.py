@@ -83,12 +83,34 @@ def importance_figure(expl: Explanation, top: int = 25) -> bytes:
     return _png(fig)
 
 
+FLAT = 1e-6  # a term whose values span less than this fraction of the widest term's span is flat
+
+
+def figure_name(index: int, term: Term) -> str:
+    """Unique per term: the index keeps ``a b`` and ``a_b`` (one safe name) apart."""
+    return f"{index:03d}_{'shape' if term.kind == 'main' else 'pair'}_{_safe(term.name)}.png"
+
+
+def flat_terms(expl: Explanation) -> dict[int, str]:
+    """Term index -> why it is not drawn: a plot of a flat term would be an empty picture."""
+    spans = [float(np.ptp(t.values)) if t.values.size else 0.0 for t in expl.terms]
+    widest = max(spans, default=0.0)
+    out = {}
+    for i, (t, span) in enumerate(zip(expl.terms, spans)):
+        if span <= FLAT * widest or span == 0.0:
+            constant = [f for f, g in zip(t.features, t.grids) if len(g) < 2 or float(np.ptp(g)) == 0.0]
+            out[i] = (f"{', '.join(constant)} is constant in the data" if constant
+                      else "the model gives it no effect on any cluster") + f" (values span {span:.1g})"
+    return out
+
+
 def render_figures(expl: Explanation) -> dict[str, bytes]:
-    """File name -> PNG bytes for every term and the importance chart."""
+    """File name -> PNG bytes for the importance chart and every term that is not flat."""
     figs = {"importance.png": importance_figure(expl)}
-    for t in expl.terms:
-        kind = "shape" if t.kind == "main" else "pair"
-        figs[f"{kind}_{_safe(t.name)}.png"] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters)
+    flat = flat_terms(expl)
+    for i, t in enumerate(expl.terms):
+        if i not in flat:
+            figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters)
     return figs
 
 
@@ -133,15 +155,18 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
         parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}</td><td>{r['kind']}</td><td>{r['importance']:.4g}</td></tr>")
     parts.append("</table>")
     parts.append(_img(figures["importance.png"], "term importance"))
-    parts.append("<h2>Shape graphs</h2>")
-    for t in expl.terms:
-        if t.kind == "main":
-            parts.append(_img(figures[f"shape_{_safe(t.name)}.png"], f"shape graph of {t.name}"))
-    pairs = [t for t in expl.terms if t.kind == "pair"]
-    if pairs:
-        parts.append("<h2>Pairwise interactions (purified)</h2>")
-        for t in pairs:
-            parts.append(_img(figures[f"pair_{_safe(t.name)}.png"], f"heat map of {t.name}"))
+    flat = flat_terms(expl)
+    for kind, heading in (("main", "Shape graphs"), ("pair", "Pairwise interactions (purified)")):
+        terms = [(i, t) for i, t in enumerate(expl.terms) if t.kind == kind]
+        if not terms:
+            continue
+        parts.append(f"<h2>{heading}</h2>")
+        for i, t in terms:
+            if i in flat:
+                parts.append(f"<p class='flat'>{e(t.name)}: flat, not drawn: {e(flat[i])}.</p>")
+            else:
+                parts.append(_img(figures[figure_name(i, t)], f"{'shape graph' if kind == 'main' else 'heat map'} "
+                                                                f"of {t.name}"))
     parts.append("<h2>Model card</h2><pre>" + e(json.dumps(card, indent=1)) + "</pre></body></html>")
     return "\n".join(parts)
 

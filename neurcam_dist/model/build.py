@@ -61,9 +61,11 @@ class TrainingSpec:
         return asdict(self)
 
 
-def build_network(spec: TrainingSpec, centroids) -> NeurCAMNet:
+def build_network(spec: TrainingSpec, centroids, allowed=None) -> NeurCAMNet:
+    """``allowed``: which features the gates may select (constant columns are left out)."""
     return NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
-                      torch.as_tensor(np.asarray(centroids, np.float32)), seed=spec.seed)
+                      torch.as_tensor(np.asarray(centroids, np.float32)), seed=spec.seed,
+                      allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, bool)))
 
 
 def build_schedule(spec: TrainingSpec) -> Schedule:
@@ -73,10 +75,10 @@ def build_schedule(spec: TrainingSpec) -> Schedule:
 
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
-                  agree: Callable[[bool], bool] = bool) -> Trainer:
+                  agree: Callable[[bool], bool] = bool, allowed=None) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
     ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce."""
-    net = build_network(spec, centroids).to(device)
+    net = build_network(spec, centroids, allowed).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..numerics import standardize
 from .network import NeurCAMNet
 
 CHUNK = 8192
@@ -46,7 +47,7 @@ class FittedNet:
     @staticmethod
     def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Raw features -> float32 standardized features (computed in float64); fit and scoring share it."""
-        return ((np.asarray(arr, np.float64) - mean) / scale).astype(np.float32)
+        return standardize(arr, mean, scale)
 
     def standardize(self, arr: np.ndarray) -> np.ndarray:
         """Raw features in the fitted column order -> float32 standardized features."""

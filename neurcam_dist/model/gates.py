@@ -5,12 +5,16 @@ While relaxed, the gate is ``entmax15(logits / T)``: a sparse mixture of feature
 gate of a kind is exactly one-hot (a single non-zero), the kind is *locked*: its selection is
 frozen to the argmax and the gate becomes a constant one-hot matrix, so later optimiser steps
 (Adam momentum included) cannot move a selection that the model's explanation relies on.
+Features marked not ``allowed`` (constant columns) get a logit far below the rest, so entmax
+gives them exactly zero weight at every temperature and no gate can ever select them.
 """
 from __future__ import annotations
 
 import torch
 from entmax import entmax15
 from torch import nn
+
+EXCLUDED_LOGIT = -1e4  # below any learned logit: exactly zero weight under entmax15 at T <= 1
 
 
 def relaxed_gates(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -28,7 +32,8 @@ def is_one_hot(gates: torch.Tensor) -> bool:
 class SelectionGates(nn.Module):
     """``n`` groups of ``arity`` gates over ``n_features`` inputs (arity 1: single, 2: pairwise)."""
 
-    def __init__(self, n: int, arity: int, n_features: int, generator: torch.Generator | None = None):
+    def __init__(self, n: int, arity: int, n_features: int, generator: torch.Generator | None = None,
+                 allowed: torch.Tensor | None = None):
         super().__init__()
         self.n, self.arity, self.n_features = n, arity, n_features
         init = torch.randn(n, arity, n_features, generator=generator) if n else torch.zeros(n, arity, n_features)
@@ -36,24 +41,29 @@ class SelectionGates(nn.Module):
         # Locked state lives in buffers so it travels with state_dict (checkpoints, save/load).
         self.register_buffer("locked", torch.zeros((), dtype=torch.bool))
         self.register_buffer("index", torch.zeros(n, arity, dtype=torch.long))
+        self.register_buffer("allowed", torch.ones(n_features, dtype=torch.bool) if allowed is None
+                             else torch.as_tensor(allowed, dtype=torch.bool).clone())
+
+    def masked_logits(self) -> torch.Tensor:
+        return self.logits.masked_fill(~self.allowed, EXCLUDED_LOGIT)
 
     def matrix(self, temperature: float) -> torch.Tensor:
         """The (n, arity, D) gate matrix at this temperature (one-hot constant once locked)."""
         if bool(self.locked):
             return nn.functional.one_hot(self.index, self.n_features).to(self.logits.dtype)
-        return relaxed_gates(self.logits, temperature)
+        return relaxed_gates(self.masked_logits(), temperature)
 
     @torch.no_grad()
     def one_hot_at(self, temperature: float) -> bool:
-        return bool(self.locked) or is_one_hot(relaxed_gates(self.logits, temperature))
+        return bool(self.locked) or is_one_hot(relaxed_gates(self.masked_logits(), temperature))
 
     @torch.no_grad()
     def lock(self) -> None:
         """Freeze the selection to the argmax; callers check ``one_hot_at`` first."""
-        self.index.copy_(self.logits.argmax(dim=-1))
+        self.index.copy_(self.masked_logits().argmax(dim=-1))
         self.locked.fill_(True)
         self.logits.requires_grad_(False)
 
     def selected(self) -> torch.Tensor:
         """(n, arity) selected feature indices (the argmax; equal to the locked index once locked)."""
-        return self.index.clone() if bool(self.locked) else self.logits.detach().argmax(dim=-1)
+        return self.index.clone() if bool(self.locked) else self.masked_logits().detach().argmax(dim=-1)

@@ -35,10 +35,11 @@ class ShapeFunctions(nn.Module):
     """``n`` gated channels of one arity sharing one backbone; each has its own (B x K) weights."""
 
     def __init__(self, n: int, arity: int, n_features: int, n_clusters: int,
-                 hidden: tuple[int, ...], n_bases: int, generator: torch.Generator | None = None):
+                 hidden: tuple[int, ...], n_bases: int, generator: torch.Generator | None = None,
+                 allowed: torch.Tensor | None = None):
         super().__init__()
         self.n, self.arity = n, arity
-        self.gates = SelectionGates(n, arity, n_features, generator)
+        self.gates = SelectionGates(n, arity, n_features, generator, allowed)
         self.backbone = Backbone(arity, hidden, n_bases)
         bound = 1.0 / math.sqrt(max(1, n_bases))
         self.weight = nn.Parameter(torch.empty(n, n_bases, n_clusters).uniform_(-bound, bound, generator=generator))
@@ -67,7 +68,9 @@ class NeurCAMNet(nn.Module):
     """Logits ``g(x) = sum_c f_c(x) + sum_p f_p(x)`` and centroids ``z`` in the representation space."""
 
     def __init__(self, n_features: int, n_clusters: int, n_single: int, n_pairs: int,
-                 hidden: tuple[int, ...], n_bases: int, centroids: torch.Tensor, seed: int = 0):
+                 hidden: tuple[int, ...], n_bases: int, centroids: torch.Tensor, seed: int = 0,
+                 allowed: torch.Tensor | None = None):
+        """``allowed``: (n_features,) bool, the features a gate may select (default: all)."""
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.n_features, self.n_clusters = n_features, n_clusters
@@ -75,8 +78,8 @@ class NeurCAMNet(nn.Module):
         # building a network (NeurCAM.load included) leaves the caller's random state untouched.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g)
-            self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g)
+            self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g, allowed)
+            self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g, allowed)
         self.centroids = nn.Parameter(centroids.detach().clone().float())
 
     def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:

@@ -90,17 +90,21 @@ class Schedule:
         action = None
         if self.epoch >= self.epochs:
             self.stop_reason = self.stop_reason or f"reached epochs={self.epochs}"
+        spent = self.epoch >= self.epochs  # the budget ends distillation and warm-up, not annealing
         if self.phase == "distill":
-            if self.epoch - self.phase_start >= self.distill_epochs:
-                self._enter("warmup", f"distillation done after {self.distill_epochs} epochs")
-                if self.warmup_epochs == 0:  # no warm-up: the distilled model is the teacher
-                    self._enter(self._first_anneal, "warm-up ended: warmup_epochs=0")
+            if self.epoch - self.phase_start >= self.distill_epochs or spent:
+                self._enter("warmup", f"distillation done after {self.epoch - self.phase_start} epochs"
+                            + (f" (epochs={self.epochs} reached)" if spent else ""))
+                if self.warmup_epochs == 0 or spent:  # no warm-up: the distilled model is the teacher
+                    self._enter(self._first_anneal, "warm-up ended: " + (f"epochs={self.epochs} reached" if spent
+                                                                         else "warmup_epochs=0"))
                     action = "freeze_teacher"
         elif self.phase == "warmup":
             plateaued = self.early_stopping and self.plateau.stale >= self.n_iter_no_change
             done = self.epoch - self.phase_start >= self.warmup_epochs
-            if done or plateaued:
-                why = (f"loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
+            if done or plateaued or spent:
+                why = (f"epochs={self.epochs} reached" if spent and not done else
+                       f"loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
                        if plateaued and not done else f"warmup_epochs={self.warmup_epochs}")
                 self._enter(self._first_anneal, f"warm-up ended: {why}")
                 action = "freeze_teacher"

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
+import time
 import uuid
 from pathlib import Path
 
 
-def atomic_directory(target: Path, write, marker: str | None = None) -> None:
+def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
     """Build a directory with ``write(tmp_dir)`` and move it to ``target`` in one rename
     (an existing ``target`` is moved aside first and removed only after the swap). With
-    ``marker``, a non-empty existing ``target`` that lacks that file is not ours: refuse."""
+    ``marker``, a non-empty existing ``target`` that lacks that file is not ours: refuse. With
+    ``own`` (the names this kind of output holds), a ``target`` holding anything else was written
+    by another command (a training run with its checkpoints, say): refuse rather than delete it."""
     target = Path(target)
+    recover(target)
     if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
         raise ValueError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
+    if own is not None and target.is_dir():
+        foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.startswith("."))
+        if foreign:
+            raise ValueError(f"{target} holds {foreign}, which this command did not write (another command's "
+                             f"output?): refusing to replace it; choose another output directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -34,6 +42,20 @@ def atomic_directory(target: Path, write, marker: str | None = None) -> None:
         raise
 
 
+def recover(target: Path) -> Path | None:
+    """Undo a swap cut short between its two renames (the old directory moved aside, the new one
+    not yet in place): put the newest complete aside copy back. Returns what was restored."""
+    target = Path(target)
+    if target.exists() or not target.parent.is_dir():
+        return None
+    aside = sorted(target.parent.glob(f".{target.name}.old-*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in aside:
+        if old.is_dir():
+            os.replace(old, target)
+            return target
+    return None
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file through a temporary sibling and one rename."""
     path = Path(path)
@@ -46,19 +68,72 @@ def write_text_atomic(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+VERSIONS = ".versions"
+CURRENT = "current"
+
+
+def _fsync_tree(root: Path) -> None:
+    """Flush every file and directory under ``root`` (and ``root``) to disk before it is published."""
+    for d, _, files in os.walk(root):
+        for f in files:
+            fd = os.open(os.path.join(d, f), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(d))
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems cannot fsync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+def _link(path: Path, target: str) -> None:
+    """Make ``path`` a symlink to ``target`` in one rename (a directory there is moved aside first)."""
+    tmp = path.with_name(f".{path.name}.link-{uuid.uuid4().hex[:8]}")
+    os.symlink(target, tmp)
+    if path.is_dir() and not path.is_symlink():  # an output written before versioned outputs
+        aside = path.with_name(f".{path.name}.old-{uuid.uuid4().hex[:8]}")
+        os.replace(path, aside)
+        os.replace(tmp, path)
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+
+
 def write_run_output(out: Path, write, extra: tuple[str, ...] = ()) -> None:
-    """Replace only ``model/``, ``metrics.json``, ``config.json`` (and ``extra`` files) inside
-    ``out`` (which may also hold ``_ray/`` checkpoints or trials), each through a temporary
-    sibling and a rename. ``write(tmp)`` puts them in a scratch directory first."""
+    """Publish ``model/``, ``metrics.json``, ``config.json`` (and ``extra`` files) in ``out`` as one set.
+
+    ``write(dir)`` fills a new version directory ``out/.versions/ID``; after it is complete and
+    fsynced, one atomic rename points ``out/current`` at it. ``out/model``, ``out/metrics.json``
+    ... are fixed links through ``current``, so a reader sees the whole old set or the whole new
+    one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
+    set in place (the half-written version is removed on the next write). Other content of
+    ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone."""
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out, prefix=".write-") as tmp:
-        write(Path(tmp))
-        for name in ("config.json", "metrics.json", *extra):
-            write_text_atomic(out / name, (Path(tmp) / name).read_text())
-        atomic_directory(out / "model", lambda d: _move_contents(Path(tmp) / "model", d), marker="manifest.json")
-
-
-def _move_contents(src: Path, dst: Path) -> None:
-    for f in src.iterdir():
-        os.replace(f, dst / f.name)
+    versions = out / VERSIONS
+    versions.mkdir(parents=True, exist_ok=True)
+    version = versions / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    tmp = versions / f".tmp-{version.name}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        _fsync_tree(tmp)
+        os.replace(tmp, version)
+        _link(out / CURRENT, f"{VERSIONS}/{version.name}")
+        for name in ("model", "config.json", "metrics.json", *extra):
+            if not (out / name).is_symlink():
+                _link(out / name, f"{CURRENT}/{name}")
+        _fsync_dir(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in versions.iterdir():  # earlier sets and leftovers of crashed writes
+        if old.name != version.name:
+            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)

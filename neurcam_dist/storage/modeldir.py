@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from .atomic import atomic_directory
+from .atomic import atomic_directory, recover
 
 FORMAT = "neurcam-dist/model"
 FORMAT_VERSION = 1
@@ -48,6 +49,8 @@ def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(config, state)`` of the model directory at ``path``, after checking every file against
     the manifest; ``ValueError`` names what is missing, altered or of another version."""
     path = Path(path)
+    if recover(path) is not None:
+        warnings.warn(f"{path}: an interrupted save had left the model aside; restored it", UserWarning, stacklevel=2)
     if not path.is_dir():
         raise ValueError(f"no model directory at {path}")
     missing = [f for f in (*FILES, MANIFEST) if not (path / f).is_file()]

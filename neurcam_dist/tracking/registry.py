@@ -35,7 +35,16 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
     version = None
     if registered_name:
         version = str(info.registered_model_version)
-        MlflowClient().set_registered_model_alias(registered_name, alias, version)
+        client = MlflowClient()
+        try:
+            client.set_registered_model_alias(registered_name, alias, version)
+        except BaseException:
+            # a version nobody can find by alias is a half-done registration: take it back
+            try:
+                client.delete_model_version(registered_name, version)
+            except Exception:  # noqa: BLE001 - the original error is the one to report
+                pass
+            raise
     return info, version
 
 
@@ -52,9 +61,26 @@ def promote(name: str, version: str, alias: str = "champion") -> None:
 
 
 def load_estimator(uri: str):
-    """A ``NeurCAM`` from a ``models:/NAME@alias`` (or any pyfunc) URI logged by ``log_model``."""
-    import mlflow
-    return mlflow.pyfunc.load_model(uri).unwrap_python_model().estimator
+    """A ``NeurCAM`` from a ``models:/NAME@alias`` (or ``runs:/ID/model``) URI logged by ``log_model``.
+
+    Only the model directory is downloaded and read (JSON + safetensors, checked against its
+    sha256 manifest): the pyfunc code stored beside it in the registry is not run. Loading the
+    same URI with ``mlflow.pyfunc.load_model`` does run that stored code, so whoever can write to
+    the registry can run code in such a scorer: the registry is the trust boundary."""
+    from mlflow.artifacts import download_artifacts
+    from mlflow.exceptions import MlflowException
+
+    from ..estimator import NeurCAM
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = Path(download_artifacts(artifact_uri=uri, dst_path=tmp))
+        except MlflowException as exc:
+            raise ValueError(f"cannot fetch {uri} from the MLflow registry: {exc.message}") from None
+        model_dir = local / "artifacts" / "model"
+        if not (model_dir / "manifest.json").is_file():
+            raise ValueError(f"{uri} holds no NeurCAM model directory (artifacts/model with a manifest): "
+                             f"it was not logged by neurcam-dist")
+        return NeurCAM.load(model_dir)
 
 
 def _version() -> str:

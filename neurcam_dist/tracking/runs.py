@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..estimator import NeurCAM
 from ..explain.report import write_report
+from ..redaction import redact
 from ..version import __version__
 from .registry import log_model
 from .uri import use
@@ -24,7 +25,7 @@ class TrackingError(RuntimeError):
 
 
 def data_fingerprint(plan) -> dict:
-    return {"data.path": str(plan.source.spec), "data.n_rows": plan.n_rows, "data.n_files": len(plan.source.files),
+    return {"data.path": redact(plan.source.spec), "data.n_rows": plan.n_rows, "data.n_files": len(plan.source.files),
             "data.schema_hash": plan.schema_hash, "data.features": ",".join(plan.features)[:6000],
             "data.repr": f"{plan.repr_kind}:{plan.repr_dim}"}
 
@@ -79,7 +80,7 @@ def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | None = Non
         shutil.copytree(report, t / "report")
     else:
         write_report(est.explain(), t / "report")
-    (t / "config.json").write_text(cfg.model_dump_json(indent=1))
+    (t / "config.json").write_text(cfg.public_json())
     (t / "standardization.json").write_text(json.dumps(
         {"features": list(est.feature_names_in_), "mean": est.mean_.tolist(), "scale": est.scale_.tolist()}))
     (t / "history.json").write_text(json.dumps(est.history_, default=str))
@@ -134,20 +135,11 @@ def log_search(result, cfg) -> dict:
                 "mlflow.parentRunId": parent.info.run_id, "neurcam.trial_id": trial.trial_id,
                 "neurcam.status": trial.status, **tags})
             rid = run.info.run_id
-            client.log_batch(rid, params=_param_list(_params(trial.model, cfg, result.plan)))
-            if trial.status == "ok":
-                est = NeurCAM.load(Path(trial.output) / "model")
-                _log_history(client, rid, est)
-                for k in FINAL_KEYS:
-                    if k in trial.metrics:
-                        client.log_metric(rid, k, float(trial.metrics[k]))
-                for k, v in _run_tags(est).items():
-                    client.set_tag(rid, k, v)
-                client.set_terminated(rid, "FINISHED")
-            else:
-                client.set_tag(rid, "neurcam.error", (trial.error or "")[-4000:])
-                client.log_text(rid, trial.error or "", "error.txt")
-                client.set_terminated(rid, "FAILED")
+            try:
+                _log_trial(client, rid, trial, cfg, result.plan)
+            except BaseException:
+                client.set_terminated(rid, "FAILED")  # never left RUNNING by an error or an interrupt
+                raise
             if trial is result.best:
                 best_run = rid
         search_metrics = {"best_inertia": result.best.inertia, "n_trials": len(result.trials),
@@ -168,17 +160,33 @@ def log_search(result, cfg) -> dict:
             "tracking_uri": mlflow.get_tracking_uri(), "registered_model": tc.model_name, "version": version}
 
 
+def _log_trial(client, rid: str, trial, cfg, plan) -> None:
+    """One trial's params, history, metrics and tags, and its terminal status."""
+    client.log_batch(rid, params=_param_list(_params(trial.model, cfg, plan)))
+    if trial.status == "ok":
+        est = NeurCAM.load(Path(trial.output) / "model")
+        _log_history(client, rid, est)
+        for k in FINAL_KEYS:
+            if k in trial.metrics:
+                client.log_metric(rid, k, float(trial.metrics[k]))
+        for k, v in _run_tags(est).items():
+            client.set_tag(rid, k, v)
+        client.set_terminated(rid, "FINISHED")
+    else:
+        client.set_tag(rid, "neurcam.error", (trial.error or "")[-4000:])
+        client.log_text(rid, trial.error or "", "error.txt")
+        client.set_terminated(rid, "FAILED")
+
+
 def _param_list(params: dict):
     from mlflow.entities import Param
     return [Param(k, str(v)[:6000]) for k, v in params.items()]
 
 
-
-
 def tracking_failed(cfg, out: Path, exc: Exception, runs: str) -> TrackingError:
     """The error for a run whose model is safe on disk but whose MLflow logging failed."""
     from .uri import tracking_uri
-    return TrackingError(f"training finished and the model is saved in {out}/model, but logging to MLflow "
-                         f"({tracking_uri(cfg.tracking.uri)}) failed, so {runs}, the artifacts and the "
-                         f"registered version were not recorded (nothing was registered): "
-                         f"{type(exc).__name__}: {exc}")
+    return TrackingError(redact(f"training finished and the model is saved in {out}/model, but logging to MLflow "
+                                f"({tracking_uri(cfg.tracking.uri)}) failed, so {runs}, the artifacts and the "
+                                f"registered version were not recorded (nothing was registered): "
+                                f"{type(exc).__name__}: {exc}"))

@@ -1,0 +1,54 @@
+"""Numbers that must not overflow: standardization moments and the standardized features in
+float64 (a change of unit never changes the clustering), constant columns, float32's range."""
+from __future__ import annotations
+
+import numpy as np
+
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def pow2_above(top: np.ndarray) -> np.ndarray:
+    """A power of two >= each magnitude (1 for zeros): dividing by it is exact."""
+    return np.where(top > 0, np.exp2(np.ceil(np.log2(np.where(top > 0, top, 1.0)))), 1.0)
+
+
+def column_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and (population) standard deviation in float64, finite for any finite input.
+
+    Each column is divided by a power of two near its largest magnitude first (exact, no rounding),
+    so values near float64's limit cannot overflow the squares; a change of unit (x * 1e20)
+    changes the moments by the same factor and nothing else.
+    """
+    arr = np.asarray(arr, np.float64)
+    s = pow2_above(np.abs(arr).max(axis=0))
+    z = arr / s
+    return z.mean(axis=0) * s, z.std(axis=0) * s
+
+
+def standardize(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``(x - mean) / scale`` computed in float64, returned as float32 (what the network sees).
+    A difference beyond float64's range (values of opposite sign near 1e308) is taken as
+    ``x / scale - mean / scale`` instead."""
+    x = np.asarray(arr, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        z = (x - mean) / scale
+        if not np.isfinite(z).all():
+            z = np.where(np.isfinite(z), z, x / scale - mean / scale)
+    return z.astype(np.float32)
+
+
+def constant_columns(arr: np.ndarray) -> np.ndarray:
+    """Boolean mask of columns whose every value is the same (no shape function can use them)."""
+    return np.asarray(arr).max(axis=0) == np.asarray(arr).min(axis=0)
+
+
+def check_float32_range(arr: np.ndarray, names: list[str], what: str) -> None:
+    """A representation is used as given (not standardized) and held in float32: refuse values
+    beyond float32's range by column instead of letting them turn into inf."""
+    big = np.abs(arr).max(axis=0) > FLOAT32_MAX
+    if big.any():
+        cols = [names[j] for j in np.flatnonzero(big)]
+        raise ValueError(f"{what} has values beyond float32's range (|x| > {FLOAT32_MAX:.3g}) in column(s) "
+                         f"{cols[:10]}: the representation is used as given (it is not standardized); "
+                         f"divide it by a constant first (k-means is unchanged by a common scale)")
