@@ -1,7 +1,7 @@
 """Clustering quality under the paper's protocol: several seeds, keep the lowest-inertia run.
 
     python benchmarks/quality.py [--datasets pendigits letters] [--seeds 5] [--precision fp32]
-                                 [--init distill kmeans] [--paper-protocol]
+                                 [--init distill kmeans] [--kmeans auto|lloyd|minibatch] [--paper-protocol]
 
 On each data set (standardized, X_repr = X) it scores MiniBatchKMeans (the paper's mKMC
 settings), scikit-learn's KMeans (Lloyd, k-means++, n_init=10: the k-means optimum), CART trees of depth 5 and 7 fitted to the k-means labels (the paper's TAO
@@ -62,7 +62,8 @@ def lloyd_runs(x, k, seeds):
 
 
 def neurcam_params(args, k, p, paper: bool) -> dict:
-    params = dict(n_clusters=k, n_pairs=p, precision=args.precision, verbose=False, device=args.device)
+    params = dict(n_clusters=k, n_pairs=p, precision=args.precision, verbose=False, device=args.device,
+                  kmeans=args.kmeans)
     if paper:
         params.update(warmup_epochs=400, epochs=1100 if p else 1000, early_stopping=False, init="kmeans",
                       lr_patience=100)
@@ -77,6 +78,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["NeurCAM", "Neur2CAM"])
     ap.add_argument("--init", nargs="+", default=["distill"], choices=["distill", "kmeans"])
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--kmeans", default="auto", choices=["auto", "lloyd", "minibatch"],
+                    help="NeurCAM's k-means init (the references are always both)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--paper-protocol", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="default: results/quality.md (quality_tune.md with --tune)")
@@ -140,7 +143,8 @@ def main() -> None:
                     runs_table.append({k_: v for k_, v in run.items() if k_ != "labels"})
                     print({k_: v for k_, v in run.items() if k_ != "labels"}, flush=True)
                 best = best_of(runs)
-                name = f"{model} ({params['init']}{', paper protocol' if args.paper_protocol else ''})"
+                name = (f"{model} ({params['init']}{', paper protocol' if args.paper_protocol else ''}"
+                        f"{'' if args.kmeans == 'auto' else ', kmeans=' + args.kmeans})")
                 r = row(name, best["labels"], {"epochs (best run)": best["epochs"],
                                                "seconds/run": float(np.mean([q["seconds"] for q in runs])),
                                                "smallest cluster": int(np.bincount(best["labels"], minlength=k).min())})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -331,7 +332,7 @@ def print_search(res) -> None:
                       **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},
                       **{k: v for k, v in res.consistency.items()}}))
     print(f"model: {res.output / 'model'}; trials: {res.output / 'search.json'}")
-    print(f"explanation report: {res.report_path.resolve().as_uri()}")
+    print(f"explanation report: {Path(os.path.abspath(res.report_path)).as_uri()}")
     if res.tracking:
         t = res.tracking
         if t.get("version"):

@@ -399,3 +399,17 @@ def test_a_registration_whose_alias_fails_is_taken_back(mlflow_server, fitted, d
     back = load_estimator("models:/alias-fails@candidate")  # the model directory, checked, no stored code run
     np.testing.assert_array_equal(back.predict(X), fitted.predict(X))
     assert [v.version for v in MlflowClient().search_model_versions("name='alias-fails'")] == [version]
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_constant_features_on_ray_are_named_once_or_refused(messy, tmp_path, capsys):
+    from neurcam_dist.distributed.driver import prepare
+    d, _ = messy
+    cfg = {"data": {"path": str(d), "id": "id", "features": ["a", "b", "k"]},
+           "model": {"n_clusters": 3}, "output": str(tmp_path / "out")}
+    _, prof = prepare(parse_config(cfg))
+    assert capsys.readouterr().out.count("1 constant feature(s) left out (no gate may select them): ['k']") == 1
+    assert prof.constant.tolist() == [False, False, True]
+    cfg["model"]["constant_features"] = "error"
+    with pytest.raises(DataError, match=r"data: 1 constant feature\(s\) \['k'\] \(constant_features='error'\)"):
+        prepare(parse_config(cfg))

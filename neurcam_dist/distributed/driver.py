@@ -70,6 +70,12 @@ def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
     t0 = time.perf_counter()
     prof = data_mod.profile(plan)
     log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+    try:
+        note = constant_features_note(prof.constant, plan.features, cfg.model.constant_features, cfg.model.n_pairs)
+    except ValueError as exc:
+        raise data_mod.DataError(f"data: {exc}") from None
+    if note:
+        log(note)
     return plan, prof
 
 
@@ -92,12 +98,6 @@ class InitialState:
 def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -> InitialState:
     """Standardization from the profile; k-means centroids on a bounded uniform random sample."""
     m, tc = cfg.model, cfg.train
-    try:
-        note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)
-    except ValueError as exc:
-        raise data_mod.DataError(f"data: {exc}") from None
-    if note:
-        log(note)
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))

@@ -14,7 +14,6 @@ from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
 from .terms import term_groups
 
 @torch.no_grad()
-@torch.no_grad()
 def _term_table(fitted, channels: np.ndarray, features: tuple[int, ...], grids: list[np.ndarray]) -> np.ndarray:
     """Sum of ``channels``' contributions (of a ``model.FittedNet``) on the grid of ``features``
     (other standardized inputs at 0)."""
