@@ -26,7 +26,7 @@ from .model.step import Batch
 from .params import HYPERPARAMETERS, check_params_for_data
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns
-from .validation import check_matrix, constant_features_note, frame_columns
+from .validation import check_matrix, constant_features_note, empty_clusters_note, frame_columns
 from .version import __version__
 
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
@@ -181,10 +181,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.history_["n_clusters_used"] = used
         if used < self.n_clusters:
             distinct = len(np.unique(arr, axis=0)) if arr.shape[0] <= 1_000_000 else None
-            why = (f"; X has only {distinct} distinct row(s)" if distinct is not None and distinct < self.n_clusters
-                   else "")
-            warnings.warn(f"only {used} of n_clusters={self.n_clusters} clusters hold training rows{why}",
-                          UserWarning, stacklevel=3)
+            warnings.warn(empty_clusters_note(used, self.n_clusters, distinct), UserWarning, stacklevel=3)
 
     def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, targets: torch.Tensor | None,
                spec: TrainingSpec, callback) -> list[dict]:

@@ -13,17 +13,25 @@ def pow2_above(top: np.ndarray) -> np.ndarray:
     return np.where(top > 0, np.exp2(np.ceil(np.log2(np.where(top > 0, top, 1.0)))), 1.0)
 
 
-def column_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column mean and (population) standard deviation in float64, finite for any finite input.
+def scaled_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per column ``(s, mean, M2 / s**2)`` in float64, finite for any finite input (Chan's
+    parallel combination takes these; see ``data.profiling``).
 
-    Each column is divided by a power of two near its largest magnitude first (exact, no rounding),
-    so values near float64's limit cannot overflow the squares; a change of unit (x * 1e20)
-    changes the moments by the same factor and nothing else.
+    Each column is divided by a power of two ``s`` near its largest magnitude first (exact, no
+    rounding), so values near float64's limit cannot overflow the squares; a change of unit
+    (x * 1e20) changes the moments by the same factor and nothing else.
     """
     arr = np.asarray(arr, np.float64)
     s = pow2_above(np.abs(arr).max(axis=0))
     z = arr / s
-    return z.mean(axis=0) * s, z.std(axis=0) * s
+    zm = z.mean(axis=0)
+    return s, zm * s, ((z - zm) ** 2).sum(axis=0)
+
+
+def column_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and (population) standard deviation, from ``scaled_moments``."""
+    s, mean, m2s = scaled_moments(arr)
+    return mean, s * np.sqrt(m2s / len(arr))
 
 
 def standardize(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -104,3 +104,12 @@ def constant_features_note(const: np.ndarray, names: list[str], mode: str, n_pai
         raise ValueError(f"n_pairs={n_pairs} needs 2 non-constant features; only "
                          f"{[n for n, c in zip(names, const) if not c]} vary")
     return f"{len(cols)} constant feature(s) left out (no gate may select them): {shown}"
+
+
+def empty_clusters_note(used: int, n_clusters: int, distinct_rows: int | None = None) -> str | None:
+    """The one message (in memory and on Ray) for a model that fills fewer clusters than asked."""
+    if used >= n_clusters:
+        return None
+    why = (f"; X has only {distinct_rows} distinct row(s)" if distinct_rows is not None and distinct_rows < n_clusters
+           else " (fewer distinct rows than clusters, or clusters the model left empty)")
+    return f"only {used} of n_clusters={n_clusters} clusters hold training rows{why}"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from ..numerics import FLOAT32_MAX, pow2_above
+from ..numerics import FLOAT32_MAX, scaled_moments
 from .planning import Plan
 from .reading import matrix, read
 from .sources import PATH_COLUMN, DataError, listing
@@ -100,11 +100,9 @@ def _profile_aggregate(p: Plan):
             n = len(x)
             if not n:
                 return {**self.zero(), "bad": json.dumps(bad), "len": json.dumps(lens)}
-            scale = pow2_above(np.abs(x).max(0))
-            z = x / scale
-            zm = z.mean(0)
-            return {"n": n, "mean": (zm * scale).tolist(), "m2s": ((z - zm) ** 2).sum(0).tolist(),
-                    "s": scale.tolist(), "lo": x.min(0).tolist(), "hi": x.max(0).tolist(), "bad": json.dumps(bad),
+            scale, mean, m2s = scaled_moments(x)
+            return {"n": n, "mean": mean.tolist(), "m2s": m2s.tolist(), "s": scale.tolist(),
+                    "lo": x.min(0).tolist(), "hi": x.max(0).tolist(), "bad": json.dumps(bad),
                     "len": json.dumps(lens)}
 
         def combine(self, a, b):

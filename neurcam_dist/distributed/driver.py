@@ -29,7 +29,7 @@ from ..numerics import standardize
 from ..params import check_params_for_data
 from ..redaction import redact
 from ..storage import write_run_output
-from ..validation import constant_features_note
+from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
 from .session import check_resources, ensure_ray
 from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
@@ -245,9 +245,9 @@ def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: In
     scores = evaluate(est.scoring_model(), plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
     est.channel_means_ = scores.pop("channel_means")
     est.history_["n_clusters_used"] = scores["n_clusters_used"]
-    if scores["n_clusters_used"] < cfg.model.n_clusters:
-        log(f"warning: only {scores['n_clusters_used']} of model.n_clusters={cfg.model.n_clusters} clusters hold "
-            f"rows (fewer distinct rows than clusters, or clusters the model left empty)")
+    note = empty_clusters_note(scores["n_clusters_used"], cfg.model.n_clusters)
+    if note:
+        log(f"warning: {note}")
     metrics = {
         "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
         "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
