@@ -3,7 +3,9 @@
 ``demo`` runs the whole service on the bundled digits (Ray Tune search, MLflow, report);
 ``fit`` / ``explain`` work in memory on a CSV or Parquet file; ``train`` / ``tune`` run on Ray over
 sharded Parquet as a YAML config says (and log to MLflow with ``tracking:``); ``predict`` scores
-Parquet with Ray Data; ``promote`` moves a registry alias. Every output is written atomically.
+Parquet with Ray Data; ``promote`` moves a registry alias; ``recluster`` re-clusters the newest
+snapshot and promotes only a better model; ``validate`` checks a config without running it;
+``submit`` runs any of those as a job on a Ray cluster. Every output is written atomically.
 """
 from __future__ import annotations
 
@@ -200,15 +202,42 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--alias", default="champion")
     prom.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     pred = sub.add_parser("predict", help="score Parquet (a directory, glob or file) with Ray Data")
-    pred.add_argument("--model", required=True,
+    pred.add_argument("--config", default=None,
+                      help="take the defaults below from a job config: the model models:/NAME@champion "
+                           "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
+                           "with recluster:), the output OUTPUT/predictions and the id data.id")
+    pred.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    pred.add_argument("--model", default=None,
                       help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
-    pred.add_argument("--input", required=True, help="Parquet directory, glob, file or URI")
-    pred.add_argument("--output", required=True, help="directory to receive the Parquet shards")
-    pred.add_argument("--id", default="id", help="id column copied to the output (default: id)")
+    pred.add_argument("--input", default=None, help="Parquet directory, glob, file or URI")
+    pred.add_argument("--output", default=None, help="directory to receive the Parquet shards")
+    pred.add_argument("--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")
     pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
     pred.add_argument("--batch-size", type=int, default=4096)
     pred.add_argument("--concurrency", type=int, default=2, help="scoring actors")
+    rec = sub.add_parser("recluster", help="re-cluster the newest data snapshot, compare with the registered "
+                                           "champion, keep cluster ids stable, promote by the config's policy")
+    rec.add_argument("--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
+    rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    val = sub.add_parser("validate", help="check a config without running anything (schema, overrides, data "
+                                          "footers and columns, output)")
+    val.add_argument("config")
+    val.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    val.add_argument("--check-tracking", action="store_true", help="also contact an http tracking server")
+    sbm = sub.add_parser("submit", help="run train/tune/predict/recluster as a job on a Ray cluster, stream its "
+                                        "logs and exit with its result")
+    sbm.add_argument("--address", default=os.environ.get("RAY_JOB_ADDRESS") or os.environ.get("RAY_ADDRESS"),
+                     help="the job server, e.g. http://127.0.0.1:8265 (default: RAY_JOB_ADDRESS, RAY_ADDRESS)")
+    sbm.add_argument("--working-dir", default=".", help="uploaded to the cluster: must hold jobs/ and the config "
+                                                        "(default: .); '-' uploads nothing (the image has them)")
+    sbm.add_argument("--no-wait", action="store_true", help="return once submitted")
+    sbm.add_argument("job", choices=("train", "tune", "predict", "recluster"))
+    sbm.add_argument("--config", required=True, help="path relative to the working directory")
+    sbm.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to the job")
+    for p in (demo, tr, tun, rec, pred):
+        p.add_argument("--verbose", action="store_true",
+                       help="show Ray's, Tune's and the workers' own log lines here (default: in OUTPUT/logs/)")
     return parser
 
 
@@ -267,10 +296,18 @@ def _promote(args) -> None:
     print(f"{args.name}@{args.alias} -> version {args.version}")
 
 
-def _train(args) -> None:
+def _load_config(args):
+    """The config with the environment's and --set's overrides; says which variables applied."""
     from .config import load_config
+    cfg = load_config(args.config, _overrides(args.set))
+    for note in cfg._notes:
+        print(f"config: {note}", file=sys.stderr)
+    return cfg
+
+
+def _train(args) -> None:
     from .service import train
-    result = train(load_config(args.config, _overrides(args.set)))
+    result = train(_load_config(args))
     keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
@@ -278,13 +315,64 @@ def _train(args) -> None:
 
 
 def _tune(args) -> None:
-    from .config import load_config
     from .service import search
-    print_search(search(load_config(args.config, _overrides(args.set))))
+    print_search(search(_load_config(args)))
+
+
+def _recluster(args) -> None:
+    from .ops.recluster import RECORD, recluster
+    cfg = _load_config(args)
+    record = recluster(cfg)
+    keys = ("promoted", "champion_version", "challenger_version", "inertia_champion", "inertia_challenger",
+            "agreement_ari", "size_shift", "top_terms_overlap", "mapping")
+    print(json.dumps({k: record.get(k) for k in keys}))
+    print(f"{'promoted' if record['promoted'] else 'not promoted'}: {record['reason']}")
+    print(f"decision: {Path(cfg.output) / RECORD}")
+
+
+def _validate(args) -> None:
+    from .ops.validate import validate
+    for line in validate(_load_config(args), check_tracking=args.check_tracking):
+        print(line)
+    print(f"{args.config}: ok")
+
+
+def _submit(args) -> int:
+    from .ops.submit import submit
+    if not args.address:
+        raise ValueError("submit needs --address (the Ray job server, e.g. http://127.0.0.1:8265) or RAY_JOB_ADDRESS")
+    return submit(args.address, args.job, args.config, args.set,
+                  working_dir=None if args.working_dir == "-" else args.working_dir, wait=not args.no_wait,
+                  log=lambda m: print(f"[neurcam submit] {m}", file=sys.stderr, flush=True))
+
+
+def _predict_defaults(args) -> None:
+    """Fill --model / --input / --output / --id from a job config (the Ray Job and CronJob form)."""
+    if args.config is None:
+        missing = [f"--{k}" for k in ("model", "input", "output") if getattr(args, k) is None]
+        if missing:
+            raise ValueError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
+        args.id = args.id or "id"
+        return
+    cfg = _load_config(args)
+    if args.model is None:
+        args.model = (f"models:/{cfg.tracking.model_name}@champion" if cfg.tracking and cfg.tracking.model_name
+                      else str(Path(cfg.output) / "model"))
+        if cfg.tracking and cfg.tracking.uri:
+            os.environ["MLFLOW_TRACKING_URI"] = cfg.tracking.uri
+    if args.input is None:
+        args.input = cfg.data.path
+        if cfg.recluster is not None:
+            from .data.snapshots import pick_snapshot
+            args.input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
+    args.output = args.output or str(Path(cfg.output) / "predictions")
+    args.id = args.id or cfg.data.id or "id"
+    print(f"predict: model {args.model}, input {redact(str(args.input))}, output {args.output}", file=sys.stderr)
 
 
 def _predict(args) -> None:
     from .distributed import ensure_ray, predict_parquet
+    _predict_defaults(args)
     est = _load_model(args.model)
     ensure_ray()
     summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
@@ -295,14 +383,17 @@ def _predict(args) -> None:
 
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow"}  # optional import -> the extra that brings it
 HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _generate, "promote": _promote,
-            "train": _train, "tune": _tune, "predict": _predict}
+            "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
+            "submit": _submit}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed."""
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbose", False):
+        os.environ["NEURCAM_VERBOSE"] = "1"
     try:
-        HANDLERS[args.command](args)
+        status = HANDLERS[args.command](args)
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in EXTRAS:
             raise
@@ -313,10 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"neurcam: error: {redact(exc)}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
+    except (RuntimeError, ConnectionError) as exc:
         print(f"neurcam: failed: {redact(exc)}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0
 
 
 def print_search(res) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from .params import HYPERPARAMETERS
 from .redaction import redact
@@ -119,6 +120,19 @@ class TrackingConfig(_Strict):
     model_name: str | None = None
 
 
+class ReclusterConfig(_Strict):
+    """``neurcam recluster``: which snapshot to read and when the challenger replaces the champion."""
+
+    snapshot: str = Field("latest", description="latest, or one snapshot value (data.path holds a {snapshot} "
+                                                "template or key=value partition folders)")
+    policy: Literal["improve", "always", "manual"] = Field(
+        "improve", description="improve: promote when the challenger's inertia is lower by min_improvement "
+                               "(relative); always: promote every finished run; manual: never (promote by hand)")
+    min_improvement: float = Field(0.01, ge=0.0, lt=1.0, allow_inf_nan=False)
+    lease_wait_s: float = Field(300.0, gt=0.0, allow_inf_nan=False,
+                                description="how long to wait for another re-clustering's promotion lease")
+
+
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "quniform": 3, "randint": 2, "choice": None, "randn": 2}
 SEARCHABLE = ("n_single", "n_pairs", "m", "gamma", "epsilon", "lr")
 # Settings that change the representation (or the number of centroids): the inertias of two
@@ -195,11 +209,13 @@ class SearchConfig(_Strict):
 
 
 class JobConfig(_Strict):
+    _notes: list[str] = PrivateAttr(default_factory=list)   # which environment variables applied
     data: DataConfig
     model: ModelConfig
     train: TrainConfig = Field(default_factory=TrainConfig)
     tracking: TrackingConfig | None = Field(None, description="log the run to MLflow (off when absent)")
     search: SearchConfig | None = Field(None, description="neurcam tune: the Ray Tune search (default: 5 seeds)")
+    recluster: ReclusterConfig | None = Field(None, description="neurcam recluster: snapshot and promotion policy")
     output: str
 
     @model_validator(mode="after")
@@ -262,8 +278,30 @@ def parse_config(raw: dict, source: str = "config") -> JobConfig:
         raise ConfigError(f"{source} is not a valid neurcam config:\n{_format_errors(exc)}") from None
 
 
-def load_config(path: str | os.PathLike, overrides: dict | None = None) -> JobConfig:
-    """Read a YAML config; ``overrides`` maps dotted keys (``model.epochs``) to values."""
+# One config serves every environment: these variables replace the file's values (and --set
+# replaces both). NEURCAM_TRACKING_URI applies only to a config that has a tracking: section.
+ENV_OVERRIDES = {"NEURCAM_DATA_PATH": "data.path", "NEURCAM_OUTPUT": "output", "NEURCAM_TRACKING_URI": "tracking.uri"}
+
+
+def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
+    """The dotted overrides the environment asks for, and a note per variable applied or ignored."""
+    environ = os.environ if environ is None else environ
+    out, notes = {}, []
+    for var, key in ENV_OVERRIDES.items():
+        value = environ.get(var)
+        if not value:
+            continue
+        if key == "tracking.uri" and not (isinstance(raw, dict) and isinstance(raw.get("tracking"), dict)):
+            notes.append(f"{var} ignored: the config has no tracking: section")
+            continue
+        out[key] = value
+        notes.append(f"{var} sets {key}")
+    return out, notes
+
+
+def load_config(path: str | os.PathLike, overrides: dict | None = None, environ=None) -> JobConfig:
+    """Read a YAML config; the ``NEURCAM_*`` variables of ``ENV_OVERRIDES`` (``environ``, default
+    ``os.environ``) then ``overrides`` (dotted keys such as ``model.epochs``) replace its values."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no config file at {p}")
@@ -271,7 +309,11 @@ def load_config(path: str | os.PathLike, overrides: dict | None = None) -> JobCo
         raw = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p} is not valid YAML: {exc}") from None
-    return parse_config(apply_overrides(raw or {}, overrides), str(p))
+    raw = raw or {}
+    from_env, notes = env_overrides(raw, environ)
+    cfg = parse_config(apply_overrides(apply_overrides(raw, from_env), overrides), str(p))
+    cfg._notes = notes
+    return cfg
 
 
 def apply_overrides(raw: dict, overrides: dict | None) -> dict:

@@ -47,7 +47,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     Learned attributes: ``labels_``, ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
     ``temperatures_``, ``selected_features_``, ``selected_pairs_``, ``channel_means_``,
-    ``history_``, ``n_iter_``, ``n_features_in_``, ``feature_names_in_`` (the DataFrame's columns,
+    ``history_``, ``cluster_ids_`` (what ``predict`` returns for each logit column: 0..K-1, or the
+    stable ids a re-clustering gave them) and ``next_cluster_id_``, ``n_iter_``, ``n_features_in_``, ``feature_names_in_`` (the DataFrame's columns,
     or ``x0..`` for arrays), ``reference_`` (up to 20,000 training rows for ``explain()``; not saved).
     """
 
@@ -227,6 +228,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.n_iter_ = sched.epoch
         self.temperatures_ = (sched.t, sched.t2)
         self.cluster_centers_ = net.centroids.detach().cpu().numpy()
+        self.cluster_ids_ = np.arange(net.n_clusters, dtype=np.int64)
+        self.next_cluster_id_ = int(net.n_clusters)
         self._set_selection()
         return self
 
@@ -240,7 +243,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "net_")
         return FittedNet(net=self.net_, mean=self.mean_, scale=self.scale_, temperatures=tuple(self.temperatures_),
                          feature_names=list(self.feature_names_in_),
-                         channel_means=getattr(self, "channel_means_", None))
+                         channel_means=getattr(self, "channel_means_", None),
+                         cluster_ids=getattr(self, "cluster_ids_", None))
 
     def decision_function(self, X) -> np.ndarray:
         """(N, K) logits ``g(x)``: the sum of every shape function's contribution."""
@@ -251,7 +255,26 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return torch.softmax(g.double(), dim=1).numpy()
 
     def predict(self, X) -> np.ndarray:
-        return self.decision_function(X).argmax(1)
+        """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
+        Column ``k`` of ``predict_proba`` is cluster ``cluster_ids_[k]``."""
+        raw = self.decision_function(X).argmax(1)   # checks fitted-ness and X first
+        return self.cluster_ids_[raw]
+
+    def set_cluster_ids(self, ids, next_id: int | None = None) -> "NeurCAM":
+        """Rename the clusters (``neurcam recluster`` keeps a segment's id across versions); ``next_id``
+        is the smallest id never used by this model's lineage, so retired ids are not reused."""
+        check_is_fitted(self, "net_")
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.shape != (self.n_clusters,) or len(np.unique(ids)) != len(ids) or (ids < 0).any():
+            raise ValueError(f"cluster ids must be {self.n_clusters} distinct non-negative integers, got {ids.tolist()}")
+        next_id = int(ids.max()) + 1 if next_id is None else int(next_id)
+        if next_id <= ids.max():
+            raise ValueError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
+        if getattr(self, "labels_", None) is not None:
+            order = np.argsort(self.cluster_ids_)
+            self.labels_ = ids[order[np.searchsorted(self.cluster_ids_[order], self.labels_)]]
+        self.cluster_ids_, self.next_cluster_id_ = ids, next_id
+        return self
 
     def transform_features(self, X) -> np.ndarray:
         """The standardized features the network sees (and the default representation)."""
@@ -301,6 +324,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             "repr_dim": int(self.repr_dim_), "uses_features_as_repr": bool(self.uses_features_as_repr_),
             "temperatures": list(self.temperatures_),
             "channel_means": self.channel_means_.tolist(),
+            "cluster_ids": [int(v) for v in self.cluster_ids_], "next_cluster_id": int(self.next_cluster_id_),
             "selected_features": list(self.selected_features_),
             "selected_pairs": [list(p) for p in self.selected_pairs_],
             "history": jsonable(self.history_),
@@ -342,6 +366,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         est.history_ = config["history"]
         est.n_iter_ = est.history_.get("n_epochs")
         est.cluster_centers_ = net.centroids.detach().cpu().numpy()
+        # models saved before stable cluster ids call their clusters 0..K-1
+        est.cluster_ids_ = np.asarray(config.get("cluster_ids", range(k)), dtype=np.int64)
+        est.next_cluster_id_ = int(config.get("next_cluster_id", k))
         est._set_selection()
         return est
 

@@ -57,19 +57,19 @@ def _train_and_log(cfg: JobConfig, name: str | None) -> TrainResult:
     return result
 
 
-def search(config, *, name: str | None = None) -> SearchResult:
+def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
     """``distributed.search``, then a parent run, a nested run per trial and the winner registered
     as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
     start (the search still runs: its winner is saved locally)."""
     cfg = coerce_config(config)
     with _sigterm_as_exit():
-        return _search_and_log(cfg, name)
+        return _search_and_log(cfg, name, prepare_winner)
 
 
-def _search_and_log(cfg: JobConfig, name: str | None) -> SearchResult:
+def _search_and_log(cfg: JobConfig, name: str | None, prepare_winner=None) -> SearchResult:
     if cfg.tracking is not None:
         _warn_if_unreachable(cfg)
-    result = _search(cfg, name=name)
+    result = _search(cfg, name=name, prepare_winner=prepare_winner)
     if cfg.tracking is not None:
         from . import tracking
         try:

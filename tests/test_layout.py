@@ -14,12 +14,14 @@ ROOT = "neurcam_dist"
 # Lower ranks may not import higher ones; a unit imports only units of a strictly lower rank.
 RANKS = {
     "version": 0, "params": 0, "metrics": 0, "validation": 0, "numerics": 0, "redaction": 0,
+    "clusterids": 0,
     "model": 1, "storage": 1, "config": 1,
     "explain": 2, "data": 2,
     "estimator": 3,
     "distributed": 4, "tracking": 4,
     "service": 5,
-    "cli": 6, "__init__": 6,
+    "ops": 6,
+    "cli": 7, "__init__": 7,
 }
 MODEL_FORBIDDEN = {"ray", "mlflow", "pyarrow", "os", "io", "pathlib", "shutil", "tempfile", "json", "pickle",
                    "glob", "safetensors", "fsspec", "pandas"}

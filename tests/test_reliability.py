@@ -85,7 +85,7 @@ def test_more_clusters_than_distinct_rows_warns_and_is_recorded(tmp_path):
         m = est(n_clusters=5).fit(X)
     used = len(np.unique(m.labels_))
     assert m.history_["n_clusters_used"] == used <= 3
-    assert m.explain().model_card["clusters"] == {"n_clusters": 5, "n_clusters_used": used}
+    assert m.explain().model_card["clusters"] == {"n_clusters": 5, "n_clusters_used": used, "cluster_ids": [0, 1, 2, 3, 4]}
     X.to_csv(tmp_path / "d.csv", index=False)
     assert main(["fit", "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "o"), "--n-clusters", "5",
                  "--epochs", "20", "--quiet"]) == 0

@@ -10,7 +10,7 @@ import pyarrow.compute as pc
 
 from ..numerics import FLOAT32_MAX, scaled_moments
 from .planning import Plan
-from .reading import matrix, read
+from .reading import local_pass, matrix, read, read_local
 from .sources import PATH_COLUMN, DataError, listing
 
 
@@ -137,8 +137,14 @@ def _profile_aggregate(p: Plan):
 def profile(p: Plan) -> Profile:
     """One streaming pass over the data: refuse NaN / inf / null, wrong list lengths; return the
     standardization moments. Raises ``DataError`` naming each offending file and column."""
-    ds = read(p, p.columns + [c for c in (p.label, p.id) if c and c not in p.columns], with_paths=True)
-    acc = ds.aggregate(_profile_aggregate(p))["profile"]
+    cols = p.columns + [c for c in (p.label, p.id) if c and c not in p.columns]
+    agg = _profile_aggregate(p)
+    if local_pass(p, cols):
+        acc = agg.zero()
+        for t in read_local(p.source, cols, with_paths=True):
+            acc = agg.combine(acc, agg.aggregate_block(t))
+    else:
+        acc = read(p, cols, with_paths=True).aggregate(agg)["profile"]
     bad = {tuple(k.split("\0", 1)): v for k, v in json.loads(acc["bad"]).items()}
     if bad:
         items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null"

@@ -1,9 +1,13 @@
-"""Reading a plan's files with Ray Data, and Arrow batches as numpy matrices."""
+"""Reading a plan's files with Ray Data (or, for a pass over small data, with pyarrow in this
+process), and Arrow batches as numpy matrices."""
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from .planning import Plan
 from .sources import PATH_COLUMN, DataError, Source
@@ -26,6 +30,31 @@ def read_source(src: Source, columns: list[str], *, with_paths: bool = False, or
     if with_paths:
         ds = ds.rename_columns({"path": PATH_COLUMN})
     return ds
+
+
+# A whole-data pass (profile, scoring, comparison) over at most this many bytes of the columns it
+# reads runs in the calling process: a Ray Data pass costs seconds to start its tasks and actors,
+# which on small data is most of the pass. NEURCAM_LOCAL_PASS_BYTES changes it (0: always Ray Data).
+LOCAL_PASS_BYTES = 64 * 2**20
+
+
+def local_pass(p: Plan, columns: list[str]) -> bool:
+    """Whether a pass over ``columns`` of the plan is small enough to run in this process."""
+    limit = int(os.environ.get("NEURCAM_LOCAL_PASS_BYTES", LOCAL_PASS_BYTES))
+    width = sum(p.repr_dim if (p.repr_kind == "list" and c == p.repr_columns[0]) else 1 for c in set(columns))
+    return p.n_rows * width * 8 <= limit
+
+
+def read_local(src: Source, columns: list[str], *, with_paths: bool = False, batch_rows: int = 65536):
+    """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
+    after file in order (what an ordered Ray Data read yields)."""
+    for f in src.files:
+        pf = pq.ParquetFile(f, filesystem=src.filesystem)
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
+            t = pa.Table.from_batches([batch])
+            if with_paths:
+                t = t.append_column(PATH_COLUMN, pa.array([f] * t.num_rows, pa.string()))
+            yield t
 
 
 def representation(table: pa.Table, p: Plan) -> np.ndarray:

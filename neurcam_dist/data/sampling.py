@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 
 from .planning import Plan
-from .reading import read
+from .reading import local_pass, read, read_local
 
 
 def oversampled_fraction(n: int, rows: int) -> float:
@@ -28,6 +28,10 @@ def sample(p: Plan, n: int, seed: int, columns: list[str]) -> pa.Table:
     frac = oversampled_fraction(n, p.n_rows)
     attempt = 0
     while True:
+        if frac >= 1.0 and local_pass(p, columns):   # every row, and few: read them here, in file order
+            batches = [b for b in read_local(p.source, columns) if b.num_rows]
+            table = pa.concat_tables(batches) if batches else None
+            break
         ds = read(p, columns, ordered=True)
         if frac < 1.0:
             ds = ds.random_sample(frac, seed=seed + attempt)

@@ -31,6 +31,7 @@ from ..redaction import redact
 from ..storage import write_run_output
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
+from .console import routed_logs
 from .session import check_resources, ensure_ray
 from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
 
@@ -180,6 +181,11 @@ def train(config, *, name: str | None = None) -> TrainResult:
     check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
     if cfg.search is not None:
         log("the config's search: section is for neurcam tune; this trains one run with the model: section")
+    with routed_logs(cfg.output, log):
+        return _train(cfg, name, t_start)
+
+
+def _train(cfg: JobConfig, name: str | None, t_start: float) -> TrainResult:
     plan, prof = prepare(cfg)
     with unchanged_input(plan):
         init = initial_state(cfg, plan, prof)

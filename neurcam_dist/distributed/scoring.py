@@ -58,6 +58,37 @@ class _Evaluator:
         return {"acc": np.array([pickle.dumps(acc)], dtype=object)}
 
 
+def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_size: int, concurrency: int, /,
+                **kwargs):
+    """``cls(**kwargs)`` applied to every batch of ``columns``, each batch's pickled partial
+    result combined with ``combine``: over an actor pool with Ray Data, or in this process when
+    the data is small (``data.reading.local_pass``)."""
+    total = None
+    if data_mod.reading.local_pass(plan, columns):
+        import torch
+        threads = torch.get_num_threads()   # the actors pin one thread each; this process keeps its own
+        try:
+            fn = cls(**kwargs)
+            for table in data_mod.reading.read_local(plan.source, columns, batch_rows=batch_size):
+                for blob in fn(table)["acc"]:
+                    total = combine(total, pickle.loads(blob))
+        finally:
+            torch.set_num_threads(threads)
+        return total
+    ds = map_with_actors(data_mod.read(plan, columns), cls, batch_size, concurrency, **kwargs)
+    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+        for blob in batch["acc"]:
+            total = combine(total, pickle.loads(blob))
+    return total
+
+
+def map_with_actors(ds, cls, batch_size: int, concurrency: int, **kwargs):
+    """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each)."""
+    from ray.data import ActorPoolStrategy
+    return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size,
+                          batch_format="pyarrow", compute=ActorPoolStrategy(size=max(1, concurrency)), num_cpus=1)
+
+
 def _combine(a: dict | None, b: dict) -> dict:
     if a is None:
         return b
@@ -72,13 +103,7 @@ def _combine(a: dict | None, b: dict) -> dict:
 def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2) -> dict:
     """Hard inertia over every row (and ARI/NMI/ACC with a label column), plus the channel means."""
     cols = list(dict.fromkeys(plan.columns + ([plan.label] if plan.label else [])))
-    ds = data_mod.read(plan, cols).map_batches(
-        _Evaluator, fn_constructor_kwargs={"fitted": fitted, "plan": plan}, batch_size=batch_size,
-        batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
-    total = None
-    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
-        for blob in batch["acc"]:
-            total = _combine(total, pickle.loads(blob))
+    total = reduce_pass(plan, cols, _Evaluator, _combine, batch_size, concurrency, fitted=fitted, plan=plan)
     if total is None or total["n"] != plan.n_rows:
         seen = 0 if total is None else total["n"]
         raise RuntimeError(f"the scoring pass saw {seen} rows, the data has {plan.n_rows}")
@@ -131,6 +156,7 @@ class _Scorer:
         proba = np.exp(z)
         proba /= proba.sum(1, keepdims=True)
         cluster = logits.argmax(1)
+        ids = fitted.ids
         toward = rows.contributions[np.arange(len(x)), :, cluster]                          # (n, terms)
         order = np.argsort(-toward, axis=1, kind="stable")
         names = np.asarray(rows.terms, dtype=object)
@@ -139,9 +165,9 @@ class _Scorer:
             cols[self.id_column] = table[self.id_column]
         for c in self.carry:
             cols[c] = table[c]
-        cols["cluster"] = pa.array(cluster.astype(np.int32))
+        cols["cluster"] = pa.array(ids[cluster].astype(np.int32))   # stable ids (``cluster_ids_``)
         for k in range(proba.shape[1]):
-            cols[f"proba_{k}"] = pa.array(proba[:, k])
+            cols[f"proba_{ids[k]}"] = pa.array(proba[:, k])
         for r in range(TOP_TERMS):
             if r < len(names):
                 idx = order[:, r]
@@ -172,8 +198,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
             raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
     ds = data_mod.read_source(src, list(dict.fromkeys(wanted)), with_paths=True)
-    ds = ds.map_batches(_Scorer, fn_constructor_kwargs={"fitted": fitted, "id_column": id_column, "carry": list(carry or [])},
-                        batch_size=batch_size, batch_format="pyarrow", concurrency=max(1, concurrency), num_cpus=1)
+    ds = map_with_actors(ds, _Scorer, batch_size, concurrency, fitted=fitted, id_column=id_column,
+                         carry=list(carry or []))
     t0 = time.perf_counter()
     summary = {}
 

@@ -18,9 +18,10 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
     if address:
         kwargs.pop("num_cpus", None)
         kwargs.pop("object_store_memory", None)
+        kwargs.pop("include_dashboard", None)
     else:
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(min_cpus)))
-    ray.init(address=address or None, **kwargs)
+    ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
     quiet_data_progress()
 
 

@@ -11,6 +11,7 @@ measures how consistent the best runs' explanations are. It returns what trackin
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import time
@@ -26,6 +27,7 @@ from ..estimator import NeurCAM
 from ..params import check_params_for_data
 from .driver import InitialState, finish_run, initial_state, log, prepare, run_workers, set_reference, worker_config
 from .driver import unchanged_input, write_run
+from .console import routed_logs
 from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
@@ -117,7 +119,7 @@ def _trial(params: dict, job: dict) -> None:
     out = Path(job["trials_dir"]) / trial_id
     tcfg = cfg.model_copy(update={"model": model, "output": str(out), "search": None, "tracking": None})
     init = job["inits"][model.random_state]
-    wcfg = worker_config(tcfg, plan, init)
+    wcfg = dataclasses.replace(worker_config(tcfg, plan, init), tag=f"trial {trial_id}: ")
     run_name = f"{job['name']}-{trial_id}"
     t0 = time.perf_counter()
     result = run_workers(tcfg, plan, wcfg, run_name, callbacks=[TuneReportCallback()])
@@ -154,11 +156,13 @@ def _plain(config: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- the driver
-def search(config, *, name: str | None = None) -> SearchResult:
+def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
     """Run the search ``config`` describes (a ``JobConfig``, a dict or a YAML path; a missing
     ``search:`` section means 5 seeds). Writes the winner to ``output/`` like ``train`` does,
     plus ``output/report/`` and ``output/search.json``. Raises ``SearchError`` when every trial
-    failed. MLflow logging (a ``tracking:`` section) is ``service.search``'s."""
+    failed. MLflow logging (a ``tracking:`` section) is ``service.search``'s.
+    ``prepare_winner(estimator, plan)`` runs before the winner is explained and written (the
+    re-clustering gives it its stable cluster ids there), while the input is still checked."""
     cfg = coerce_config(config)
     s = cfg.search or SearchConfig()
     cfg = cfg.model_copy(update={"search": s})
@@ -170,6 +174,12 @@ def search(config, *, name: str | None = None) -> SearchResult:
     log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
+    with routed_logs(cfg.output, log):
+        return _search(cfg, s, name, t_start, prepare_winner)
+
+
+def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_winner) -> SearchResult:
+    tc = cfg.train
     plan, prof = prepare(cfg)
     with unchanged_input(plan):
         inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
@@ -187,6 +197,9 @@ def search(config, *, name: str | None = None) -> SearchResult:
         return est
 
     est = load(best)
+    if prepare_winner is not None:
+        with unchanged_input(plan):
+            prepare_winner(est, plan)
     # one explanation per compared run, on the winner's reference rows; the winner's is its report
     explanations = [est.explain()] + [load(t).explain(est.reference_) for t in ranked[1:s.consistency_runs]]
     consistency = explanation_consistency(explanations)

@@ -27,7 +27,7 @@ from ..model.trainer import Trainer
 from ..numerics import standardize
 
 STATE_FILE = "trainer_state.pt"
-LOG_EVERY = 10  # epochs between progress lines (phase changes are always printed)
+LOG_SECONDS = 20.0  # at most one epoch line this often (phase changes and the last epoch always print)
 PROGRESS_SECONDS = 60.0  # within an epoch, a progress line at most this often (rank 0)
 REPORTED = ("epoch", "phase", "loss", "clust_loss", "kl", "T", "T2", "lr", "rows", "rows_per_s", "seconds")
 
@@ -46,6 +46,7 @@ class WorkerConfig:
     checkpoint_every: int
     threads: float
     max_epochs: int | None = None   # cut a run short (benchmarks only)
+    tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -128,7 +129,7 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
         rows += x.shape[0]
         if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
             last = time.perf_counter()
-            print(f"[neurcam] epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
+            print(f"[neurcam] {c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
                   f"rows so far, {rows * group.world / (last - start):,.0f} rows/s", flush=True)
 
 
@@ -174,7 +175,7 @@ def train_loop_per_worker(config: dict) -> None:
                 return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
             return torch.log_softmax(trainer.teacher(batch.x, 1.0, 1.0).float(), dim=1)
 
-    epochs_run = 0
+    epochs_run, last_line = 0, 0.0
     while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
         epochs_run += 1
         t0 = time.perf_counter()
@@ -192,8 +193,10 @@ def train_loop_per_worker(config: dict) -> None:
         if action in ("lock_pairs", "lock_single"):
             group.wrap(trainer)
         s = trainer.schedule
-        if group.rank == 0 and (s.epoch % LOG_EVERY == 0 or s.phase != phase_before or trainer.finished):
-            print(f"[neurcam] epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
+        if group.rank == 0 and (time.monotonic() - last_line >= LOG_SECONDS or s.phase != phase_before
+                                or trainer.finished):
+            last_line = time.monotonic()
+            print(f"[neurcam] {c.tag}epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
                   f"loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s", flush=True)
         cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
         if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:

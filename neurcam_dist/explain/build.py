@@ -87,7 +87,8 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
                               grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
                               importance=np.abs(at_rows).mean(0)))
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
-                       terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr))
+                       terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
+                       cluster_ids=fitted.ids.tolist())
     _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1))
     return expl
 
@@ -104,7 +105,7 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, t
     for c in range(k):
         members = labels == c
         if not members.any():
-            profiles.append({"cluster": c, "size": 0, "into": [], "out_of": []})
+            profiles.append({"cluster": expl.ids[c], "size": 0, "into": [], "out_of": []})
             continue
         mean = per_term[members, :, c].mean(0)
         order = np.argsort(-mean)
@@ -112,7 +113,7 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, t
                 for i in order[:top] if mean[i] > 0]
         out = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
                for i in order[::-1][:top] if mean[i] < 0]
-        profiles.append({"cluster": c, "size": int(members.sum()), "into": into, "out_of": out})
+        profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out})
     expl.profiles = profiles
 
 
@@ -130,7 +131,8 @@ def model_card(est, arr: np.ndarray) -> dict:
         "selected_features": list(est.selected_features_),
         "selected_pairs": [list(p) for p in est.selected_pairs_],
         "kmeans_init": h.get("init"),
-        "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used")},
+        "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used"),
+                     "cluster_ids": [int(v) for v in est.cluster_ids_]},
         "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est)) if not ok],
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,

@@ -49,8 +49,13 @@ class Explanation:
     cluster_sizes: list[int]
     profiles: list[dict]
     model_card: dict = field(default_factory=dict)
+    cluster_ids: list[int] | None = None   # the model's stable id of each cluster column (0..K-1 when None)
 
     # ---- derived views
+    @property
+    def ids(self) -> list[int]:
+        return list(range(self.n_clusters)) if self.cluster_ids is None else [int(v) for v in self.cluster_ids]
+
     @property
     def importance(self) -> list[dict]:
         """Global ranking: mean over clusters of each term's importance, largest first."""
@@ -80,6 +85,7 @@ class Explanation:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
             "feature_names": list(self.feature_names), "n_clusters": int(self.n_clusters),
+            "cluster_ids": self.ids,
             "intercept": self.intercept.tolist(),
             "cluster_sizes": list(map(int, self.cluster_sizes)),
             "profiles": self.profiles,
@@ -105,7 +111,7 @@ class Explanation:
         return cls(feature_names=list(d["feature_names"]), n_clusters=int(d["n_clusters"]),
                    intercept=np.asarray(d["intercept"], dtype=np.float64), terms=terms,
                    cluster_sizes=list(d["cluster_sizes"]), profiles=list(d["profiles"]),
-                   model_card=dict(d.get("model_card", {})))
+                   model_card=dict(d.get("model_card", {})), cluster_ids=d.get("cluster_ids"))
 
     def to_json(self, path) -> None:
         write_text_atomic(Path(path), json.dumps(self.to_dict()))
@@ -120,9 +126,10 @@ class Explanation:
         import pandas as pd
 
         terms, grids, values = [], [], []
+        ids = self.ids
         for t in self.terms:
             for k in range(self.n_clusters):
-                terms.append({"term": t.name, "kind": t.kind, "features": " & ".join(t.features), "cluster": k,
+                terms.append({"term": t.name, "kind": t.kind, "features": " & ".join(t.features), "cluster": ids[k],
                               "importance": float(t.importance[k])})
             for axis, (f, g) in enumerate(zip(t.features, t.grids)):
                 grids += [{"term": t.name, "axis": axis, "feature": f, "index": i, "value": float(v)}
@@ -132,8 +139,8 @@ class Explanation:
             for (cell, row) in zip(idx, flat):
                 for k in range(self.n_clusters):
                     values.append({"term": t.name, "i": int(cell[0]), "j": int(cell[1]) if len(cell) > 1 else -1,
-                                   "cluster": k, "value": float(row[k])})
-        intercept = pd.DataFrame({"cluster": np.arange(self.n_clusters), "intercept": self.intercept})
+                                   "cluster": ids[k], "value": float(row[k])})
+        intercept = pd.DataFrame({"cluster": ids, "intercept": self.intercept})
 
         def write(tmp: Path) -> None:
             pd.DataFrame(terms).to_parquet(tmp / "terms.parquet", index=False)

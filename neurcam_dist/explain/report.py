@@ -28,14 +28,14 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def shape_figure(term: Term, n_clusters: int) -> bytes:
+def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> bytes:
     """One line per cluster over the feature's grid; the feature's histogram underneath."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 4.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     grid = term.grids[0]
     cmap = plt.get_cmap("tab20" if n_clusters > 10 else "tab10")
     for k in range(n_clusters):
         top.plot(grid, term.values[:, k], drawstyle="steps-mid" if term.discrete[0] else "default",
-                 color=cmap(k % cmap.N), label=f"cluster {k}", lw=1.4)
+                 color=cmap(k % cmap.N), label=f"cluster {ids[k] if ids else k}", lw=1.4)
     top.axhline(0, color="0.6", lw=0.8)
     top.set_ylabel("contribution to logit")
     top.set_title(f"{term.name}  (importance {term.importance.mean():.3g})")
@@ -49,7 +49,7 @@ def shape_figure(term: Term, n_clusters: int) -> bytes:
     return _png(fig)
 
 
-def pair_figure(term: Term, n_clusters: int) -> bytes:
+def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> bytes:
     """One heat map per cluster over the pair's grid (purified interaction only)."""
     cols = min(n_clusters, 5)
     rows = int(np.ceil(n_clusters / cols))
@@ -62,7 +62,7 @@ def pair_figure(term: Term, n_clusters: int) -> bytes:
             ax.axis("off")
             continue
         im = ax.pcolormesh(gb, ga, term.values[:, :, k], cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
-        ax.set_title(f"cluster {k}", fontsize=8)
+        ax.set_title(f"cluster {ids[k] if ids else k}", fontsize=8)
         ax.tick_params(labelsize=6)
         if k % cols == 0:
             ax.set_ylabel(term.features[0], fontsize=7)
@@ -110,7 +110,7 @@ def render_figures(expl: Explanation) -> dict[str, bytes]:
     flat = flat_terms(expl)
     for i, t in enumerate(expl.terms):
         if i not in flat:
-            figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters)
+            figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters, expl.ids)
     return figs
 
 

@@ -64,8 +64,8 @@ class TrainingSpec:
 def build_network(spec: TrainingSpec, centroids, allowed=None) -> NeurCAMNet:
     """``allowed``: which features the gates may select (constant columns are left out)."""
     return NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
-                      torch.as_tensor(np.asarray(centroids, np.float32)), seed=spec.seed,
-                      allowed=None if allowed is None else torch.as_tensor(np.asarray(allowed, bool)))
+                      torch.tensor(np.array(centroids, np.float32)), seed=spec.seed,
+                      allowed=None if allowed is None else torch.tensor(np.array(allowed, bool)))
 
 
 def build_schedule(spec: TrainingSpec) -> Schedule:

@@ -39,10 +39,16 @@ class FittedNet:
     temperatures: tuple[float, float]
     feature_names: list[str]
     channel_means: np.ndarray | None = None
+    cluster_ids: np.ndarray | None = None   # stable id of each output column (default 0..K-1)
 
     @property
     def n_clusters(self) -> int:
         return self.net.n_clusters
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The stable cluster id of each logit column: what predictions and reports call the clusters."""
+        return np.arange(self.n_clusters) if self.cluster_ids is None else np.asarray(self.cluster_ids, np.int64)
 
     @staticmethod
     def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -3,7 +3,7 @@
 Nothing is pickled: MLflow stores this file, and the weights travel as the model directory that
 ``NeurCAM.save`` writes (safetensors + JSON, checked against its sha256 manifest on load).
 Input: a DataFrame holding the model's feature columns (others are ignored). Output: ``cluster``
-and one ``proba_k`` column per cluster.
+(the model's stable cluster id) and one ``proba_ID`` column per cluster.
 """
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ class NeurCAMPyfunc(PythonModel):
         if missing:
             raise ValueError(f"the input lacks the model's feature columns {missing}")
         proba = est.predict_proba(model_input[list(est.feature_names_in_)])
-        out = pd.DataFrame({"cluster": proba.argmax(1)}, index=model_input.index)
+        ids = est.cluster_ids_
+        out = pd.DataFrame({"cluster": ids[proba.argmax(1)]}, index=model_input.index)
         for k in range(proba.shape[1]):
-            out[f"proba_{k}"] = proba[:, k]
+            out[f"proba_{ids[k]}"] = proba[:, k]
         return out
 
 

@@ -21,7 +21,9 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
 
     example = X_example[list(est.feature_names_in_)].head(5)
     proba = est.predict_proba(example)
-    output = pd.DataFrame({"cluster": proba.argmax(1), **{f"proba_{k}": proba[:, k] for k in range(proba.shape[1])}})
+    ids = est.cluster_ids_
+    output = pd.DataFrame({"cluster": ids[proba.argmax(1)],
+                           **{f"proba_{ids[k]}": proba[:, k] for k in range(proba.shape[1])}})
     with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
         signature = infer_signature(example.astype(np.float64), output)
@@ -37,6 +39,10 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
         version = str(info.registered_model_version)
         client = MlflowClient()
         try:
+            # the lineage's ids, so a later re-clustering never reuses a retired cluster id
+            client.set_model_version_tag(registered_name, version, "cluster_ids",
+                                         ",".join(str(int(v)) for v in est.cluster_ids_))
+            client.set_model_version_tag(registered_name, version, "next_cluster_id", str(int(est.next_cluster_id_)))
             client.set_registered_model_alias(registered_name, alias, version)
         except BaseException:
             # a version nobody can find by alias is a half-done registration: take it back

@@ -48,7 +48,14 @@ def use(configured: str | None = None, experiment: str = "neurcam", workdir: str
     location = None
     if uri.startswith("sqlite:///"):  # the embedded store keeps artifacts beside its database
         location = (Path(workdir) / LOCAL_ARTIFACTS).resolve().as_uri()
-    exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+    from mlflow.exceptions import MlflowException
+    try:
+        exp_id = mlflow.create_experiment(experiment, artifact_location=location)
+    except MlflowException:  # created meanwhile by a concurrent run (two scheduled jobs at once)
+        exp = mlflow.get_experiment_by_name(experiment)
+        if exp is None:
+            raise
+        exp_id = exp.experiment_id
     mlflow.set_experiment(experiment)
     return exp_id
 

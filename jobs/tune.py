@@ -1,0 +1,9 @@
+"""Ray Job entrypoint: ``neurcam tune``. Submit with
+``ray job submit --working-dir . -- python jobs/tune.py --config configs/X.yaml [--set KEY=VALUE ...]``
+or ``neurcam submit --address URL tune --config configs/X.yaml``; the exit status is the job's status."""
+import sys
+
+from _entry import run
+
+if __name__ == "__main__":
+    sys.exit(run("tune"))

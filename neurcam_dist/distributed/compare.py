@@ -1,0 +1,74 @@
+"""Two models on the same data, in one Ray Data pass: what ``neurcam recluster`` needs to decide
+whether the challenger replaces the champion and to carry the cluster ids over.
+
+Both models' hard assignments of every row, reduced to sums (no per-row result reaches the
+driver): the contingency table of the two assignments, and per-cluster moments of the
+representation for both inertias. The representation is the plan's (the new data's embedding,
+or the features standardized with the challenger's statistics), so the two inertias measure the
+same thing and can be compared.
+"""
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pyarrow as pa
+
+from .. import data as data_mod
+from .. import metrics
+from ..model import FittedNet
+from .scoring import reduce_pass
+
+
+class _Comparer:
+    def __init__(self, challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan):
+        import torch
+        torch.set_num_threads(1)
+        self.a, self.b, self.plan = challenger, champion, plan
+
+    def __call__(self, table: pa.Table) -> dict:
+        a, b, plan = self.a, self.b, self.plan
+        xa = data_mod.matrix(table, a.feature_names, np.float64)
+        la = a.logits(xa).argmax(1)
+        lb = b.logits(data_mod.matrix(table, b.feature_names, np.float64)).argmax(1)
+        xr = (a.standardize(xa) if plan.repr_kind == "features" else data_mod.representation(table, plan))
+        xr = xr.astype(np.float64)
+        sq = (xr ** 2).sum(1)
+        acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64)}
+        np.add.at(acc["table"], (la, lb), 1)
+        for key, labels, k in (("a", la, a.n_clusters), ("b", lb, b.n_clusters)):
+            sums = np.zeros((k, xr.shape[1]))
+            np.add.at(sums, labels, xr)
+            acc[key] = (np.bincount(labels, minlength=k), sums, np.bincount(labels, sq, minlength=k))
+        return {"acc": np.array([pickle.dumps(acc)], dtype=object)}
+
+
+def _combine(x: dict | None, y: dict) -> dict:
+    if x is None:
+        return y
+    return {"n": x["n"] + y["n"], "table": x["table"] + y["table"],
+            **{k: tuple(u + v for u, v in zip(x[k], y[k])) for k in ("a", "b")}}
+
+
+def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096,
+            concurrency: int = 2) -> dict:
+    """``table`` (challenger x champion contingency of raw cluster indices), both inertias, both
+    raw cluster sizes and the agreement (ARI) of the two assignments over every row."""
+    for f, schema, _ in data_mod.footers(plan.source):
+        missing = [c for c in champion.feature_names if schema.get_field_index(c) < 0]
+        if missing:
+            raise data_mod.DataError(f"the champion needs feature column(s) {missing} that {f} does not have: "
+                                     f"it cannot be scored on this snapshot")
+    cols = list(dict.fromkeys(plan.columns + list(champion.feature_names)))
+    total = reduce_pass(plan, cols, _Comparer, _combine, batch_size, concurrency,
+                        challenger=challenger, champion=champion, plan=plan)
+    if total is None or total["n"] != plan.n_rows:
+        raise RuntimeError(f"the comparison pass saw {0 if total is None else total['n']} rows, "
+                           f"the data has {plan.n_rows}")
+    table = total["table"]
+    return {"n_rows": int(total["n"]), "table": table,
+            "inertia_challenger": metrics.inertia_from_moments(*total["a"]),
+            "inertia_champion": metrics.inertia_from_moments(*total["b"]),
+            "sizes_challenger": total["a"][0].astype(int).tolist(),
+            "sizes_champion": total["b"][0].astype(int).tolist(),
+            "agreement_ari": metrics.table_scores(table.T)["ari"]}

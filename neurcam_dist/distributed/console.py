@@ -1,0 +1,98 @@
+"""A console a person can read: Ray's, Ray Data's, Tune's and Train's own log lines (and every
+line the workers print) go to a file in the run's folder; the console keeps the service's own
+``[neurcam]`` lines (progress, decisions, where things are). ``--verbose`` (``NEURCAM_VERBOSE=1``)
+leaves Ray's logging as it is.
+
+Worker output reaches the driver through Ray's log dispatcher; its default printer is swapped
+for one that writes everything to the file and echoes only our lines, and put back afterwards.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+OURS = "[neurcam]"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def verbose() -> bool:
+    return os.environ.get("NEURCAM_VERBOSE") == "1"
+
+
+def _dispatcher():
+    try:
+        from ray._private.ray_logging import global_worker_stdstream_dispatcher
+        return global_worker_stdstream_dispatcher
+    except ImportError:  # a Ray without it: worker lines stay on the console
+        return None
+
+
+@contextmanager
+def routed_logs(output, log=print):
+    """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module docstring)."""
+    if verbose():
+        yield None
+        return
+    import ray.data  # noqa: F401 - their loggers exist once imported; route them too
+    import ray.train  # noqa: F401
+    import ray.tune  # noqa: F401
+    path = Path(output) / "logs" / f"ray-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sink = open(path, "a", encoding="utf-8")
+    handler = logging.StreamHandler(sink)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in ["ray", *sorted(n for n in logging.root.manager.loggerDict if n.startswith("ray."))]:
+        lg = logging.getLogger(name)
+        streams = [h for h in lg.handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+        if streams or name == "ray":
+            saved.append((lg, streams, lg.propagate))
+            for h in streams:
+                lg.removeHandler(h)
+            lg.addHandler(handler)
+            lg.propagate = False
+    dispatcher = _dispatcher()
+    printer = None
+    if dispatcher is not None:
+        printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
+
+        last = [None]
+
+        def route(data: dict) -> None:
+            prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
+            for line in data.get("lines", []):
+                plain = _ANSI.sub("", line)
+                sink.write(prefix + plain + "\n")
+                mine = plain.strip()
+                if mine.startswith(OURS) and mine != last[0]:  # Train v2 hands a worker's line over twice
+                    print(mine, flush=True)
+                    last[0] = mine
+            sink.flush()
+
+        if printer is not None:
+            dispatcher.remove_handler("ray_print_logs")
+        dispatcher.add_handler("neurcam_route", route)
+    air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's banner, TensorBoard hint and status tables: off
+    log(f"Ray's own log lines go to {path} (--verbose shows them here)")
+    try:
+        yield path
+    finally:
+        if air_output is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
+        if dispatcher is not None:
+            dispatcher.remove_handler("neurcam_route")
+            if printer is not None:
+                dispatcher.add_handler("ray_print_logs", printer)
+        for lg, streams, propagate in saved:
+            lg.removeHandler(handler)
+            for h in streams:
+                lg.addHandler(h)
+            lg.propagate = propagate
+        sink.close()

@@ -1,0 +1,179 @@
+"""``neurcam recluster``: re-cluster the newest snapshot and promote only a better model.
+
+1. pick the snapshot (``data.snapshots``) and note the current ``champion`` of
+   ``tracking.model_name``;
+2. run the configured search on the snapshot (the challenger);
+3. before the challenger is explained and written, score both models on the snapshot in one
+   Ray Data pass (``distributed.compare``) and give the challenger the champion's cluster ids by
+   Hungarian matching (``clusterids``); clusters without a counterpart get ids never used before;
+4. register the challenger (alias ``candidate``), decide by ``recluster.policy`` and move
+   ``champion`` by compare-and-set under a registry lease (``tracking.promotion``);
+5. write ``output/recluster.json`` and log the same record to the search's MLflow run.
+
+A failure at any step leaves ``champion`` where it was, and ``recluster.json`` says what failed.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import service, tracking
+from ..clusterids import match_ids, size_shift, top_terms_overlap
+from ..config import ConfigError, JobConfig, ReclusterConfig, coerce_config
+from ..data import DataError
+from ..data.snapshots import pick_snapshot
+from ..distributed.compare import compare
+from ..distributed.driver import log
+from ..redaction import redact
+from ..storage import write_text_atomic
+
+RECORD = "recluster.json"
+TOP_TERMS = 10
+
+
+def recluster(config) -> dict:
+    """Run one re-clustering as ``config`` says; returns the ``recluster.json`` record."""
+    cfg = coerce_config(config)
+    rc = cfg.recluster or ReclusterConfig()
+    if cfg.tracking is None or not cfg.tracking.model_name:
+        raise ConfigError("recluster needs tracking.model_name: the registered model whose champion the new "
+                          "model is compared with (add a tracking: section with model_name)")
+    path, snapshot = pick_snapshot(cfg.data.path, rc.snapshot)
+    log(f"snapshot {snapshot!r}: {path}")
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
+    name = cfg.tracking.model_name
+    record: dict = {"promoted": False, "reason": None, "policy": rc.policy, "min_improvement": rc.min_improvement,
+                    "model_name": name, "snapshot": snapshot, "data_path": redact(path),
+                    "champion_version": None, "challenger_version": None}
+    try:
+        _run(cfg, rc, name, record)
+    except BaseException as exc:
+        if record["reason"] is None:
+            record["reason"] = f"failed, the champion was not touched: {type(exc).__name__}: {redact(exc)}"[:2000]
+        _write(cfg, record)
+        raise
+    _write(cfg, record)
+    return record
+
+
+def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
+    tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
+    seen = tracking.champion_version(name)
+    record["champion_version"] = seen
+    champion = tracking.load_estimator(f"models:/{name}/{seen}") if seen else None
+    lineage_next = tracking.lineage_next_id(name)
+    log(f"champion of {name}: " + (f"version {seen} (cluster ids {champion.cluster_ids_.tolist()})" if seen
+                                   else "none yet (this model becomes the first)"))
+    found: dict = {}
+
+    def prepare_winner(est, plan) -> None:
+        """Stable ids for the challenger, from its agreement with the champion on this snapshot."""
+        k = est.n_clusters
+        if champion is None:
+            est.set_cluster_ids(np.arange(k), max(k, lineage_next))
+            return
+        try:
+            cmp = compare(est.scoring_model(), champion.scoring_model(), plan,
+                          batch_size=cfg.train.score_batch_size, concurrency=cfg.train.num_workers)
+        except DataError as exc:
+            found["unscorable"] = str(exc)
+            log(f"warning: {exc}; the challenger gets new cluster ids")
+            est.set_cluster_ids(np.arange(k) + max(lineage_next, champion.next_cluster_id_),
+                                max(lineage_next, champion.next_cluster_id_) + k)
+            return
+        ids, next_id = match_ids(cmp["table"], champion.cluster_ids_, max(lineage_next, champion.next_cluster_id_))
+        est.set_cluster_ids(ids, next_id)
+        sizes_new = {int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n}
+        sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
+        terms_new = [r["term"] for r in est.explain().importance]
+        ref = est.reference_
+        terms_old = ([r["term"] for r in champion.explain(ref[list(champion.feature_names_in_)]).importance]
+                     if set(champion.feature_names_in_) <= set(ref.columns) else None)
+        found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old,
+                     overlap=None if terms_old is None else top_terms_overlap(terms_new, terms_old, TOP_TERMS))
+
+    result = service.search(cfg, prepare_winner=prepare_winner)
+    est = result.estimator
+    version = (result.tracking or {}).get("version")
+    record["challenger_version"] = version
+    record["mapping"] = {str(raw): int(i) for raw, i in enumerate(est.cluster_ids_)}
+    record["next_cluster_id"] = int(est.next_cluster_id_)
+    cmp = found.get("cmp")
+    record.update(
+        inertia_challenger=float(cmp["inertia_challenger"] if cmp else result.metrics["inertia"]),
+        inertia_champion=float(cmp["inertia_champion"]) if cmp else None,
+        agreement_ari=float(cmp["agreement_ari"]) if cmp else None,
+        size_shift=size_shift(found["sizes_new"], found["sizes_old"]) if cmp else None,
+        sizes_challenger=found.get("sizes_new") or dict(zip(map(str, est.cluster_ids_.tolist()),
+                                                             result.metrics.get("cluster_sizes", []))),
+        sizes_champion=found.get("sizes_old"),
+        top_terms_overlap=found.get("overlap"), n_rows=result.plan.n_rows,
+        run_id=(result.tracking or {}).get("run_id"))
+    if cmp:
+        record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
+    want, reason = decide(rc, name, version, seen, record, found.get("unscorable"))
+    if want:
+        moved, now = tracking.promote_if_unchanged(name, version, seen, wait_s=rc.lease_wait_s, log=log)
+        if moved:
+            reason += f"; {name}@champion -> version {version}"
+        else:
+            want = False
+            reason = (f"not promoted: the champion moved from {_v(seen)} to {_v(now)} while this run was going "
+                      f"(another re-clustering promoted first), and this challenger was compared with {_v(seen)}; "
+                      f"it stays registered as version {version} (alias candidate)")
+    record["promoted"], record["reason"] = bool(want), reason
+    record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    _log_to_mlflow(record)
+    log(f"{'PROMOTED' if want else 'not promoted'}: {reason}")
+
+
+def _v(version) -> str:
+    return "no champion" if version is None else f"version {version}"
+
+
+def decide(rc: ReclusterConfig, name: str, version, seen, record: dict, unscorable: str | None) -> tuple[bool, str]:
+    """Whether the policy wants the challenger promoted, and why (before the compare-and-set)."""
+    if rc.policy == "manual":
+        return False, (f"policy manual: registered as version {version} (alias candidate); promote it with "
+                       f"'neurcam promote {name} {version}'")
+    if seen is None:
+        return True, f"the first model of {name} (policy {rc.policy})"
+    if rc.policy == "always":
+        return True, "policy always"
+    if unscorable:
+        return False, f"the champion cannot be scored on this snapshot ({unscorable}): compare and promote by hand"
+    new, old = record["inertia_challenger"], record["inertia_champion"]
+    gain = record["improvement"]
+    if gain >= rc.min_improvement:
+        return True, (f"inertia {new:.6g} is {gain:.2%} below the champion's {old:.6g} on the same data "
+                      f"(at least {rc.min_improvement:.2%} needed)")
+    return False, (f"inertia {new:.6g} vs the champion's {old:.6g} on the same data: {gain:.2%} better, "
+                   f"{rc.min_improvement:.2%} needed (policy improve)")
+
+
+def _write(cfg: JobConfig, record: dict) -> None:
+    out = Path(cfg.output)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / RECORD, json.dumps(record, indent=1, default=str))
+    log(f"decision written to {out / RECORD}")
+
+
+def _log_to_mlflow(record: dict) -> None:
+    """The record beside the search's parent run (artifact, metrics, tags) and on the version."""
+    from mlflow import MlflowClient
+    client = MlflowClient()
+    run_id = record.get("run_id")
+    if run_id:
+        client.log_dict(run_id, record, RECORD)
+        for key in ("inertia_challenger", "inertia_champion", "agreement_ari", "size_shift", "top_terms_overlap"):
+            if record.get(key) is not None:
+                client.log_metric(run_id, f"recluster.{key}", float(record[key]))
+        client.set_tag(run_id, "recluster.promoted", str(record["promoted"]).lower())
+        client.set_tag(run_id, "recluster.reason", record["reason"][:5000])
+        client.set_tag(run_id, "recluster.mapping", json.dumps(record["mapping"]))
+    if record.get("challenger_version"):
+        client.set_model_version_tag(record["model_name"], record["challenger_version"], "recluster.promoted",
+                                     str(record["promoted"]).lower())

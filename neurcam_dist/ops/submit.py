@@ -1,0 +1,96 @@
+"""``neurcam submit``: run a job entrypoint (``jobs/*.py``) on a Ray cluster through its job
+server, stream the job's logs here and exit with the job's result, so a scheduler (a Kubernetes
+CronJob, CI) sees a failed job as a failed command."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+from pathlib import Path
+
+from ..config import ENV_OVERRIDES
+
+JOBS = ("train", "tune", "predict", "recluster")
+# Passed on to the job when set here: the config's environment overrides. Credentials are not:
+# a job's runtime environment is shown by the Ray dashboard, so the cluster's pods take them from
+# their own Secrets (k8s/), and a tracking URI with a password in it stays here (with a warning).
+FORWARDED = tuple(ENV_OVERRIDES)
+
+
+def entrypoint(job: str, config: str, overrides: list[str]) -> str:
+    """The command the job runs, relative to the uploaded working directory."""
+    if job not in JOBS:
+        raise ValueError(f"unknown job {job!r}: one of {', '.join(JOBS)}")
+    return shlex.join(["python", f"jobs/{job}.py", "--config", config, *[a for o in overrides for a in ("--set", o)]])
+
+
+def runtime_env(working_dir: str | None, config: str, log=print) -> dict:
+    from ..redaction import split_credentials
+    env = {"env_vars": {}}
+    for k in FORWARDED:
+        value = os.environ.get(k)
+        if not value:
+            continue
+        if "://" in value and split_credentials(value)[2] is not None:
+            log(f"{k} holds a password: not passed to the job (the cluster's own Secret must provide MLflow's "
+                f"credentials)")
+            continue
+        env["env_vars"][k] = value
+    if working_dir is not None:
+        wd = Path(working_dir).resolve()
+        if not (wd / "jobs").is_dir():
+            raise ValueError(f"--working-dir {working_dir} has no jobs/ folder (submit from the repository root, "
+                             f"or the image's /app)")
+        path = (wd / config).resolve()
+        if not path.is_file() or not path.is_relative_to(wd):
+            raise ValueError(f"--config {config} is not a file under --working-dir {working_dir}: the job reads "
+                             f"it from the uploaded copy of that directory")
+        env["working_dir"] = str(wd)
+    return env
+
+
+def job_config_path(working_dir: str | None, config: str) -> str:
+    """The config as the job sees it: relative to the uploaded working directory."""
+    if working_dir is None:
+        return config
+    return str((Path(working_dir).resolve() / config).resolve().relative_to(Path(working_dir).resolve()))
+
+
+def submit(address: str, job: str, config: str, overrides: list[str], *, working_dir: str | None = ".",
+           wait: bool = True, log=print) -> int:
+    """Submit, then (``wait``) stream the logs and return 0 when the job SUCCEEDED, else 1."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+    env = runtime_env(working_dir, config, log)   # argument errors before any connection
+    cmd = entrypoint(job, job_config_path(working_dir, config), overrides)
+    try:
+        client = JobSubmissionClient(address)
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+        raise ConnectionError(f"cannot use the Ray job server at {address} (with token authentication, set "
+                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+    job_id = client.submit_job(entrypoint=cmd, runtime_env=env,
+                               submission_id=f"neurcam-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                               metadata={"neurcam.job": job, "neurcam.config": config})
+    log(f"submitted {job_id} to {address}: {cmd}")
+    if not wait:
+        log(f"follow it with: ray job logs --address {address} --follow {job_id}")
+        return 0
+
+    async def tail() -> None:
+        async for lines in client.tail_job_logs(job_id):
+            print(lines, end="", flush=True)
+
+    try:
+        asyncio.run(tail())
+    except KeyboardInterrupt:
+        log(f"stopped following; the job goes on (stop it with: ray job stop --address {address} {job_id})")
+        return 130
+    status = client.get_job_status(job_id)
+    for _ in range(50):  # the log stream can end a moment before the status is final
+        if status.is_terminal():
+            break
+        time.sleep(0.2)
+        status = client.get_job_status(job_id)
+    info = client.get_job_info(job_id)
+    log(f"job {job_id}: {status}" + (f" ({info.message})" if info.message and status != JobStatus.SUCCEEDED else ""))
+    return 0 if status == JobStatus.SUCCEEDED else 1

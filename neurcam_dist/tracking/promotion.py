@@ -1,0 +1,118 @@
+"""Moving ``champion`` safely when several re-clusterings may finish at once.
+
+MLflow has no compare-and-set on aliases, so the check ("is the champion still the version I
+compared against?") and the move are serialised by a lease held in the registry itself: a
+registered model named ``NAME.promotion-lease``. Creating a registered model whose name exists
+fails in every MLflow store (a unique key), which makes creation an atomic test-and-set that
+works across processes and machines with nothing but the tracking server. The lease records its
+holder and an expiry, so a holder that died (a killed pod) blocks others for at most ``ttl_s``.
+"""
+from __future__ import annotations
+
+import os
+import random
+import socket
+import time
+import uuid
+from contextlib import contextmanager
+
+LEASE_SUFFIX = ".promotion-lease"
+
+
+class LeaseTimeout(RuntimeError):
+    """Another process held the promotion lease for longer than we were willing to wait."""
+
+
+def champion_version(name: str, alias: str = "champion") -> str | None:
+    """The version ``NAME@alias`` points at, or None (no such alias, or no such model yet)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    try:
+        return str(MlflowClient().get_model_version_by_alias(name, alias).version)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+
+
+def _is_exists(exc) -> bool:
+    return getattr(exc, "error_code", "") == "RESOURCE_ALREADY_EXISTS" or "already exists" in str(exc).lower()
+
+
+@contextmanager
+def lease(name: str, *, ttl_s: float = 600.0, wait_s: float = 300.0, log=print):
+    """Hold ``NAME.promotion-lease`` for the duration of the block (see the module docstring)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    client = MlflowClient()
+    lease_name = name + LEASE_SUFFIX
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            client.create_registered_model(
+                lease_name, tags={"holder": holder, "expires": f"{time.time() + ttl_s:.3f}"},
+                description=f"neurcam-dist: held while a re-clustering checks and moves {name}@champion; "
+                            f"removed when it is done (safe to delete if 'expires' has passed)")
+            break
+        except MlflowException as exc:
+            if not _is_exists(exc):
+                raise
+        try:
+            tags = client.get_registered_model(lease_name).tags
+        except MlflowException:
+            continue                                   # released meanwhile: try again at once
+        if float(tags.get("expires", 0)) < time.time():
+            log(f"the promotion lease of {name} held by {tags.get('holder')} has expired: taking it over")
+            _delete(client, lease_name, tags.get("holder"))
+            continue
+        if time.monotonic() > deadline:
+            raise LeaseTimeout(f"{lease_name} is held by {tags.get('holder')} (expires "
+                               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(float(tags['expires'])))}); "
+                               f"waited {wait_s:g} s")
+        if not said:
+            log(f"waiting for the promotion lease of {name} (held by {tags.get('holder')})")
+            said = True
+        time.sleep(0.2 + random.random() * 0.5)
+    try:
+        yield holder
+    finally:
+        _delete(client, lease_name, holder)
+
+
+def _delete(client, lease_name: str, holder: str | None) -> None:
+    """Delete the lease if ``holder`` still holds it (never someone else's fresh lease)."""
+    from mlflow.exceptions import MlflowException
+    try:
+        if client.get_registered_model(lease_name).tags.get("holder") == holder:
+            client.delete_registered_model(lease_name)
+    except MlflowException:
+        pass
+
+
+def promote_if_unchanged(name: str, version: str, expected: str | None, alias: str = "champion",
+                         **lease_kwargs) -> tuple[bool, str | None]:
+    """Compare-and-set: move ``alias`` to ``version`` only if it still points at ``expected``
+    (None: no champion yet). Returns ``(moved, the champion found under the lease)``."""
+    from mlflow import MlflowClient
+    with lease(name, **lease_kwargs):
+        current = champion_version(name, alias)
+        if current != (None if expected is None else str(expected)):
+            return False, current
+        MlflowClient().set_registered_model_alias(name, alias, str(version))
+        return True, current
+
+
+def lineage_next_id(name: str) -> int:
+    """The smallest cluster id no version of ``name`` ever used (each version's ``next_cluster_id``
+    tag), so a retired id is never handed to a new segment."""
+    from mlflow import MlflowClient
+    client = MlflowClient()
+    best = 0
+    for mv in client.search_model_versions(f"name = '{name}'"):
+        try:
+            best = max(best, int(mv.tags.get("next_cluster_id", 0)))
+        except (TypeError, ValueError):
+            continue
+    return best

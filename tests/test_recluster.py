@@ -1,0 +1,321 @@
+"""The parts of re-clustering that need no Ray head: stable ids (matching, renaming, saving,
+scoring, explaining), snapshot choice, the policy, the registry lease against a real ``mlflow
+server``, environment overrides, ``neurcam validate``, job submission's argument checks and the
+console routing of Ray's log lines."""
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.cli import main
+from neurcam_dist.clusterids import match_ids, size_shift, top_terms_overlap
+from neurcam_dist.config import ReclusterConfig, load_config
+from neurcam_dist.data import DataError
+from neurcam_dist.data.snapshots import pick_snapshot
+from neurcam_dist.ops.recluster import decide
+from neurcam_dist.ops.submit import entrypoint, runtime_env
+
+from .conftest import SMALL, blobs
+
+
+# ---------------------------------------------------------------- stable ids
+def test_matching_carries_ids_over_and_gives_new_clusters_fresh_ids():
+    # challenger cluster 0 is the champion's id 5, 1 is id 0, 2 overlaps nothing, 3 is id 2
+    table = np.array([[0, 3, 40], [50, 2, 0], [0, 0, 0], [1, 30, 0]])
+    ids, nxt = match_ids(table, champion_ids=[0, 2, 5], next_id=7)
+    assert ids.tolist() == [5, 0, 7, 2] and nxt == 8
+    # fewer clusters than the champion: a champion id retires, and is not handed out again
+    ids, nxt = match_ids(np.array([[10, 0, 1], [0, 0, 9]]), [0, 2, 5], next_id=7)
+    assert ids.tolist() == [0, 5] and nxt == 7
+    # next_id below the champion's largest id is raised: ids never collide
+    ids, nxt = match_ids(np.array([[0, 0], [0, 4], [5, 0]]), [3, 9], next_id=1)
+    assert ids.tolist() == [10, 9, 3] and nxt == 11
+    with pytest.raises(ValueError, match="does not match 3 champion clusters"):
+        match_ids(np.ones((2, 2)), [0, 1, 2], 3)
+
+
+def test_size_shift_and_term_overlap():
+    assert size_shift({0: 50, 1: 50}, {0: 50, 1: 50}) == 0.0
+    assert size_shift({0: 100}, {1: 10}) == 1.0
+    assert size_shift({0: 75, 1: 25}, {0: 50, 1: 50}) == pytest.approx(0.25)
+    assert top_terms_overlap(list("abcdefghij"), list("abcdeklmno")) == 0.5
+    assert top_terms_overlap(["a", "b"], ["b", "a"]) == 1.0
+
+
+@pytest.fixture(scope="module")
+def renamed(tmp_path_factory):
+    X, _ = blobs(n=240, d=4, k=3, seed=3)
+    est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X)
+    raw = est.predict(X)
+    est.set_cluster_ids([7, 2, 4], next_id=9)
+    return est, X, raw
+
+
+def test_a_renamed_model_predicts_saves_and_explains_with_its_ids(renamed, tmp_path):
+    est, X, raw = renamed
+    ids = np.array([7, 2, 4])
+    assert np.array_equal(est.predict(X), ids[raw]) and np.array_equal(est.labels_, ids[raw])
+    assert est.predict_proba(X).shape == (len(X), 3)              # column k is cluster ids[k]
+    est.save(tmp_path / "m")
+    back = NeurCAM.load(tmp_path / "m")
+    assert back.cluster_ids_.tolist() == [7, 2, 4] and back.next_cluster_id_ == 9
+    assert np.array_equal(back.predict(X), est.predict(X))
+    expl = est.explain(X)
+    assert expl.ids == [7, 2, 4] and sorted(p["cluster"] for p in expl.profiles) == [2, 4, 7]
+    assert expl.model_card["clusters"]["cluster_ids"] == [7, 2, 4]
+    from neurcam_dist.explain import Explanation
+    assert Explanation.from_dict(json.loads(json.dumps(expl.to_dict()))).ids == [7, 2, 4]
+    from neurcam_dist.explain.report import html_report
+    page = html_report(expl)
+    assert "<td>7</td>" in page and "<td>0</td>" not in page.split("<h2>Importance")[0]
+    for bad, msg in (([1, 1, 2], "distinct"), ([0, 1], "3 distinct"), ([-1, 0, 1], "non-negative")):
+        with pytest.raises(ValueError, match=msg):
+            NeurCAM.load(tmp_path / "m").set_cluster_ids(bad)
+    with pytest.raises(ValueError, match="must exceed every cluster id"):
+        NeurCAM.load(tmp_path / "m").set_cluster_ids([0, 1, 5], next_id=5)
+
+
+def test_models_saved_before_cluster_ids_load_as_0_to_k(renamed, tmp_path):
+    from neurcam_dist.storage import read_model_dir, write_model_dir
+    est, X, raw = renamed
+    est.save(tmp_path / "m")
+    config, state = read_model_dir(tmp_path / "m")
+    del config["cluster_ids"], config["next_cluster_id"], config["format"], config["format_version"]
+    write_model_dir(tmp_path / "old", config, state)
+    old = NeurCAM.load(tmp_path / "old")
+    assert old.cluster_ids_.tolist() == [0, 1, 2] and old.next_cluster_id_ == 3
+    assert np.array_equal(old.predict(X), raw)
+
+
+def test_the_pyfunc_model_answers_with_stable_ids(renamed, tmp_path):
+    from neurcam_dist.tracking.pyfunc_model import NeurCAMPyfunc
+    est, X, raw = renamed
+    est.save(tmp_path / "m")
+
+    class Context:   # what MLflow hands load_context: the logged artifacts' local paths
+        artifacts = {"model": str(tmp_path / "m")}
+
+    model = NeurCAMPyfunc()
+    model.load_context(Context())
+    out = model.predict(None, X)
+    assert list(out.columns) == ["cluster", "proba_7", "proba_2", "proba_4"]
+    assert np.array_equal(out["cluster"].to_numpy(), np.array([7, 2, 4])[raw])
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_batch_scoring_writes_stable_ids(renamed, tmp_path):
+    from neurcam_dist.distributed import predict_parquet
+    est, X, raw = renamed
+    (tmp_path / "in").mkdir()
+    X.assign(id=np.arange(len(X))).to_parquet(tmp_path / "in" / "a.parquet")
+    predict_parquet(est, str(tmp_path / "in"), tmp_path / "out", batch_size=100)
+    got = pd.read_parquet(tmp_path / "out").sort_values("id")
+    assert np.array_equal(got["cluster"].to_numpy(), np.array([7, 2, 4])[raw])
+    assert {"proba_7", "proba_2", "proba_4"} <= set(got.columns) and "proba_0" not in got.columns
+
+
+# ---------------------------------------------------------------- snapshots
+def test_the_newest_snapshot_is_picked_and_a_missing_one_is_named(tmp_path):
+    for name in ("date=2026-11-24", "date=2026-11-26", "date=2026-11-25", "_date=2026-12-01", ".date=2026-12-02",
+                 "notes"):
+        (tmp_path / "ev" / name).mkdir(parents=True)
+    (tmp_path / "ev" / "date=2026-12-03").write_text("a file, not a partition")
+    assert pick_snapshot(str(tmp_path / "ev")) == (f"{tmp_path}/ev/date=2026-11-26", "2026-11-26")
+    assert pick_snapshot(str(tmp_path / "ev"), "2026-11-24")[1] == "2026-11-24"
+    with pytest.raises(DataError, match=r"recluster.snapshot='2026-12-01' is not among the 3 snapshot\(s\).*"
+                                        r"2026-11-24, 2026-11-25, 2026-11-26"):
+        pick_snapshot(str(tmp_path / "ev"), "2026-12-01")
+    for n in (9, 10, 100):   # numbers by value, not by text
+        (tmp_path / "runs" / f"batch_{n}" / "part").mkdir(parents=True)
+    assert pick_snapshot(str(tmp_path / "runs" / "batch_{snapshot}" / "part")) == (
+        f"{tmp_path}/runs/batch_100/part", "100")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no snapshot found"):
+        pick_snapshot(str(tmp_path / "empty"))
+
+
+# ---------------------------------------------------------------- the policy
+@pytest.mark.parametrize("policy, seen, inertias, unscorable, promote, says", [
+    ("manual", "3", (0.5, 1.0), None, False, "neurcam promote m 4"),
+    ("improve", None, (0.9, None), None, True, "the first model of m"),
+    ("always", "3", (2.0, 1.0), None, True, "policy always"),
+    ("improve", "3", (0.98, 1.0), None, True, "2.00% below the champion's"),
+    ("improve", "3", (0.995, 1.0), None, False, "1.00% needed"),
+    ("improve", "3", (1.2, 1.0), None, False, "-20.00% better"),
+    ("improve", "3", (0.5, None), "lacks column f9", False, "cannot be scored"),
+])
+def test_the_promotion_policy(policy, seen, inertias, unscorable, promote, says):
+    rc = ReclusterConfig(policy=policy, min_improvement=0.01)
+    new, old = inertias
+    record = {"inertia_challenger": new, "inertia_champion": old,
+              "improvement": None if old is None else 1 - new / old}
+    want, reason = decide(rc, "m", "4", seen, record, unscorable)
+    assert want is promote and says in reason
+
+
+# ---------------------------------------------------------------- the registry lease
+def test_promotion_is_a_compare_and_set_under_a_lease(mlflow_server, monkeypatch):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from neurcam_dist.tracking import LeaseTimeout, champion_version, promote_if_unchanged
+    from neurcam_dist.tracking.promotion import lease
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    mlflow.set_tracking_uri(mlflow_server)
+    client = MlflowClient()
+    name = f"lease-{time.time_ns()}"
+    client.create_registered_model(name)
+    run = client.create_run(client.get_experiment_by_name("Default").experiment_id)
+    v1 = client.create_model_version(name, f"runs:/{run.info.run_id}/model", run.info.run_id).version
+    v2 = client.create_model_version(name, f"runs:/{run.info.run_id}/model", run.info.run_id).version
+    assert champion_version(name) is None
+    assert promote_if_unchanged(name, v1, None) == (True, None)
+    assert champion_version(name) == v1
+    # a challenger compared with "no champion" must not replace v1
+    assert promote_if_unchanged(name, v2, None) == (False, v1) and champion_version(name) == v1
+    assert promote_if_unchanged(name, v2, v1) == (True, v1) and champion_version(name) == v2
+    assert f"{name}.promotion-lease" not in [m.name for m in client.search_registered_models()]
+    # a held lease makes others wait, then give up naming the holder; an expired one is taken over
+    with lease(name, ttl_s=60) as holder:
+        with pytest.raises(LeaseTimeout, match=f"is held by {holder}"):
+            with lease(name, wait_s=1.0, log=lambda m: None):
+                pass
+    client.create_registered_model(f"{name}.promotion-lease", tags={"holder": "dead-pod", "expires": "1"})
+    said = []
+    with lease(name, wait_s=5.0, log=said.append):
+        pass
+    assert "held by dead-pod has expired" in said[0]
+
+
+# ---------------------------------------------------------------- config, validate, submit
+def test_environment_overrides_and_set_wins(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("data: {path: /a}\nmodel: {n_clusters: 3}\noutput: /o\n")
+    monkeypatch.setenv("NEURCAM_DATA_PATH", "/b")
+    monkeypatch.setenv("NEURCAM_OUTPUT", "/p")
+    monkeypatch.setenv("NEURCAM_TRACKING_URI", "http://mlflow:5000")
+    c = load_config(cfg)
+    assert (c.data.path, c.output, c.tracking) == ("/b", "/p", None)
+    assert "NEURCAM_TRACKING_URI ignored: the config has no tracking: section" in c._notes
+    assert load_config(cfg, {"data.path": "/c"}).data.path == "/c"
+    cfg.write_text("data: {path: /a}\nmodel: {n_clusters: 3}\noutput: /o\ntracking: {uri: http://x}\n")
+    assert load_config(cfg).tracking.uri == "http://mlflow:5000"
+
+
+def test_validate_checks_the_data_without_running(tmp_path, capsys):
+    X, _ = blobs(n=60)
+    for day in ("2026-11-25", "2026-11-26"):
+        (tmp_path / "ev" / f"date={day}").mkdir(parents=True)
+        X.assign(id=np.arange(60)).to_parquet(tmp_path / "ev" / f"date={day}" / "p.parquet")
+    good = {"data": {"path": str(tmp_path / "ev"), "id": "id"}, "model": {"n_clusters": 3},
+            "recluster": {"policy": "manual"}, "output": str(tmp_path / "out")}
+    (tmp_path / "good.yaml").write_text(yaml.safe_dump(good))
+    assert main(["validate", str(tmp_path / "good.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "snapshot: '2026-11-26'" in out and "60 rows in 1 file(s); 4 features" in out
+    assert not (tmp_path / "out").exists()                     # nothing ran, nothing was written
+    bad = {**good, "data": {**good["data"], "label": "segment"}}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    assert main(["validate", str(tmp_path / "bad.yaml")]) == 2
+    assert "no column 'segment' (label)" in capsys.readouterr().err
+    (tmp_path / "typo.yaml").write_text(yaml.safe_dump({**good, "recluster": {"polcy": "manual"}}))
+    assert main(["validate", str(tmp_path / "typo.yaml")]) == 2
+    assert "recluster.polcy: unknown key" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "good.yaml"), "--set", "model.n_clusters=500"]) == 2
+    assert "model:" in capsys.readouterr().err
+
+
+def test_submit_checks_its_arguments_before_connecting(tmp_path, monkeypatch):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "c.yaml").write_text("x: 1\n")
+    assert entrypoint("tune", "c.yaml", ["model.m=1.1"]) == "python jobs/tune.py --config c.yaml --set model.m=1.1"
+    with pytest.raises(ValueError, match="unknown job 'fit'"):
+        entrypoint("fit", "c.yaml", [])
+    with pytest.raises(ValueError, match="has no jobs/ folder"):
+        runtime_env(str(tmp_path / "jobs"), "c.yaml")
+    with pytest.raises(ValueError, match="is not a file under --working-dir"):
+        runtime_env(str(tmp_path), "../c.yaml")
+    monkeypatch.setenv("NEURCAM_DATA_PATH", "/data/x")
+    monkeypatch.setenv("NEURCAM_TRACKING_URI", "http://user:s3cret@mlflow:5000")
+    said = []
+    env = runtime_env(str(tmp_path), "c.yaml", said.append)
+    assert env["env_vars"] == {"NEURCAM_DATA_PATH": "/data/x"} and env["working_dir"] == str(tmp_path.resolve())
+    assert "NEURCAM_TRACKING_URI holds a password: not passed" in said[0] and "s3cret" not in said[0]
+
+
+# ---------------------------------------------------------------- the console
+def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_path, capsys, monkeypatch):
+    from neurcam_dist.distributed.console import routed_logs
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
+
+    @ray_cluster.remote
+    def chatty():
+        print("Dataset execution finished (noise)", flush=True)
+        print("[neurcam] epoch 3 loss=1.0", flush=True)
+        return 1
+
+    with routed_logs(tmp_path, log=print) as path:
+        assert ray_cluster.get(chatty.remote()) == 1
+        deadline = time.time() + 20
+        while "[neurcam] epoch 3" not in path.read_text() and time.time() < deadline:
+            time.sleep(0.2)
+    text = path.read_text()
+    assert "Dataset execution finished (noise)" in text and "[neurcam] epoch 3 loss=1.0" in text
+    out = capsys.readouterr().out
+    assert "[neurcam] epoch 3 loss=1.0" in out and "(noise)" not in out
+    assert f"Ray's own log lines go to {path}" in out
+
+
+# ---------------------------------------------------------------- small-data passes
+@pytest.mark.usefixtures("ray_cluster")
+def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypatch):
+    """The profile, sample, scoring and comparison passes give the same numbers and the same
+    errors whether they run in this process (small data) or on Ray Data."""
+    from neurcam_dist import data as data_mod
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.distributed import evaluate
+    from neurcam_dist.distributed.compare import compare
+    est, X, _ = renamed
+    d = tmp_path / "d"
+    d.mkdir()
+    df = X.assign(label=np.arange(len(X)) % 3)
+    for i in range(3):
+        df.iloc[i * 80:(i + 1) * 80].to_parquet(d / f"p{i}.parquet")
+    plan = data_mod.plan(DataConfig(path=str(d), label="label"))
+    other = NeurCAM(n_clusters=2, random_state=1, **SMALL).fit(X)
+
+    def run():
+        prof = data_mod.profile(plan)
+        table = data_mod.sample(plan, 10_000, 0, plan.features)
+        scores = evaluate(est.scoring_model(), plan, batch_size=50)
+        cmp = compare(est.scoring_model(), other.scoring_model(), plan, batch_size=50)
+        return prof, table, scores, cmp
+
+    monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
+    assert not data_mod.reading.local_pass(plan, plan.features)
+    ray_side = run()
+    monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
+    assert data_mod.reading.local_pass(plan, plan.features)
+    here = run()
+    for a, b in ((ray_side[0].mean, here[0].mean), (ray_side[0].std, here[0].std), (ray_side[0].lo, here[0].lo)):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert ray_side[1].equals(here[1])                       # the same rows in the same order
+    for key in ("inertia", "ari", "nmi", "acc"):
+        assert ray_side[2][key] == pytest.approx(here[2][key], rel=1e-9)
+    assert ray_side[2]["cluster_sizes"] == here[2]["cluster_sizes"]
+    assert np.array_equal(ray_side[3]["table"], here[3]["table"])
+    assert ray_side[3]["inertia_champion"] == pytest.approx(here[3]["inertia_champion"], rel=1e-9)
+    bad = df.iloc[:80].copy()
+    bad.loc[bad.index[3], "f1"] = np.inf
+    bad.to_parquet(d / "p0.parquet")
+    errors = []
+    for limit in ("0", str(2**30)):
+        monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", limit)
+        with pytest.raises(DataError) as info:
+            data_mod.profile(plan)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "p0.parquet: column 'f1': 0 NaN, 1 inf, 0 null" in errors[0]
