@@ -443,7 +443,7 @@ def _load_model(ref: str) -> NeurCAM:
         import mlflow
 
         from . import tracking
-        mlflow.set_tracking_uri(tracking.tracking_uri())
+        mlflow.set_tracking_uri(tracking.uri.connect(tracking.tracking_uri()))  # credentials out of the URI
         return tracking.load_estimator(ref)
     return NeurCAM.load(ref)
 

@@ -48,8 +48,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     Learned attributes: ``labels_``, ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
     ``temperatures_``, ``selected_features_``, ``selected_pairs_``, ``channel_means_``,
     ``history_``, ``cluster_ids_`` (what ``predict`` returns for each logit column: 0..K-1, or the
-    stable ids a re-clustering gave them) and ``next_cluster_id_``, ``n_iter_``, ``n_features_in_``, ``feature_names_in_`` (the DataFrame's columns,
-    or ``x0..`` for arrays), ``reference_`` (up to 20,000 training rows for ``explain()``; not saved).
+    stable ids a re-clustering gave them) and ``next_cluster_id_``, ``n_iter_``, ``n_features_in_``,
+    ``feature_names_in_`` (the DataFrame's columns, or ``x0..`` for arrays), ``reference_`` (up to
+    20,000 training rows for ``explain()``; not saved).
     """
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
