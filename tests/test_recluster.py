@@ -319,3 +319,28 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
             data_mod.profile(plan)
         errors.append(str(info.value))
     assert errors[0] == errors[1] and "p0.parquet: column 'f1': 0 NaN, 1 inf, 0 null" in errors[0]
+
+
+def test_on_a_terminal_each_trial_gets_a_progress_bar(ray_cluster, tmp_path, capsys, monkeypatch):
+    from neurcam_dist.distributed.console import routed_logs
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
+
+    @ray_cluster.remote
+    def trial(name: str, epochs: int):
+        for e in range(1, epochs + 1):
+            print(f"[neurcam] trial {name}: epoch {e} warmup loss={1.0 / e:.5f} T=1 T2=1 1,234 rows/s", flush=True)
+        print(f"[neurcam] trial {name}: scoring", flush=True)
+        return epochs
+
+    with routed_logs(tmp_path, log=lambda m: None, bars=True) as path:
+        assert ray_cluster.get([trial.remote("aa_1", 3), trial.remote("bb_2", 5)]) == [3, 5]
+        deadline = time.time() + 20
+        while path.read_text().count("scoring") < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+    out = capsys.readouterr().out
+    # one bar per trial, updated in place (carriage returns), the last state of each visible;
+    # lines that are not epoch lines print above the bars
+    assert "trial aa_1: epoch 3 [" in out and "trial bb_2: epoch 5 [" in out and "\r" in out
+    assert "warmup loss=0.20000 1,234 rows/s" in out
+    assert "[neurcam] trial aa_1: scoring" in out and "[neurcam] trial bb_2: epoch" not in out

@@ -1,7 +1,9 @@
 """A console a person can read: Ray's, Ray Data's, Tune's and Train's own log lines (and every
 line the workers print) go to a file in the run's folder; the console keeps the service's own
-``[neurcam]`` lines (progress, decisions, where things are). ``--verbose`` (``NEURCAM_VERBOSE=1``)
-leaves Ray's logging as it is.
+``[neurcam]`` lines (progress, decisions, where things are). On a terminal each running trial's
+epoch lines become one progress bar (tqdm) per trial; in a log (a Ray job, a pod) they stay lines,
+which is what a bar turns into there anyway. ``--verbose`` (``NEURCAM_VERBOSE=1``) leaves Ray's
+logging as it is.
 
 Worker output reaches the driver through Ray's log dispatcher; its default printer is swapped
 for one that writes everything to the file and echoes only our lines, and put back afterwards.
@@ -11,12 +13,40 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 OURS = "[neurcam]"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_EPOCH = re.compile(r"^\[neurcam\] trial (?P<trial>[^:\s]+): epoch (?P<epoch>\d+) (?P<phase>\S+) loss=(?P<loss>\S+)"
+                    r".*? (?P<rate>[\d,]+) rows/s$")
+
+
+class _Bars:
+    """One tqdm bar per trial, fed by the trials' epoch lines; other lines print above the bars."""
+
+    def __init__(self, stream):
+        self.stream, self.bars = stream, {}
+
+    def show(self, line: str) -> None:
+        from tqdm import tqdm
+        m = _EPOCH.match(line)
+        if m is None:
+            tqdm.write(line, file=self.stream)
+            return
+        bar = self.bars.get(m["trial"])
+        if bar is None:
+            bar = self.bars[m["trial"]] = tqdm(desc=f"trial {m['trial']}", position=len(self.bars), file=self.stream,
+                                               bar_format="{desc}: epoch {n} [{elapsed}{postfix}]",
+                                               dynamic_ncols=True, leave=True)
+        bar.n = int(m["epoch"])
+        bar.set_postfix_str(f"{m['phase']} loss={m['loss']} {m['rate']} rows/s", refresh=True)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
 
 
 def verbose() -> bool:
@@ -32,8 +62,9 @@ def _dispatcher():
 
 
 @contextmanager
-def routed_logs(output, log=print):
-    """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module docstring)."""
+def routed_logs(output, log=print, bars: bool | None = None):
+    """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
+    docstring); ``bars``: progress bars for the trials' epoch lines (default: on a terminal)."""
     if verbose():
         yield None
         return
@@ -61,6 +92,7 @@ def routed_logs(output, log=print):
         printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
 
         last = [None]
+        progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
 
         def route(data: dict) -> None:
             prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
@@ -69,7 +101,10 @@ def routed_logs(output, log=print):
                 sink.write(prefix + plain + "\n")
                 mine = plain.strip()
                 if mine.startswith(OURS) and mine != last[0]:  # Train v2 hands a worker's line over twice
-                    print(mine, flush=True)
+                    if progress is not None:
+                        progress.show(mine)
+                    else:
+                        print(mine, flush=True)
                     last[0] = mine
             sink.flush()
 
@@ -88,6 +123,8 @@ def routed_logs(output, log=print):
             os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
         if dispatcher is not None:
             dispatcher.remove_handler("neurcam_route")
+            if progress is not None:
+                progress.close()
             if printer is not None:
                 dispatcher.add_handler("ray_print_logs", printer)
         for lg, streams, propagate in saved:
