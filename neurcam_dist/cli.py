@@ -267,7 +267,7 @@ def _fit(args) -> None:
 
 
 def _explain(args) -> None:
-    from .explain.report import write_report
+    from .explain.report import fmt, write_report
     for flag, value in (("--grid-size", args.grid_size), ("--pair-grid-size", args.pair_grid_size)):
         if value < 2:
             raise ValueError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
@@ -278,6 +278,9 @@ def _explain(args) -> None:
         raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
     expl = est.explain(df[list(est.feature_names_in_)], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
     report = write_report(expl, args.out)
+    top = expl.importance[:3]
+    print("most important terms: " + ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})"
+                                                for r in top))
     print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
     print(f"open the report: {Path(report).resolve().as_uri()}")
 

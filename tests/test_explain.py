@@ -150,15 +150,26 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     import io
 
     from PIL import Image
+    from neurcam_dist.explain.report import by_importance, figure_name, left_out_terms
+    left_out = left_out_terms(explanation)
+    drawn = [i for i in by_importance(explanation) if i not in left_out]
     paths = write_plots(explanation, tmp_path / "plots")
-    assert len(paths) == len(explanation.terms) + 1
+    assert len(paths) == len(drawn) + 1 and drawn
     for p in paths:
         Image.open(p).verify()
     report = write_report(explanation, tmp_path / "report")
     page = report.read_text()
     parser = _Collect()
     parser.feed(page)
-    assert "table" in parser.tags and len(parser.imgs) == len(explanation.terms) + 1
+    assert "table" in parser.tags and len(parser.imgs) == len(drawn) + 1
+    # most important first; every term either drawn or listed with its reason
+    names = [figure_name(i, explanation.terms[i]) for i in drawn]
+    assert [p.name for p in paths[1:]] == names
+    for i in left_out:
+        assert f"{explanation.terms[i].name} (" in page
+    for anchor in ("clusters", "importance", "shapes", "pairs", "card"):
+        assert f"id='{anchor}'" in page and f"href='#{anchor}'" in page
+    assert "e-0" not in page.split("<h2 id='card'>")[0]   # no scientific notation in the tables
     for src in parser.imgs:
         assert src.startswith("data:image/png;base64,")
         Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).verify()
@@ -173,7 +184,10 @@ def test_explain_cli(fitted_pairs, data, tmp_path, capsys):
     assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "d.csv"),
                  "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "report.html").exists()
-    assert "open the report: file://" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "open the report: file://" in out
+    top = fitted_pairs.explain(X).importance[:3]
+    assert "most important terms: " + ", ".join(r["term"] + " (" for r in top[:1]) in out
     X.drop(columns="f1").to_csv(tmp_path / "bad.csv", index=False)
     assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "bad.csv"),
                  "--out", str(tmp_path / "out2")]) == 2

@@ -163,8 +163,10 @@ def test_report_images_are_unique_and_flat_terms_are_not_drawn(tmp_path):
     assert len(names) == len(set(names)) == 1 + len(expl.terms)
     expl.terms[0].values = np.zeros_like(expl.terms[0].values)  # a term with no effect
     page = write_report(expl, tmp_path / "r").read_text()
-    assert f"{expl.terms[0].name}: flat, not drawn" in page
-    assert len(list((tmp_path / "r" / "plots").glob("*.png"))) == len(expl.terms)
+    assert f"{expl.terms[0].name} (no effect on any cluster)" in page
+    from neurcam_dist.explain.report import left_out_terms
+    assert 0 in left_out_terms(expl)
+    assert len(list((tmp_path / "r" / "plots").glob("*.png"))) == 1 + len(expl.terms) - len(left_out_terms(expl))
 
 
 # ---------------------------------------------------------------- clear errors

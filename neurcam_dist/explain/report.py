@@ -4,7 +4,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 from pathlib import Path
 
 import matplotlib
@@ -74,7 +73,8 @@ def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> by
 
 
 def importance_figure(expl: Explanation, top: int = 25) -> bytes:
-    ranking = expl.importance[:top][::-1]
+    hidden = {expl.terms[i].name for i in left_out_terms(expl)}
+    ranking = [r for r in expl.importance if r["term"] not in hidden][:top][::-1] or expl.importance[:1]
     fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(ranking) + 1.2))
     ax.barh([r["term"] for r in ranking], [r["importance"] for r in ranking],
             color=["tab:orange" if r["kind"] == "pair" else "tab:blue" for r in ranking])
@@ -83,7 +83,8 @@ def importance_figure(expl: Explanation, top: int = 25) -> bytes:
     return _png(fig)
 
 
-FLAT = 1e-6  # a term whose values span less than this fraction of the widest term's span is flat
+FLAT = 1e-6        # a term whose values span less than this fraction of the widest term's span is flat
+NEGLIGIBLE = 1e-3  # a term whose importance is below this fraction of the largest is not drawn
 
 
 def figure_name(index: int, term: Term) -> str:
@@ -91,25 +92,45 @@ def figure_name(index: int, term: Term) -> str:
     return f"{index:03d}_{'shape' if term.kind == 'main' else 'pair'}_{_safe(term.name)}.png"
 
 
-def flat_terms(expl: Explanation) -> dict[int, str]:
-    """Term index -> why it is not drawn: a plot of a flat term would be an empty picture."""
+def left_out_terms(expl: Explanation) -> dict[int, str]:
+    """Term index -> why it is not drawn: a flat term (a constant feature, or no effect) would be an
+    empty picture, and a term below ``NEGLIGIBLE`` of the largest importance changes no cluster."""
     spans = [float(np.ptp(t.values)) if t.values.size else 0.0 for t in expl.terms]
     widest = max(spans, default=0.0)
+    top = max((float(t.importance.mean()) for t in expl.terms), default=0.0)
     out = {}
     for i, (t, span) in enumerate(zip(expl.terms, spans)):
-        if span <= FLAT * widest or span == 0.0:
-            constant = [f for f, g in zip(t.features, t.grids) if len(g) < 2 or float(np.ptp(g)) == 0.0]
-            out[i] = (f"{', '.join(constant)} is constant in the data" if constant
-                      else "the model gives it no effect on any cluster") + f" (values span {span:.1g})"
+        constant = [f for f, g in zip(t.features, t.grids) if len(g) < 2 or float(np.ptp(g)) == 0.0]
+        if constant:
+            out[i] = f"{', '.join(constant)} {'is' if len(constant) == 1 else 'are'} constant in the data"
+        elif span <= FLAT * widest or span == 0.0:
+            out[i] = "no effect on any cluster"
+        elif float(t.importance.mean()) < NEGLIGIBLE * top:
+            out[i] = f"importance {fmt(float(t.importance.mean()), top)}, under {NEGLIGIBLE:.1%} of the largest, {fmt(top)}"
     return out
 
 
+def by_importance(expl: Explanation) -> list[int]:
+    """Term indices, most important first."""
+    return sorted(range(len(expl.terms)), key=lambda i: -float(expl.terms[i].importance.mean()))
+
+
+def fmt(value: float, scale: float | None = None) -> str:
+    """At most 3 significant digits, never scientific notation; 0 for a value that is zero to the
+    model's precision (below 1e-6 of ``scale``, the largest value it is shown beside)."""
+    value = float(value)
+    if value == 0.0 or (scale and abs(value) < 1e-6 * abs(scale)) or abs(value) < 1e-12:
+        return "0"
+    return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
+
+
 def render_figures(expl: Explanation) -> dict[str, bytes]:
-    """File name -> PNG bytes for the importance chart and every term that is not flat."""
+    """File name -> PNG bytes for the importance chart and every drawn term, most important first."""
     figs = {"importance.png": importance_figure(expl)}
-    flat = flat_terms(expl)
-    for i, t in enumerate(expl.terms):
-        if i not in flat:
+    left_out = left_out_terms(expl)
+    for i in by_importance(expl):
+        if i not in left_out:
+            t = expl.terms[i]
             figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters, expl.ids)
     return figs
 
@@ -128,6 +149,58 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
 
+SECTIONS = (("clusters", "Clusters"), ("importance", "Importance"), ("shapes", "Shape graphs"),
+            ("pairs", "Pairwise interactions"), ("card", "Model card"))
+TOP_TABLE = 20  # rows of the importance table (every term is in tables/terms.parquet)
+
+
+def _rows(pairs) -> str:
+    e = html.escape
+    return "".join(f"<tr><th>{e(str(k))}</th><td>{v}</td></tr>" for k, v in pairs)
+
+
+def _value(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return html.escape(str(v))
+    if isinstance(v, float):
+        return fmt(v)
+    if isinstance(v, (list, tuple)):
+        return html.escape(", ".join(str(x) for x in v))
+    return html.escape(str(v))
+
+
+def _model_card(card: dict) -> list[str]:
+    """The model card as tables a person reads (the JSON is in explanation.json)."""
+    e = html.escape
+    parts = ["<h3>Hyperparameters</h3><table>" + _rows((k, _value(v)) for k, v in card.get("hyperparameters", {}).items())
+             + "</table>"]
+    data = card.get("data", {})
+    cols = data.get("columns", [])
+    parts.append("<h3>Data</h3><table>" + _rows([("rows", data.get("n_rows", "?")), ("columns", len(cols)),
+                                                  ("sha256", e(str(data.get("sha256", ""))))]) + "</table>"
+                 + f"<details><summary>the {len(cols)} columns</summary><p>{e(', '.join(map(str, cols)))}</p></details>")
+    clusters = card.get("clusters", {})
+    parts.append("<h3>Selection</h3><table>" + _rows([
+        ("selected features", e(", ".join(card.get("selected_features", [])))),
+        ("selected pairs", e(", ".join(" & ".join(p) for p in card.get("selected_pairs", [])))),
+        ("constant features left out", e(", ".join(card.get("constant_features_left_out", []))) or "none"),
+        ("clusters (used)", f"{clusters.get('n_clusters', '?')} ({clusters.get('n_clusters_used', '?')})"),
+        ("cluster ids", _value(clusters.get("cluster_ids", [])))]) + "</table>")
+    fit = card.get("fit", {})
+    parts.append("<h3>Fit</h3><table>" + _rows((k, _value(v)) for k, v in fit.items() if k != "events") + "</table>")
+    init = card.get("kmeans_init") or {}
+    if init:
+        parts.append("<h3>k-means initialisation</h3><table>" + _rows((k, _value(v)) for k, v in init.items())
+                     + "</table>")
+    events = fit.get("events") or []
+    if events:
+        keys = list(dict.fromkeys(k for ev in events for k in ev))
+        parts.append("<h3>Fit events</h3><table><tr>" + "".join(f"<th>{e(k)}</th>" for k in keys) + "</tr>"
+                     + "".join("<tr>" + "".join(f"<td>{_value(ev.get(k))}</td>" for k in keys) + "</tr>"
+                               for ev in events) + "</table>")
+    return parts
+
+
 def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, title: str = "NeurCAM clustering report") -> str:
     """A self-contained page: every image embedded, no scripts or network references."""
     figures = figures or render_figures(expl)
@@ -135,39 +208,59 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     e = html.escape
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}"
-             "img{max-width:100%}pre{background:#f6f6f6;padding:.5em;overflow:auto;font-size:12px}</style></head><body>",
+             "table{border-collapse:collapse;margin-bottom:.8em}td,th{border:1px solid #ccc;padding:2px 6px;"
+             "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:2}"
+             "details{font-size:13px}</style></head><body>",
              f"<h1>{e(title)}</h1>"]
     data = card.get("data", {})
-    parts.append(f"<p>{data.get('n_rows', '?')} rows, {len(expl.feature_names)} features, "
+    n_rows = data.get("n_rows")
+    parts.append(f"<p>{n_rows if n_rows is not None else '?'} rows, {len(expl.feature_names)} features, "
                  f"{expl.n_clusters} clusters, {len(expl.terms)} terms "
                  f"({sum(t.kind == 'pair' for t in expl.terms)} pairwise).</p>")
-    parts.append("<h2>Clusters</h2><p>Terms that push a cluster's members into it (or away from it): the "
-                 "term's contribution to the cluster minus its mean over all clusters, averaged over the "
-                 "cluster's rows.</p><table><tr><th>cluster</th><th>rows</th><th>pushed in by</th>"
-                 "<th>pushed out by</th></tr>")
+    parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in SECTIONS) + "</ul></nav>")
+    total = sum(int(p["size"]) for p in expl.profiles) or 1
+    parts.append("<h2 id='clusters'>Clusters</h2><p>Terms that push a cluster's members into it (or away from "
+                 "it): the term's contribution to the cluster minus its mean over all clusters, averaged over "
+                 "the cluster's rows.</p><table><tr><th>cluster</th><th>rows</th><th>share</th>"
+                 "<th>pushed in by</th><th>pushed out by</th></tr>")
     for p in expl.profiles:
-        into = ", ".join(f"{e(q['term'])} ({q['mean_relative_contribution']:+.2f})" for q in p["into"])
-        out = ", ".join(f"{e(q['term'])} ({q['mean_relative_contribution']:+.2f})" for q in p["out_of"])
-        parts.append(f"<tr><td>{p['cluster']}</td><td>{p['size']}</td><td>{into}</td><td>{out}</td></tr>")
-    parts.append("</table><h2>Importance</h2><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th></tr>")
-    for i, r in enumerate(expl.importance, 1):
-        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}</td><td>{r['kind']}</td><td>{r['importance']:.4g}</td></tr>")
+        into = ", ".join(f"{e(q['term'])} (+{fmt(abs(q['mean_relative_contribution']))})" for q in p["into"])
+        out = ", ".join(f"{e(q['term'])} (-{fmt(abs(q['mean_relative_contribution']))})" for q in p["out_of"])
+        parts.append(f"<tr><td>{p['cluster']}</td><td>{p['size']}</td><td>{fmt(100 * p['size'] / total)}%</td>"
+                     f"<td>{into}</td><td>{out}</td></tr>")
+    left_out = left_out_terms(expl)
+    ranking = [r for r in expl.importance if r["term"] not in {expl.terms[i].name for i in left_out}]
+    top = ranking[0]["importance"] if ranking else 0.0
+    parts.append("</table><h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
+                 "averaged over clusters.</p><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th>"
+                 "</tr>")
+    for i, r in enumerate(ranking[:TOP_TABLE], 1):
+        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}</td><td>{r['kind']}</td><td>{fmt(r['importance'], top)}</td></tr>")
     parts.append("</table>")
+    if len(ranking) > TOP_TABLE:
+        parts.append(f"<p>and {len(ranking) - TOP_TABLE} more (every term: tables/terms.parquet).</p>")
     parts.append(_img(figures["importance.png"], "term importance"))
-    flat = flat_terms(expl)
-    for kind, heading in (("main", "Shape graphs"), ("pair", "Pairwise interactions (purified)")):
-        terms = [(i, t) for i, t in enumerate(expl.terms) if t.kind == kind]
-        if not terms:
-            continue
-        parts.append(f"<h2>{heading}</h2>")
-        for i, t in terms:
-            if i in flat:
-                parts.append(f"<p class='flat'>{e(t.name)}: flat, not drawn: {e(flat[i])}.</p>")
-            else:
-                parts.append(_img(figures[figure_name(i, t)], f"{'shape graph' if kind == 'main' else 'heat map'} "
-                                                                f"of {t.name}"))
-    parts.append("<h2>Model card</h2><pre>" + e(json.dumps(card, indent=1)) + "</pre></body></html>")
+    if left_out:
+        parts.append("<p class='left-out'>Not drawn (no visible effect on any cluster): "
+                     + "; ".join(f"{e(expl.terms[i].name)} ({e(why)})" for i, why in sorted(left_out.items()))
+                     + ".</p>")
+    constant = card.get("constant_features_left_out") or []
+    if constant:
+        parts.append(f"<p class='left-out'>Constant in the training data, so no gate could select them: "
+                     f"{e(', '.join(constant))}.</p>")
+    order = by_importance(expl)
+    for kind, anchor, heading in (("main", "shapes", "Shape graphs"), ("pair", "pairs", "Pairwise interactions (purified)")):
+        parts.append(f"<h2 id='{anchor}'>{heading}</h2>")
+        drawn = [i for i in order if expl.terms[i].kind == kind and i not in left_out]
+        if not drawn:
+            parts.append("<p>none drawn (see the list above)</p>" if any(t.kind == kind for t in expl.terms)
+                         else "<p>none in this model</p>")
+        for i in drawn:
+            t = expl.terms[i]
+            parts.append(_img(figures[figure_name(i, t)], f"{'shape graph' if kind == 'main' else 'heat map'} of {t.name}"))
+    parts.append("<h2 id='card'>Model card</h2>")
+    parts += _model_card(card)
+    parts.append("</body></html>")
     return "\n".join(parts)
 
 
