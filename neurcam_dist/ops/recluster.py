@@ -88,12 +88,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         est.set_cluster_ids(ids, next_id)
         sizes_new = {int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n}
         sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
-        terms_new = [r["term"] for r in est.explain().importance]
-        ref = est.reference_
-        terms_old = ([r["term"] for r in champion.explain(ref[list(champion.feature_names_in_)]).importance]
-                     if set(champion.feature_names_in_) <= set(ref.columns) else None)
-        found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old,
-                     overlap=None if terms_old is None else top_terms_overlap(terms_new, terms_old, TOP_TERMS))
+        found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old)
 
     result = service.search(cfg, prepare_winner=prepare_winner)
     est = result.estimator
@@ -102,6 +97,13 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     record["mapping"] = {str(raw): int(i) for raw, i in enumerate(est.cluster_ids_)}
     record["next_cluster_id"] = int(est.next_cluster_id_)
     cmp = found.get("cmp")
+    if cmp:  # the challenger's terms from the explanation the search wrote (not computed twice)
+        ref = est.reference_
+        if set(champion.feature_names_in_) <= set(ref.columns):
+            from ..explain import Explanation
+            terms_new = [r["term"] for r in Explanation.from_json(result.report_path.parent / "explanation.json").importance]
+            terms_old = [r["term"] for r in champion.explain(ref[list(champion.feature_names_in_)]).importance]
+            found["overlap"] = top_terms_overlap(terms_new, terms_old, TOP_TERMS)
     record.update(
         inertia_challenger=float(cmp["inertia_challenger"] if cmp else result.metrics["inertia"]),
         inertia_champion=float(cmp["inertia_champion"]) if cmp else None,
