@@ -150,21 +150,29 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     import io
 
     from PIL import Image
-    from neurcam_dist.explain.report import by_importance, figure_name, left_out_terms
+    from neurcam_dist.explain.report import (by_importance, cluster_terms, figure_name, left_out_terms,
+                                             thumbnail_name)
     left_out = left_out_terms(explanation)
     drawn = [i for i in by_importance(explanation) if i not in left_out]
+    thumbs = [thumbnail_name(p["cluster"], i, explanation.terms[i])
+              for p in explanation.profiles for i in cluster_terms(explanation, p)]
     paths = write_plots(explanation, tmp_path / "plots")
-    assert len(paths) == len(drawn) + 1 and drawn
+    assert len(paths) == len(drawn) + 1 + len(thumbs) and drawn and len(thumbs) >= explanation.n_clusters
     for p in paths:
         Image.open(p).verify()
     report = write_report(explanation, tmp_path / "report")
     page = report.read_text()
     parser = _Collect()
     parser.feed(page)
-    assert "table" in parser.tags and len(parser.imgs) == len(drawn) + 1
-    # most important first; every term either drawn or listed with its reason
+    assert "table" in parser.tags and len(parser.imgs) == len(drawn) + 1 + len(thumbs)
+    # most important first; every term either drawn or listed with its reason; then the thumbnails
     names = [figure_name(i, explanation.terms[i]) for i in drawn]
-    assert [p.name for p in paths[1:]] == names
+    assert [p.name for p in paths[1:len(drawn) + 1]] == names and [p.name for p in paths[len(drawn) + 1:]] == thumbs
+    # a section per cluster, before the importance section, each with its summary
+    head = page.split("<h2 id='importance'>")[0]
+    for p in explanation.profiles:
+        section = head.split(f"id='cluster-{p['cluster']}'>")[1].split("</section>")[0]
+        assert f"{p['size']:,} rows" in section and "class='summary'>Mostly rows with" in section
     for i in left_out:
         assert f"{explanation.terms[i].name} (" in page
     for anchor in ("clusters", "importance", "shapes", "pairs", "card"):
@@ -212,3 +220,40 @@ def test_cluster_profiles(explanation, fitted_pairs, data):
         assert all(v < 0 for v in out) and out == sorted(out)
     ranking = [r["importance"] for r in explanation.importance]
     assert ranking == sorted(ranking, reverse=True)
+
+
+def test_cluster_profiles_compare_members_with_all_rows(explanation, fitted_pairs, data):
+    X, _ = data
+    labels = fitted_pairs.predict(X)
+    used = {f for t in explanation.terms for f in t.features}
+    for c, p in enumerate(explanation.profiles):
+        members = X[labels == explanation.ids[c]]
+        feats = {f["feature"]: f for f in p["features"]}
+        assert set(feats) <= used and {f for q in p["into"] + p["out_of"] for f in q["features"]} <= set(feats)
+        z = [abs(f["z"]) for f in p["features"]]
+        assert z == sorted(z, reverse=True) or len(z) > 8
+        for name, f in feats.items():
+            col = X[name].to_numpy()
+            assert f["mean"] == pytest.approx(members[name].mean()) and f["overall_mean"] == pytest.approx(col.mean())
+            assert f["z"] == pytest.approx((members[name].mean() - col.mean()) / col.std())
+            assert f["q10"] == pytest.approx(np.quantile(members[name], 0.1))
+
+
+def test_cluster_summary_sentences():
+    from neurcam_dist.explain.explanation import cluster_summary
+
+    def stat(name, z, mean=1.0):
+        return {"feature": name, "z": z, "mean": mean, "overall_mean": 0.5, "q10": 0, "q90": 1}
+
+    into = [{"term": "b & c", "features": ["b", "c"], "mean_relative_contribution": 2.0}]
+    p = {"cluster": 4, "size": 10, "into": into, "out_of": [],
+         "features": [stat("a", 3.0), stat("b", -0.8, mean=0.25), stat("c", 0.1), stat("d", 0.7)]}
+    # the features of the terms pushing rows in come first, then the others by |z|; 0.1 is not distinct
+    assert cluster_summary(p) == ("Mostly rows with low b (mean 0.25 against 0.5 over all rows) and "
+                                  "high a (mean 1 against 0.5 over all rows).")
+    assert cluster_summary(p, n=1).startswith("Mostly rows with low b (") and " and " not in cluster_summary(p, n=1)
+    near = dict(p, features=[stat("a", 0.2), stat("b", -0.3)])
+    assert cluster_summary(near) == "Rows near the overall average of every feature the model uses; b & c sets them apart."
+    assert cluster_summary(dict(p, size=0)) == "No row of the explained data falls in this cluster."
+    old = {"cluster": 0, "size": 3, "into": [{"term": "a", "mean_relative_contribution": 1.0}], "out_of": []}
+    assert cluster_summary(old) == "Pushed in mostly by a."   # an explanation written before the feature stats

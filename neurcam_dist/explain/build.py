@@ -89,13 +89,31 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
                        cluster_ids=fitted.ids.tolist())
-    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1))
+    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1), arr, main_features)
     return expl
 
 
-def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, top: int = 3) -> None:
-    """Cluster sizes and the terms that push members in / out; ``per_term`` is (N, T, K), the
-    exported terms evaluated at the explained rows (already computed for importance)."""
+def _feature_stats(arr: np.ndarray, members: np.ndarray, features: list[int], names: list[str],
+                   keep: set[str], top: int = 8) -> list[dict]:
+    """How the members' values of the model's features differ from all rows' (original units):
+    the ``top`` largest standardized mean differences, plus every feature in ``keep``."""
+    rows = []
+    for f in features:
+        col, sub = arr[:, f], arr[members, f]
+        std = float(col.std())
+        z = (float(sub.mean()) - float(col.mean())) / std if std > 0 else 0.0
+        q10, q90 = np.quantile(sub, [0.1, 0.9])
+        rows.append({"feature": names[f], "mean": float(sub.mean()), "overall_mean": float(col.mean()),
+                     "z": z, "q10": float(q10), "q90": float(q90)})
+    rows.sort(key=lambda r: -abs(r["z"]))
+    return [r for i, r in enumerate(rows) if i < top or r["feature"] in keep]
+
+
+def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, arr: np.ndarray,
+                  features: list[int], top: int = 3) -> None:
+    """Cluster sizes, the terms that push members in / out and how the members' feature values
+    differ from all rows'; ``per_term`` is (N, T, K), the exported terms evaluated at the explained
+    rows (already computed for importance)."""
     k = expl.n_clusters
     expl.cluster_sizes = np.bincount(labels, minlength=k).tolist()
     # Softmax ignores what a term adds to every cluster alike: what separates cluster c is the
@@ -105,15 +123,20 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, t
     for c in range(k):
         members = labels == c
         if not members.any():
-            profiles.append({"cluster": expl.ids[c], "size": 0, "into": [], "out_of": []})
+            profiles.append({"cluster": expl.ids[c], "size": 0, "into": [], "out_of": [], "features": []})
             continue
         mean = per_term[members, :, c].mean(0)
         order = np.argsort(-mean)
-        into = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
-                for i in order[:top] if mean[i] > 0]
-        out = [{"term": expl.terms[i].name, "mean_relative_contribution": float(mean[i])}
-               for i in order[::-1][:top] if mean[i] < 0]
-        profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out})
+
+        def entry(i):
+            t = expl.terms[i]
+            return {"term": t.name, "features": list(t.features), "mean_relative_contribution": float(mean[i])}
+
+        into = [entry(i) for i in order[:top] if mean[i] > 0]
+        out = [entry(i) for i in order[::-1][:top] if mean[i] < 0]
+        keep = {f for q in into + out for f in q["features"]}
+        profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out,
+                         "features": _feature_stats(arr, members, features, expl.feature_names, keep)})
     expl.profiles = profiles
 
 

@@ -151,6 +151,36 @@ class Explanation:
         atomic_directory(Path(directory), write, marker="terms.parquet")
 
 
+DISTINCT = 0.5  # |standardized mean difference| from which a cluster's feature counts as high / low
+
+
+def cluster_summary(profile: dict, n: int = 2, digits=None) -> str:
+    """One sentence on what a cluster's rows look like, from its profile: the features of the terms
+    that push rows in come first, then the others by how far the members' mean is from all rows'
+    (in standard deviations); only features at least ``DISTINCT`` away are named. ``digits`` formats
+    a number (3 significant digits by default)."""
+    digits = digits or (lambda v: f"{v:.3g}")
+    if not profile.get("size"):
+        return "No row of the explained data falls in this cluster."
+    stats = {f["feature"]: f for f in profile.get("features", [])}
+    if not stats:
+        return "Pushed in mostly by " + ", ".join(q["term"] for q in profile.get("into", [])) + "." \
+            if profile.get("into") else "No term pushes rows into this cluster more than into the others."
+    order = [f for q in profile.get("into", []) for f in q.get("features", []) if f in stats]
+    order += sorted(stats, key=lambda f: -abs(stats[f]["z"]))
+    named = []
+    for f in dict.fromkeys(order):
+        if abs(stats[f]["z"]) >= DISTINCT and len(named) < n:
+            s = stats[f]
+            named.append(f"{'high' if s['z'] > 0 else 'low'} {f} (mean {digits(s['mean'])} against "
+                         f"{digits(s['overall_mean'])} over all rows)")
+    if not named:
+        into = profile.get("into", [])
+        return ("Rows near the overall average of every feature the model uses"
+                + (f"; {into[0]['term']} sets them apart." if into else "."))
+    return "Mostly rows with " + " and ".join(named) + "."
+
+
 class TableScorer:
     """Scores with numpy and the exported tables only (no torch): lookup for discrete features,
     linear / bilinear interpolation between grid points otherwise."""

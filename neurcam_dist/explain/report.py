@@ -10,19 +10,21 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..storage import atomic_directory  # noqa: E402
-from .explanation import Explanation, Term  # noqa: E402
+from ..uris import as_path, is_uri, join  # noqa: E402
+from .explanation import Explanation, Term, cluster_summary  # noqa: E402
 
 
 def _safe(name: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
-def _png(fig) -> bytes:
+def _png(fig, dpi: int = 90) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
 
@@ -31,7 +33,7 @@ def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> b
     """One line per cluster over the feature's grid; the feature's histogram underneath."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 4.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     grid = term.grids[0]
-    cmap = plt.get_cmap("tab20" if n_clusters > 10 else "tab10")
+    cmap = _cmap(n_clusters)
     for k in range(n_clusters):
         top.plot(grid, term.values[:, k], drawstyle="steps-mid" if term.discrete[0] else "default",
                  color=cmap(k % cmap.N), label=f"cluster {ids[k] if ids else k}", lw=1.4)
@@ -70,6 +72,43 @@ def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> by
     fig.colorbar(im, ax=axes, shrink=0.8, label="contribution")
     fig.suptitle(term.name)
     return _png(fig)
+
+
+def _cmap(n_clusters: int):
+    return plt.get_cmap("tab20" if n_clusters > 10 else "tab10")
+
+
+def thumbnail_figure(term: Term, c: int, n_clusters: int, ids: list[int], band: dict | None = None) -> bytes:
+    """A small shape graph with cluster ``c``'s curve drawn over the others' (grey), and the range
+    where its middle 80% of rows lie (``band``: feature -> (q10, q90)) shaded; for a pair, cluster
+    ``c``'s heat map on the scale shared by all clusters with that range outlined."""
+    band = band or {}
+    colour = _cmap(n_clusters)(c % _cmap(n_clusters).N)
+    fig, ax = plt.subplots(figsize=(2.7, 1.9))
+    if term.kind == "main":
+        grid = term.grids[0]
+        style = "steps-mid" if term.discrete[0] else "default"
+        for k in range(n_clusters):
+            if k != c:
+                ax.plot(grid, term.values[:, k], drawstyle=style, color="0.78", lw=0.8)
+        ax.plot(grid, term.values[:, c], drawstyle=style, color=colour, lw=2.2)
+        ax.axhline(0, color="0.6", lw=0.6)
+        if term.features[0] in band:
+            ax.axvspan(*band[term.features[0]], color=colour, alpha=0.12, lw=0)
+        ax.set_xlabel(term.features[0], fontsize=7)
+    else:
+        lim = float(np.abs(term.values).max()) or 1.0
+        ga, gb = term.grids
+        ax.pcolormesh(gb, ga, term.values[:, :, c], cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
+        a, b = term.features
+        if a in band and b in band:
+            (a0, a1), (b0, b1) = band[a], band[b]
+            ax.add_patch(Rectangle((b0, a0), b1 - b0, a1 - a0, fill=False, ec=colour, lw=1.5))
+        ax.set_xlabel(b, fontsize=7)
+        ax.set_ylabel(a, fontsize=7)
+    ax.set_title(f"{term.name}: cluster {ids[c]}", fontsize=8)
+    ax.tick_params(labelsize=6)
+    return _png(fig, dpi=96)
 
 
 def importance_figure(expl: Explanation, top: int = 25) -> bytes:
@@ -124,14 +163,41 @@ def fmt(value: float, scale: float | None = None) -> str:
     return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
 
 
+THUMBS = 2  # terms pushing rows in, and out, drawn as thumbnails in each cluster's section
+
+
+MINOR_PUSH = 0.05  # a push under this fraction of the cluster's largest is listed, not drawn
+
+
+def cluster_terms(expl: Explanation, profile: dict, left_out: dict[int, str] | None = None) -> list[int]:
+    """Indices of the terms drawn in a cluster's section: the first ``THUMBS`` pushing rows in, then
+    the first ``THUMBS`` pushing them out, leaving out minor pushes and terms not drawn at all."""
+    left_out = left_out_terms(expl) if left_out is None else left_out
+    index = {t.name: i for i, t in enumerate(expl.terms)}
+    entries = profile.get("into", [])[:THUMBS] + profile.get("out_of", [])[:THUMBS]
+    largest = max((abs(q["mean_relative_contribution"]) for q in entries), default=0.0)
+    names = [q["term"] for q in entries if abs(q["mean_relative_contribution"]) >= MINOR_PUSH * largest]
+    return [index[n] for n in dict.fromkeys(names) if n in index and index[n] not in left_out]
+
+
+def thumbnail_name(cluster_id: int, index: int, term: Term) -> str:
+    return f"cluster{cluster_id}_{index:03d}_{_safe(term.name)}.png"
+
+
 def render_figures(expl: Explanation) -> dict[str, bytes]:
-    """File name -> PNG bytes for the importance chart and every drawn term, most important first."""
+    """File name -> PNG bytes for the importance chart, every drawn term (most important first) and
+    the thumbnails of each cluster's section."""
     figs = {"importance.png": importance_figure(expl)}
     left_out = left_out_terms(expl)
     for i in by_importance(expl):
         if i not in left_out:
             t = expl.terms[i]
             figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters, expl.ids)
+    for c, profile in enumerate(expl.profiles):
+        band = {f["feature"]: (f["q10"], f["q90"]) for f in profile.get("features", []) if "q10" in f}
+        for i in cluster_terms(expl, profile, left_out):
+            t = expl.terms[i]
+            figs[thumbnail_name(expl.ids[c], i, t)] = thumbnail_figure(t, c, expl.n_clusters, expl.ids, band)
     return figs
 
 
@@ -201,6 +267,42 @@ def _model_card(card: dict) -> list[str]:
     return parts
 
 
+def _pushes(entries: list[dict], sign: str) -> str:
+    return ", ".join(f"{html.escape(q['term'])} ({sign}{fmt(abs(q['mean_relative_contribution']))})"
+                     for q in entries) or "none"
+
+
+def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
+    """The overview table, then a section per cluster: size and share, a sentence on its rows, the
+    terms that push rows in and out, and thumbnails with its curve over the others'."""
+    e = html.escape
+    total = sum(int(p["size"]) for p in expl.profiles) or 1
+    parts = ["<h2 id='clusters'>Clusters</h2><p>Terms that push a cluster's members into it (or away from "
+             "it): the term's contribution to the cluster minus its mean over all clusters, averaged over "
+             "the cluster's rows.</p><table><tr><th>cluster</th><th>rows</th><th>share</th>"
+             "<th>pushed in by</th><th>pushed out by</th></tr>"]
+    for p in expl.profiles:
+        parts.append(f"<tr><td><a href='#cluster-{p['cluster']}'>{p['cluster']}</a></td><td>{p['size']:,}</td>"
+                     f"<td>{fmt(100 * p['size'] / total)}%</td><td>{_pushes(p['into'], '+')}</td>"
+                     f"<td>{_pushes(p['out_of'], '-')}</td></tr>")
+    parts.append("</table>")
+    left_out = left_out_terms(expl)
+    for p in expl.profiles:
+        cid = p["cluster"]
+        parts.append(f"<section class='cluster' id='cluster-{cid}'><h3>Cluster {cid}: {p['size']:,} rows "
+                     f"({fmt(100 * p['size'] / total)}%)</h3>"
+                     f"<p class='summary'>{e(cluster_summary(p, digits=fmt))}</p>"
+                     f"<p class='push'>Pushed in by: {_pushes(p['into'], '+')}. Pushed out by: {_pushes(p['out_of'], '-')}.</p>")
+        thumbs = [(i, thumbnail_name(cid, i, expl.terms[i])) for i in cluster_terms(expl, p, left_out)]
+        if thumbs:
+            parts.append("<div class='thumbs'>" + "".join(
+                _img(figures[name], f"{expl.terms[i].name}, cluster {cid} highlighted") for i, name in thumbs)
+                + "</div><p class='note'>Coloured: this cluster's curve; grey: the other clusters'; shaded: "
+                  "where the middle 80% of its rows lie.</p>")
+        parts.append("</section>")
+    return parts
+
+
 def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, title: str = "NeurCAM clustering report") -> str:
     """A self-contained page: every image embedded, no scripts or network references."""
     figures = figures or render_figures(expl)
@@ -210,28 +312,20 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
              "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
              "table{border-collapse:collapse;margin-bottom:.8em}td,th{border:1px solid #ccc;padding:2px 6px;"
              "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:2}"
-             "details{font-size:13px}</style></head><body>",
+             "details{font-size:13px}.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumbs img{width:260px}"
+             ".note{font-size:12px;color:#555}.summary{font-size:16px;font-weight:600}.push{font-size:14px}</style></head><body>",
              f"<h1>{e(title)}</h1>"]
     data = card.get("data", {})
     n_rows = data.get("n_rows")
-    parts.append(f"<p>{n_rows if n_rows is not None else '?'} rows, {len(expl.feature_names)} features, "
+    parts.append(f"<p>{f'{n_rows:,}' if n_rows is not None else '?'} rows, {len(expl.feature_names)} features, "
                  f"{expl.n_clusters} clusters, {len(expl.terms)} terms "
                  f"({sum(t.kind == 'pair' for t in expl.terms)} pairwise).</p>")
     parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in SECTIONS) + "</ul></nav>")
-    total = sum(int(p["size"]) for p in expl.profiles) or 1
-    parts.append("<h2 id='clusters'>Clusters</h2><p>Terms that push a cluster's members into it (or away from "
-                 "it): the term's contribution to the cluster minus its mean over all clusters, averaged over "
-                 "the cluster's rows.</p><table><tr><th>cluster</th><th>rows</th><th>share</th>"
-                 "<th>pushed in by</th><th>pushed out by</th></tr>")
-    for p in expl.profiles:
-        into = ", ".join(f"{e(q['term'])} (+{fmt(abs(q['mean_relative_contribution']))})" for q in p["into"])
-        out = ", ".join(f"{e(q['term'])} (-{fmt(abs(q['mean_relative_contribution']))})" for q in p["out_of"])
-        parts.append(f"<tr><td>{p['cluster']}</td><td>{p['size']}</td><td>{fmt(100 * p['size'] / total)}%</td>"
-                     f"<td>{into}</td><td>{out}</td></tr>")
+    parts += _clusters(expl, figures)
     left_out = left_out_terms(expl)
     ranking = [r for r in expl.importance if r["term"] not in {expl.terms[i].name for i in left_out}]
     top = ranking[0]["importance"] if ranking else 0.0
-    parts.append("</table><h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
+    parts.append("<h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
                  "averaged over clusters.</p><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th>"
                  "</tr>")
     for i, r in enumerate(ranking[:TOP_TABLE], 1):
@@ -264,9 +358,10 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     return "\n".join(parts)
 
 
-def write_report(expl: Explanation, directory) -> Path:
-    """explanation.json, Parquet tables, PNG plots and report.html into ``directory`` (atomically)."""
-    directory = Path(directory)
+def write_report(expl: Explanation, directory) -> Path | str:
+    """explanation.json, Parquet tables, PNG plots and report.html into ``directory`` (atomically;
+    on an object store, published through a manifest). Returns the report's path."""
+    directory = as_path(directory)
 
     def write(tmp: Path) -> None:
         figures = render_figures(expl)
@@ -278,4 +373,4 @@ def write_report(expl: Explanation, directory) -> Path:
         (tmp / "report.html").write_text(html_report(expl, figures))
 
     atomic_directory(directory, write, marker="explanation.json")
-    return directory / "report.html"
+    return join(directory, "report.html") if is_uri(directory) else directory / "report.html"
