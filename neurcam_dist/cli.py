@@ -23,6 +23,7 @@ from .data.bundled import digits_frame, write_frame_shards
 from .estimator import NeurCAM
 from .storage import atomic_directory
 from .redaction import redact
+from .uris import is_uri, join
 from .validation import is_id_like
 from .version import __version__
 
@@ -281,8 +282,8 @@ def _explain(args) -> None:
     top = expl.importance[:3]
     print("most important terms: " + ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})"
                                                 for r in top))
-    print(f"explanation of {len(df)} rows written to {args.out}/ (explanation.json, tables/, plots/)")
-    print(f"open the report: {Path(report).resolve().as_uri()}")
+    print(f"explanation of {len(df)} rows written to {redact(args.out)}/ (explanation.json, tables/, plots/)")
+    print(f"open the report: {redact(report) if is_uri(report) else Path(report).resolve().as_uri()}")
 
 
 def _generate(args) -> None:
@@ -313,8 +314,8 @@ def _train(args) -> None:
     result = train(_load_config(args))
     keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
-    print(f"model: {result.model_path} (load with neurcam_dist.NeurCAM.load); metrics: "
-          f"{result.output / 'metrics.json'}")
+    print(f"model: {redact(result.model_path)} (load with neurcam_dist.NeurCAM.load); metrics: "
+          f"{redact(join(result.output, 'metrics.json'))}")
 
 
 def _tune(args) -> None:
@@ -330,7 +331,7 @@ def _recluster(args) -> None:
             "agreement_ari", "size_shift", "top_terms_overlap", "mapping")
     print(json.dumps({k: record.get(k) for k in keys}))
     print(f"{'promoted' if record['promoted'] else 'not promoted'}: {record['reason']}")
-    print(f"decision: {Path(cfg.output) / RECORD}")
+    print(f"decision: {join(cfg.output, RECORD)}")
 
 
 def _validate(args) -> None:
@@ -360,7 +361,7 @@ def _predict_defaults(args) -> None:
     cfg = _load_config(args)
     if args.model is None:
         args.model = (f"models:/{cfg.tracking.model_name}@champion" if cfg.tracking and cfg.tracking.model_name
-                      else str(Path(cfg.output) / "model"))
+                      else join(cfg.output, "model"))
         if cfg.tracking and cfg.tracking.uri:
             os.environ["MLFLOW_TRACKING_URI"] = cfg.tracking.uri
     if args.input is None:
@@ -368,19 +369,20 @@ def _predict_defaults(args) -> None:
         if cfg.recluster is not None:
             from .data.snapshots import pick_snapshot
             args.input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
-    args.output = args.output or str(Path(cfg.output) / "predictions")
+    args.output = args.output or join(cfg.output, "predictions")
     args.id = args.id or cfg.data.id or "id"
-    print(f"predict: model {args.model}, input {redact(str(args.input))}, output {args.output}", file=sys.stderr)
+    print(f"predict: model {redact(args.model)}, input {redact(str(args.input))}, output {redact(args.output)}",
+          file=sys.stderr)
 
 
 def _predict(args) -> None:
     from .distributed import ensure_ray, predict_parquet
     _predict_defaults(args)
     est = _load_model(args.model)
-    ensure_ray()
+    ensure_ray(min_cpus=args.concurrency + 1)   # the scoring actors, plus a CPU for the reads
     summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
                               carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
-    print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {args.output}/ "
+    print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {redact(args.output)}/ "
           f"in {summary['seconds']} s")
 
 
@@ -425,8 +427,9 @@ def print_search(res) -> None:
     print(json.dumps({"best_trial": res.best.trial_id, **res.best.params,
                       **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},
                       **{k: v for k, v in res.consistency.items()}}))
-    print(f"model: {res.output / 'model'}; trials: {res.output / 'search.json'}")
-    print(f"explanation report: {Path(os.path.abspath(res.report_path)).as_uri()}")
+    print(f"model: {redact(join(res.output, 'model'))}; trials: {redact(join(res.output, 'search.json'))}")
+    report = res.report_path
+    print(f"explanation report: {redact(report) if is_uri(report) else Path(os.path.abspath(report)).as_uri()}")
     if res.tracking:
         t = res.tracking
         if t.get("version"):

@@ -15,6 +15,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from .params import HYPERPARAMETERS
 from .redaction import redact
+from .uris import is_uri, join, local
 
 
 class ConfigError(ValueError):
@@ -245,8 +246,8 @@ class JobConfig(_Strict):
         return redact(self.model_dump_json(indent=1))
 
     def storage_path(self) -> str:
-        s = self.train.storage_path or os.path.join(self.output, "_ray")
-        return s if "://" in s else str(Path(s).resolve())
+        s = self.train.storage_path or join(self.output, "_ray")
+        return s if is_uri(s) else str(Path(local(s)).resolve())
 
 
 def coerce_config(config) -> JobConfig:

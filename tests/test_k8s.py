@@ -118,6 +118,11 @@ def test_commands_parse_with_the_cli_and_name_configs_in_the_configmap(built):
         parse_config(yaml.safe_load(text), name)
     found = commands(docs)
     assert len(found) == 3, found   # the RayJob, the RayCronJob, the CronJob
+    for cmd in found:   # the overlays point at a bucket: data and outputs on the object store
+        sets = [cmd[i + 1] for i, word in enumerate(cmd) if word == "--set"]
+        bucket = f"s3://neurcam-{overlay}/"
+        assert any(s.startswith(f"output={bucket}") for s in sets), cmd
+        assert any(s.startswith(f"data.path={bucket}") for s in sets), cmd
     for cmd in found:
         if cmd[0] == "python":
             script = Path(cmd[1])

@@ -160,13 +160,16 @@ def test_report_images_are_unique_and_flat_terms_are_not_drawn(tmp_path):
     m = est(n_single=3).fit(X)
     expl = m.explain()
     names = list(render_figures(expl))
-    assert len(names) == len(set(names)) == 1 + len(expl.terms)
+    terms = [n for n in names if not n.startswith("cluster")]       # the rest: per-cluster thumbnails
+    assert len(names) == len(set(names)) and len(terms) == 1 + len(expl.terms)
     expl.terms[0].values = np.zeros_like(expl.terms[0].values)  # a term with no effect
     page = write_report(expl, tmp_path / "r").read_text()
     assert f"{expl.terms[0].name} (no effect on any cluster)" in page
     from neurcam_dist.explain.report import left_out_terms
     assert 0 in left_out_terms(expl)
-    assert len(list((tmp_path / "r" / "plots").glob("*.png"))) == 1 + len(expl.terms) - len(left_out_terms(expl))
+    plots = [p.name for p in (tmp_path / "r" / "plots").glob("*.png")]
+    assert len([p for p in plots if not p.startswith("cluster")]) == 1 + len(expl.terms) - len(left_out_terms(expl))
+    assert not [p for p in plots if p.startswith("cluster") and "_000_" in p]   # nor in the clusters' sections
 
 
 # ---------------------------------------------------------------- clear errors

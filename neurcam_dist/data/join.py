@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 
 from ..config import DataConfig
+from ..storage.published import write_version
+from ..uris import is_uri, join
 from .sources import DataError, auto_features, footers, resolve
 
 
@@ -34,7 +36,9 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
     feats = ray.data.read_parquet(fsrc.files, filesystem=fsrc.filesystem, file_extensions=None)
     embs = ray.data.read_parquet(esrc.files, filesystem=esrc.filesystem, columns=[key, *emb_cols],
                                  file_extensions=None)
-    counts = embs.select_columns([key]).groupby(key).aggregate(Count(alias_name="n")).materialize()
+    # as many hash partitions as the join below (Ray Data's default, 200, is hundreds of tasks)
+    counts = (embs.select_columns([key]).groupby(key, num_partitions=parts)
+              .aggregate(Count(alias_name="n")).materialize())
     dup = counts.filter(expr="n > 1")
     n_dup_keys = dup.count()
     n_dup_rows = int(dup.sum("n") or 0) if n_dup_keys else 0
@@ -47,11 +51,15 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
     if features is None:  # decided before the join, so the key never becomes a feature
         reserved = {key, *emb_cols, *(c for c in (cfg.label, cfg.id) if c)}
         features = auto_features(ffoot[0][1], reserved)
+    joined = feats.join(embs, "inner", parts, on=(key,))
+    final = join(staging, "joined")
+    if is_uri(final):  # an object store: a new version behind a manifest (storage.published)
+        write_version(final, lambda root, fs: joined.write_parquet(root, filesystem=fs))
+        return cfg.model_copy(update={"path": final, "embeddings": None, "features": features})
     os.makedirs(staging, exist_ok=True)
     tmp = os.path.join(staging, f".joined.tmp-{os.getpid()}")
-    final = os.path.join(staging, "joined")
     shutil.rmtree(tmp, ignore_errors=True)
-    feats.join(embs, "inner", parts, on=(key,)).write_parquet(tmp)
+    joined.write_parquet(tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return cfg.model_copy(update={"path": final, "embeddings": None, "features": features})

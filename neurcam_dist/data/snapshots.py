@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 
+from ..uris import filesystem as uri_filesystem
+from ..uris import is_uri
 from .sources import DataError
 
 PLACEHOLDER = "{snapshot}"
@@ -18,9 +20,9 @@ _PARTITION = re.compile(r"^[^=/]+=(.+)$")
 
 def _listdir(parent: str) -> list[str]:
     """Folder names directly under ``parent`` (a local path or a pyarrow-resolvable URI)."""
-    if "://" in parent and not parent.startswith("file://"):
+    if is_uri(parent):
         from pyarrow import fs as pafs
-        filesystem, root = pafs.FileSystem.from_uri(parent)
+        filesystem, root = uri_filesystem(parent)
         infos = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         return [i.base_name for i in infos if i.type == pafs.FileType.Directory]
     parent = parent.removeprefix("file://")

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..uris import filesystem as uri_filesystem
+from ..uris import is_uri
 from ..validation import is_id_like
 
 PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away from user columns
@@ -27,9 +29,14 @@ class Source:
     skipped: int = 0                   # entries left out: hidden / underscore names, non-Parquet files
 
     def stamp(self) -> dict[str, tuple[int, int] | None]:
-        """(size, mtime) of every local file, to tell later whether a file changed under a run."""
+        """(size, mtime) of every file, to tell later whether a file changed under a run."""
         if self.filesystem is not None:
-            return {}
+            from pyarrow.fs import FileType
+            try:
+                infos = self.filesystem.get_file_info(self.files)
+            except OSError:
+                return {}
+            return {i.path: (i.size, i.mtime_ns) if i.type == FileType.File else None for i in infos}
         out = {}
         for f in self.files:
             try:
@@ -51,7 +58,42 @@ class Source:
 
 
 def _is_uri(p: str) -> bool:
-    return "://" in p and not p.startswith("file://")
+    return is_uri(p)
+
+
+def _resolve_uri(entry: str):
+    """``(filesystem, files, skipped)`` for a URI: the files of a published output (through its
+    manifest, see ``storage.published``), else a prefix listed recursively, one object, or a glob."""
+    from fnmatch import fnmatch
+
+    from pyarrow.fs import FileSelector, FileType
+
+    from ..storage.published import NotPublishedError, resolve as resolve_published
+    fs, root = uri_filesystem(entry)
+    root = root.rstrip("/")
+    if not any(c in root for c in "*?["):
+        try:
+            pub = resolve_published(entry)
+        except NotPublishedError:
+            pass
+        else:
+            rels = list(pub.files)
+            keep = [(rel, path) for rel, path in zip(rels, pub.paths())
+                    if _is_data(path) and not _hidden(rel)]
+            return fs, sorted(path for _, path in keep), len(rels) - len(keep)
+    info = fs.get_file_info(root)
+    if info.type == FileType.Directory:
+        listed = [i.path for i in fs.get_file_info(FileSelector(root, recursive=True)) if i.type == FileType.File]
+        return (fs, *_select(root + "/", listed))
+    if info.type == FileType.File:
+        return fs, [root], 0
+    if any(c in root for c in "*?["):
+        prefix = _static_prefix(root)
+        listed = [i.path for i in fs.get_file_info(FileSelector(prefix.rstrip("/"), recursive=True,
+                                                                allow_not_found=True))
+                  if i.type == FileType.File and fnmatch(i.path, root)]
+        return (fs, *_select(prefix, listed))
+    return fs, [], 0
 
 
 def _hidden(rel: str) -> bool:
@@ -96,18 +138,7 @@ def resolve(spec) -> Source:
     for entry in entries:
         entry = str(entry)
         if _is_uri(entry):
-            import fsspec
-            from pyarrow.fs import FSSpecHandler, PyFileSystem
-            fs, root = fsspec.core.url_to_fs(entry)
-            filesystem = PyFileSystem(FSSpecHandler(fs))
-            if fs.isdir(root):
-                found, n_skipped = _select(root.rstrip("/") + "/", fs.find(root))
-            elif fs.exists(root):
-                found, n_skipped = [root], 0
-            elif any(c in root for c in "*?["):
-                found, n_skipped = _select(_static_prefix(root), fs.glob(root))
-            else:
-                found, n_skipped = [], 0
+            filesystem, found, n_skipped = _resolve_uri(entry)
         else:
             local = entry[len("file://"):] if entry.startswith("file://") else entry
             if os.path.isdir(local):

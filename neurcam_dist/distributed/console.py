@@ -14,9 +14,13 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from ..storage.published import put_file
+from ..uris import is_uri, join, local
 
 OURS = "[neurcam]"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -71,7 +75,10 @@ def routed_logs(output, log=print, bars: bool | None = None):
     import ray.data  # noqa: F401 - their loggers exist once imported; route them too
     import ray.train  # noqa: F401
     import ray.tune  # noqa: F401
-    path = Path(output) / "logs" / f"ray-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    name = f"ray-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    # on an object store the log is written locally and copied to OUTPUT/logs/ at the end
+    remote = join(output, "logs", name) if is_uri(output) else None
+    path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(output)) / "logs") / name
     path.parent.mkdir(parents=True, exist_ok=True)
     sink = open(path, "a", encoding="utf-8")
     handler = logging.StreamHandler(sink)
@@ -113,7 +120,8 @@ def routed_logs(output, log=print, bars: bool | None = None):
         dispatcher.add_handler("neurcam_route", route)
     air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's banner, TensorBoard hint and status tables: off
-    log(f"Ray's own log lines go to {path} (--verbose shows them here)")
+    log(f"Ray's own log lines go to {path}" + (f" (copied to {remote} at the end)" if remote else "")
+        + " (--verbose shows them here)")
     try:
         yield path
     finally:
@@ -133,3 +141,8 @@ def routed_logs(output, log=print, bars: bool | None = None):
                 lg.addHandler(h)
             lg.propagate = propagate
         sink.close()
+        if remote:
+            try:
+                put_file(path, remote)
+            except OSError as exc:
+                log(f"could not copy the log to {remote}: {exc}; it stays in {path}")

@@ -29,6 +29,7 @@ from ..numerics import standardize
 from ..params import check_params_for_data
 from ..redaction import redact
 from ..storage import write_run_output
+from ..uris import as_path, join
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
 from .console import routed_logs
@@ -40,14 +41,14 @@ from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
 class TrainResult:
     estimator: NeurCAM
     metrics: dict
-    output: Path
+    output: Path | str               # a local Path, or an object-store URI (str)
     plan: data_mod.Plan
     config: JobConfig
     tracking: dict | None = None     # filled by ``service.train`` when the config has ``tracking:``
 
     @property
-    def model_path(self) -> Path:
-        return self.output / "model"
+    def model_path(self) -> Path | str:
+        return as_path(join(self.output, "model"))
 
 
 def log(msg: str) -> None:
@@ -58,7 +59,7 @@ def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
     """Everything that must pass before a worker starts: join, schema, values, sizes."""
     data_cfg = cfg.data
     if data_cfg.embeddings is not None:
-        staging = os.path.join(cfg.storage_path(), "staging")
+        staging = join(cfg.storage_path(), "staging")
         log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
         data_cfg = data_mod.join_embeddings(data_cfg, staging)
     plan = data_mod.plan(data_cfg)
@@ -195,7 +196,7 @@ def _train(cfg: JobConfig, name: str | None, t_start: float) -> TrainResult:
         result = run_workers(cfg, plan, wcfg, run_name)
         est, metrics = finish_run(cfg, plan, wcfg, init, result, time.perf_counter() - t_train, run_name)
     metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
-    out = Path(cfg.output)
+    out = as_path(cfg.output)
     write_run(out, est, metrics, cfg)
     log(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
                                                      if k in metrics) + f"; model and metrics in {out}/")
@@ -221,7 +222,7 @@ def unchanged_input(plan: data_mod.Plan):
             "input file(s) changed during the run; nothing was written", changed))
 
 
-def write_run(out: Path, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None,
+def write_run(out: Path | str, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None,
               report=None) -> None:
     """``model/``, ``metrics.json``, ``config.json``, ``extra`` JSON texts and (given an
     ``Explanation``) ``report/`` into ``out``, published together (``storage.write_run_output``)."""

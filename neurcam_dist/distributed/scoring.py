@@ -24,7 +24,9 @@ from .. import data as data_mod
 from .. import metrics
 from ..explain import rows_from_contributions
 from ..model import FittedNet
+from ..redaction import redact
 from ..storage import atomic_directory
+from ..uris import is_uri
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
@@ -83,10 +85,14 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
 
 
 def map_with_actors(ds, cls, batch_size: int, concurrency: int, **kwargs):
-    """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each)."""
+    """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each),
+    leaving at least one CPU for the read tasks that feed them (an object-store read starts with a
+    listing task: with every CPU held by an actor it would wait forever)."""
+    import ray
     from ray.data import ActorPoolStrategy
+    size = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 2)) - 1))
     return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size,
-                          batch_format="pyarrow", compute=ActorPoolStrategy(size=max(1, concurrency)), num_cpus=1)
+                          batch_format="pyarrow", compute=ActorPoolStrategy(size=size), num_cpus=1)
 
 
 def _combine(a: dict | None, b: dict) -> dict:
@@ -182,8 +188,10 @@ class _Scorer:
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2) -> dict:
     """Score Parquet input with Ray Data into Parquet shards under ``output`` (atomically: the
-    directory appears complete or not at all; a previous output is replaced only on success).
-    ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()`` is shipped to the actors)."""
+    directory appears complete or not at all; a previous output is replaced only on success). On an
+    object store (``output`` a URI) the shards go under a new version prefix and a manifest makes
+    them the output (``storage.published``). ``est``: a fitted ``NeurCAM`` (only its
+    ``scoring_model()`` is shipped to the actors)."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
@@ -203,21 +211,36 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     t0 = time.perf_counter()
     summary = {}
 
-    def write(tmp: Path) -> None:
+    def write(root: str, fs=None) -> None:
+        """Shards into ``root`` (a local folder, or a prefix in ``fs``), checked, then the marker."""
         try:
-            ds.write_parquet(str(tmp))
+            ds.write_parquet(root, filesystem=fs)
         except Exception as exc:
             msg = _data_error_in(exc)
             if msg is None:
                 raise
             raise data_mod.DataError(msg) from None
-        files = sorted(tmp.glob("*.parquet"))
-        written = sum(pq.read_metadata(f).num_rows for f in files)
+        if fs is None:
+            files = sorted(str(f) for f in Path(root).glob("*.parquet"))
+        else:
+            from pyarrow.fs import FileSelector
+            files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
+        written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
             raise RuntimeError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
         summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
-                       input=str(input_path))
-        (tmp / MARKER).write_text(json.dumps(summary, indent=1))
+                       input=redact(str(input_path)))
+        text = json.dumps(summary, indent=1)
+        if fs is None:
+            (Path(root) / MARKER).write_text(text)
+        else:
+            with fs.open_output_stream(f"{root}/{MARKER}") as f:
+                f.write(text.encode())
 
-    atomic_directory(Path(output), write, marker=MARKER)
+    if is_uri(output):
+        from ..storage.published import write_version
+        write_version(str(output), write)
+    else:
+        atomic_directory(Path(output), lambda tmp: write(str(tmp)), marker=MARKER)
     return summary
+

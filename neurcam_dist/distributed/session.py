@@ -5,12 +5,16 @@ from __future__ import annotations
 import math
 import os
 
+from ..uris import configure_s3
+
 
 def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
     """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (once per process). A local Ray
     gets at least ``min_cpus`` logical CPUs, so the training workers never take every CPU slot
-    and starve the Ray Data tasks that feed them."""
+    and starve the Ray Data tasks that feed them. Object-store settings (``uris.configure_s3``) are
+    put in the environment first, so that a local Ray's workers inherit them."""
     import ray
+    configure_s3()
     if ray.is_initialized():
         return
     address = os.environ.get("RAY_ADDRESS")

@@ -25,6 +25,8 @@ from ray.tune import Callback
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..params import check_params_for_data
+from ..storage.published import read_text
+from ..uris import as_path, is_uri, join
 from .driver import InitialState, finish_run, initial_state, log, prepare, run_workers, set_reference, worker_config
 from .driver import unchanged_input, write_run
 from .console import routed_logs
@@ -66,15 +68,15 @@ class SearchResult:
     trials: list[Trial]
     best: Trial
     consistency: dict
-    output: Path
+    output: Path | str               # a local Path, or an object-store URI (str)
     plan: object
     config: JobConfig                # the resolved config with the winner's hyperparameters
     search_config: JobConfig         # the config the search ran (base model section + search space)
     tracking: dict | None = None     # filled by ``service.search`` when the config has ``tracking:``
 
     @property
-    def report_path(self) -> Path:
-        return self.output / "report" / "report.html"
+    def report_path(self) -> Path | str:
+        return as_path(join(self.output, "report", "report.html"))
 
 
 # ---------------------------------------------------------------------------- search space
@@ -116,7 +118,7 @@ def _trial(params: dict, job: dict) -> None:
     model = trial_model(cfg, params)
     # the data-dependent checks (e.g. no shape function at all): a clear failure of this trial
     check_params_for_data(model.estimator_params(), plan.n_rows, len(plan.features))
-    out = Path(job["trials_dir"]) / trial_id
+    out = as_path(join(job["trials_dir"], trial_id))
     tcfg = cfg.model_copy(update={"model": model, "output": str(out), "search": None, "tracking": None})
     init = job["inits"][model.random_state]
     wcfg = dataclasses.replace(worker_config(tcfg, plan, init), tag=f"trial {trial_id}: ")
@@ -191,7 +193,7 @@ def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_
     best = ranked[0]
 
     def load(t: Trial) -> NeurCAM:
-        est = NeurCAM.load(Path(t.output) / "model")
+        est = NeurCAM.load(join(t.output, "model"))
         seed = int(t.params["random_state"])
         set_reference(est, inits[seed], plan, tc.reference_rows, seed)
         return est
@@ -210,7 +212,7 @@ def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_
                           "search_seconds": round(search_seconds, 2), **consistency}}
     summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
-    out = Path(cfg.output)
+    out = as_path(cfg.output)
     write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)},
               report=explanations[0])
     log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
@@ -224,8 +226,9 @@ def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) 
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
     s = cfg.search
-    trials_dir = Path(cfg.output) / "trials" / name
-    job = {"config": cfg, "plan": plan, "name": name, "trials_dir": str(trials_dir.resolve()),
+    trials_dir = join(cfg.output, "trials", name)
+    job = {"config": cfg, "plan": plan, "name": name,
+           "trials_dir": trials_dir if is_uri(trials_dir) else str(Path(trials_dir).resolve()),
            "inits": {k: v.without_sample() for k, v in inits.items()}}
     trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
@@ -285,7 +288,7 @@ def collect(grid, cfg: JobConfig) -> list[Trial]:
         except ValueError:  # parameters the model refused: record them as given
             model = {**cfg.model.model_dump(), **params}
         if res.error is None and m.get("done"):
-            metrics = json.loads((Path(m["output"]) / "metrics.json").read_text())
+            metrics = json.loads(read_text(join(m["output"], "metrics.json")))
             trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=m["output"]))
         else:
             err = res.error if res.error is not None else "the trial ended without its final report"

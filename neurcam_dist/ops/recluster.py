@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +28,8 @@ from ..distributed.compare import compare
 from ..distributed.driver import log
 from ..redaction import redact
 from ..storage import write_text_atomic
+from ..storage.published import read_text
+from ..uris import as_path, join
 
 RECORD = "recluster.json"
 TOP_TERMS = 10
@@ -101,7 +102,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         ref = est.reference_
         if set(champion.feature_names_in_) <= set(ref.columns):
             from ..explain import Explanation
-            terms_new = [r["term"] for r in Explanation.from_json(result.report_path.parent / "explanation.json").importance]
+            terms_new = [r["term"] for r in Explanation.from_dict(json.loads(read_text(join(result.output, "report", "explanation.json")))).importance]
             terms_old = [r["term"] for r in champion.explain(ref[list(champion.feature_names_in_)]).importance]
             found["overlap"] = top_terms_overlap(terms_new, terms_old, TOP_TERMS)
     record.update(
@@ -157,10 +158,9 @@ def decide(rc: ReclusterConfig, name: str, version, seen, record: dict, unscorab
 
 
 def _write(cfg: JobConfig, record: dict) -> None:
-    out = Path(cfg.output)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / RECORD, json.dumps(record, indent=1, default=str))
-    log(f"decision written to {out / RECORD}")
+    path = join(cfg.output, RECORD)
+    write_text_atomic(as_path(path), json.dumps(record, indent=1, default=str))
+    log(f"decision written to {path}")
 
 
 def _log_to_mlflow(record: dict) -> None:

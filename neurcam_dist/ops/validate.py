@@ -12,6 +12,8 @@ from ..data.snapshots import PLACEHOLDER, pick_snapshot
 from ..data.sources import refuse_output_inside
 from ..params import check_params_for_data
 from ..redaction import redact
+from ..uris import filesystem as uri_filesystem
+from ..uris import is_uri
 
 
 def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
@@ -40,7 +42,13 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         raise DataError(f"model: {exc}") from None
     refuse_output_inside(cfg.output, p.source)
     out = cfg.output
-    if "://" not in out:
+    if is_uri(out):
+        try:
+            fs, root = uri_filesystem(out)
+            fs.get_file_info(root)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"output: {redact(out)} cannot be reached: {redact(str(exc))}") from None
+    else:
         parent = os.path.abspath(out)
         while not os.path.exists(parent):
             parent = os.path.dirname(parent)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from pathlib import Path
+
+from .published import publish_dir
+from ..uris import filesystem, is_uri, local
 
 
 def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
@@ -15,8 +19,12 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
     (an existing ``target`` is moved aside first and removed only after the swap). With
     ``marker``, a non-empty existing ``target`` that lacks that file is not ours: refuse. With
     ``own`` (the names this kind of output holds), a ``target`` holding anything else was written
-    by another command (a training run with its checkpoints, say): refuse rather than delete it."""
-    target = Path(target)
+    by another command (a training run with its checkpoints, say): refuse rather than delete it.
+    An object-store URI is built locally and published as a new version (``published``)."""
+    if is_uri(target):
+        _publish_built(str(target), write, refuse_foreign=marker is not None or own is not None)
+        return
+    target = Path(local(target))
     recover(target)
     if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
         raise ValueError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
@@ -42,6 +50,15 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
         raise
 
 
+def _publish_built(uri: str, write, refuse_foreign: bool = False, meta: dict | None = None) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="neurcam-stage-"))
+    try:
+        write(tmp)
+        publish_dir(tmp, uri, refuse_foreign=refuse_foreign, meta=meta)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def recover(target: Path) -> Path | None:
     """Undo a swap cut short between its two renames (the old directory moved aside, the new one
     not yet in place): put the newest complete aside copy back. Returns what was restored."""
@@ -57,8 +74,14 @@ def recover(target: Path) -> Path | None:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write a file through a temporary sibling and one rename."""
-    path = Path(path)
+    """Write a file through a temporary sibling and one rename; on an object store (``path`` a
+    URI) as one object (a PUT is whole or absent)."""
+    if is_uri(path):
+        fs, target = filesystem(str(path))
+        with fs.open_output_stream(target) as f:
+            f.write(text.encode())
+        return
+    path = Path(local(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -115,8 +138,12 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = ()) -> None:
     ... are fixed links through ``current``, so a reader sees the whole old set or the whole new
     one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
     set in place (the half-written version is removed on the next write). Other content of
-    ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone."""
-    out = Path(out)
+    ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone. On an object store
+    (``out`` a URI) the set is published as one version through a manifest instead."""
+    if is_uri(out):
+        _publish_built(str(out), write)
+        return
+    out = Path(local(out))
     versions = out / VERSIONS
     versions.mkdir(parents=True, exist_ok=True)
     version = versions / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"

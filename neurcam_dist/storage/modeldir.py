@@ -15,7 +15,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..redaction import redact
 from .atomic import atomic_directory, recover
+from .published import NotPublishedError, local_copy
+from ..uris import as_path, is_uri, local
 
 FORMAT = "neurcam-dist/model"
 FORMAT_VERSION = 1
@@ -42,32 +45,43 @@ def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
         manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
-    atomic_directory(Path(path), write, marker=MANIFEST)
+    atomic_directory(as_path(path), write, marker=MANIFEST)
 
 
 def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """``(config, state)`` of the model directory at ``path``, after checking every file against
-    the manifest; ``ValueError`` names what is missing, altered or of another version."""
-    path = Path(path)
+    """``(config, state)`` of the model directory at ``path`` (local, or a URI read through its
+    published manifest), after checking every file against the model's manifest; ``ValueError``
+    names what is missing, altered or of another version."""
+    if is_uri(path):
+        try:
+            with local_copy(path) as copy:
+                return _read_local(copy, shown=redact(str(path)))
+        except NotPublishedError as exc:
+            raise ValueError(f"no model at {redact(str(path))}: {exc}") from None
+    return _read_local(Path(local(path)))
+
+
+def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
+    name = shown or path
     if recover(path) is not None:
         warnings.warn(f"{path}: an interrupted save had left the model aside; restored it", UserWarning, stacklevel=2)
     if not path.is_dir():
-        raise ValueError(f"no model directory at {path}")
+        raise ValueError(f"no model directory at {name}")
     missing = [f for f in (*FILES, MANIFEST) if not (path / f).is_file()]
     if missing:
-        raise ValueError(f"{path} is not a complete NeurCAM model: missing {missing}")
+        raise ValueError(f"{name} is not a complete NeurCAM model: missing {missing}")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}/{MANIFEST} is not valid JSON: {exc}") from exc
+        raise ValueError(f"{name}/{MANIFEST} is not valid JSON: {exc}") from exc
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a NeurCAM model directory (format {manifest.get('format')!r})")
+        raise ValueError(f"{name} is not a NeurCAM model directory (format {manifest.get('format')!r})")
     for f in FILES:
         expected = manifest.get("files", {}).get(f)
         if expected != _sha256(path / f):
-            raise ValueError(f"{path}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
+            raise ValueError(f"{name}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
     config = json.loads((path / "config.json").read_text())
     if config.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: model format version {config.get('format_version')} is not supported "
+        raise ValueError(f"{name}: model format version {config.get('format_version')} is not supported "
                          f"(this version reads {FORMAT_VERSION})")
     return config, load_file(str(path / "weights.safetensors"))

@@ -15,6 +15,8 @@ from pathlib import Path
 from ..estimator import NeurCAM
 from ..explain.report import write_report
 from ..redaction import redact
+from ..storage.published import local_copy
+from ..uris import is_uri, join
 from ..version import __version__
 from .registry import log_model
 from .uri import use
@@ -73,10 +75,14 @@ def _run_tags(est) -> dict:
             "stop_reason": str(est.history_["stop_reason"])}
 
 
-def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | None = None) -> None:
-    """What a run keeps besides the model: the explanation report (JSON, Parquet, PNG, HTML),
-    the resolved config, the standardization statistics, the history and the metrics."""
-    if report is not None and report.is_dir():
+def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | str | None = None) -> None:
+    """What a run keeps besides the model: the explanation report (JSON, Parquet, PNG, HTML; copied
+    from ``report``, a local folder or a published URI, when given), the resolved config, the
+    standardization statistics, the history and the metrics."""
+    if report is not None and is_uri(report):
+        with local_copy(report) as copy:
+            shutil.copytree(copy, t / "report")
+    elif report is not None and Path(report).is_dir():
         shutil.copytree(report, t / "report")
     else:
         write_report(est.explain(), t / "report")
@@ -151,7 +157,7 @@ def log_search(result, cfg) -> dict:
         mlflow.log_text(json.dumps([t.row() for t in result.trials], indent=1, default=str), "search.json")
         with tempfile.TemporaryDirectory() as tmp:
             _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics,
-                             report=result.output / "report")
+                             report=join(result.output, "report"))
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
         with mlflow.start_run(run_id=best_run, nested=True):
@@ -164,7 +170,7 @@ def _log_trial(client, rid: str, trial, cfg, plan) -> None:
     """One trial's params, history, metrics and tags, and its terminal status."""
     client.log_batch(rid, params=_param_list(_params(trial.model, cfg, plan)))
     if trial.status == "ok":
-        est = NeurCAM.load(Path(trial.output) / "model")
+        est = NeurCAM.load(join(trial.output, "model"))
         _log_history(client, rid, est)
         for k in FINAL_KEYS:
             if k in trial.metrics:

@@ -1,0 +1,316 @@
+"""Outputs on an object store, where there is no rename: written under a new version prefix, made
+visible by one small object (the manifest) that readers go through.
+
+Layout of an output at ``URI``::
+
+    URI/_neurcam_manifest.json      {"format", "version", "written", "files": {rel: {size, sha256}}}
+    URI/.v/VERSION/rel ...          the files of each version
+
+``publish_dir`` uploads a local directory as a new version, then replaces the manifest (one PUT,
+which an object store applies whole): a reader sees the old version or the new one, never a mix,
+and a run that fails before that PUT leaves the previous output as it was. The previous version is
+kept (a reader may be fetching it), and so is any version started after it (a concurrent writer's);
+older ones, and failed uploads' leftovers after a day, are deleted when a version is committed. ``fetch`` reads through the manifest (also for a path inside a published output,
+such as ``URI/model``) and checks every file's size and checksum.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..redaction import redact
+from ..uris import filesystem, is_uri, join, local
+
+MANIFEST = "_neurcam_manifest.json"
+VERSIONS = ".v"
+FORMAT = "neurcam-dist/published"
+CHUNK = 8 << 20
+
+
+class NotPublishedError(FileNotFoundError):
+    """No neurcam output at a URI (no manifest there or in a parent)."""
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _read_json(fs, path: str) -> dict | None:
+    from pyarrow.fs import FileType
+    if fs.get_file_info(path).type != FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        return json.loads(f.read().decode())
+
+
+def read_manifest(uri: str) -> dict | None:
+    fs, root = filesystem(uri)
+    return _read_json(fs, f"{root.rstrip('/')}/{MANIFEST}")
+
+
+def _foreign(fs, root: str, allowed: set[str]) -> list[str]:
+    """Top-level names under ``root`` that this kind of output does not write."""
+    from pyarrow.fs import FileSelector
+    names = {i.path[len(root):].strip("/").split("/")[0]
+             for i in fs.get_file_info(FileSelector(root, allow_not_found=True))}
+    return sorted(n for n in names if n and n not in allowed and n not in (MANIFEST, VERSIONS))
+
+
+def check_target(uri: str) -> None:
+    """Refuse a ``uri`` holding objects that neurcam did not publish there (someone else's data):
+    a new version would shadow them."""
+    fs, root = filesystem(uri)
+    root = root.rstrip("/")
+    if _read_json(fs, f"{root}/{MANIFEST}") is None:
+        foreign = _foreign(fs, root, set())
+        if foreign:
+            raise ValueError(f"{redact(uri)} holds {foreign[:5]}, which neurcam did not publish there (no "
+                             f"{MANIFEST}): refusing to write over it; choose another output")
+
+
+def publish_dir(local_dir, uri: str, *, refuse_foreign: bool = False, meta: dict | None = None) -> dict:
+    """Upload every file under ``local_dir`` as a new version of the output at ``uri`` and commit
+    it. ``refuse_foreign``: a ``uri`` holding objects that neurcam did not publish there is someone
+    else's: refuse rather than shadow it. Returns the new manifest."""
+    local_dir = Path(local_dir)
+    fs, root = filesystem(uri)
+    root = root.rstrip("/")
+    previous = _read_json(fs, f"{root}/{MANIFEST}")
+    if refuse_foreign and previous is None:
+        check_target(uri)
+    version = _version_name()
+    vroot = f"{root}/{VERSIONS}/{version}"
+    files = {}
+    try:
+        for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
+            rel = path.relative_to(local_dir).as_posix()
+            with open(path, "rb") as src, fs.open_output_stream(f"{vroot}/{rel}") as dst:
+                for block in iter(lambda: src.read(CHUNK), b""):
+                    dst.write(block)
+            files[rel] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
+    except BaseException:
+        _delete(fs, vroot)
+        raise
+    return commit(uri, version, files, previous=previous, meta=meta)
+
+
+def new_version(uri: str) -> tuple[str, str]:
+    """``(version, URI of its prefix)`` for a writer that puts its files there itself (Ray Data)."""
+    version = _version_name()
+    return version, join(uri, VERSIONS, version)
+
+
+def write_version(uri: str, write) -> dict:
+    """Run ``write(prefix, fs)`` (a writer that puts its files under a prefix itself, such as Ray
+    Data's ``write_parquet``) into a new version of the output at ``uri``, then commit it; a failure
+    deletes that version and leaves the previous output as it was. Returns the new manifest."""
+    check_target(uri)
+    version, vuri = new_version(uri)
+    fs, root = filesystem(vuri)
+    try:
+        write(root, fs)
+        return commit(uri, version, written_files(uri, version))
+    except BaseException:
+        discard(uri, version)
+        raise
+
+
+def _version_name(at: float | None = None) -> str:
+    """UTC time first, so that names sort by age."""
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(at))}-{uuid.uuid4().hex[:8]}"
+
+
+STALE_S = 86400  # an uncommitted version older than this is a failed writer's leftover
+
+
+def written_files(uri: str, version: str) -> dict:
+    """``rel -> {size}`` of what a writer put under a version's prefix."""
+    from pyarrow.fs import FileSelector, FileType
+    fs, root = filesystem(uri)
+    vroot = f"{root.rstrip('/')}/{VERSIONS}/{version}"
+    return {i.path[len(vroot):].lstrip("/"): {"size": i.size}
+            for i in fs.get_file_info(FileSelector(vroot, recursive=True, allow_not_found=True))
+            if i.type == FileType.File}
+
+
+def discard(uri: str, version: str) -> None:
+    """Delete an uncommitted version (a failed writer's files)."""
+    fs, root = filesystem(uri)
+    _delete(fs, f"{root.rstrip('/')}/{VERSIONS}/{version}")
+
+
+def commit(uri: str, version: str, files: dict, *, previous: dict | None = None, meta: dict | None = None) -> dict:
+    """Make ``version`` the output at ``uri`` (one PUT of the manifest), then delete the versions
+    older than the one it replaced, and leftovers older than ``STALE_S``. Versions started after the
+    replaced one are kept: a concurrent writer may still be uploading one."""
+    fs, root = filesystem(uri)
+    root = root.rstrip("/")
+    if previous is None:
+        previous = _read_json(fs, f"{root}/{MANIFEST}")
+    manifest = {"format": FORMAT, "version": version, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "files": files, **({"meta": meta} if meta else {})}
+    with fs.open_output_stream(f"{root}/{MANIFEST}") as f:
+        f.write(json.dumps(manifest, indent=1).encode())
+    replaced = (previous or {}).get("version")
+    stale = _version_name(time.time() - STALE_S)
+    from pyarrow.fs import FileSelector
+    for info in fs.get_file_info(FileSelector(f"{root}/{VERSIONS}", allow_not_found=True)):
+        name = info.path.rstrip("/").rsplit("/", 1)[-1]
+        if name not in (version, replaced) and ((replaced and name < replaced) or name < stale):
+            _delete(fs, info.path)
+    return manifest
+
+
+def _delete(fs, path: str) -> None:
+    from pyarrow.fs import FileType
+    try:
+        info = fs.get_file_info(path)
+        if info.type == FileType.Directory:
+            fs.delete_dir(path)
+        elif info.type == FileType.File:
+            fs.delete_file(path)
+    except OSError:
+        pass  # cleanup is best effort: the next publish tries again
+
+
+@dataclass
+class Resolved:
+    """What a URI means through a manifest: the files (``rel -> meta``) under ``root`` (a path in
+    ``fs``); ``single`` when the URI names one file, which is then ``root`` itself (rel ``""``)."""
+    fs: object
+    root: str
+    files: dict
+    single: bool
+    manifest: dict
+
+    def paths(self) -> list[str]:
+        return [self.root if self.single else f"{self.root}/{rel}" for rel in self.files]
+
+
+def resolve(uri: str, depth: int = 4) -> Resolved:
+    """The files behind ``uri``: a published output, or a path inside one (``OUT/model``,
+    ``OUT/metrics.json``), found through the nearest manifest at most ``depth`` levels up."""
+    fs, path = filesystem(uri)
+    path = path.rstrip("/")
+    parts = path.split("/")
+    for up in range(0, min(depth, len(parts) - 1) + 1):
+        base = "/".join(parts[:len(parts) - up])
+        manifest = _read_json(fs, f"{base}/{MANIFEST}")
+        if manifest is None:
+            continue
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"{redact(uri)}: {MANIFEST} is not a neurcam manifest")
+        vroot = f"{base}/{VERSIONS}/{manifest['version']}"
+        sub = "/".join(parts[len(parts) - up:])
+        files = manifest["files"]
+        if not sub:
+            return Resolved(fs, vroot, files, False, manifest)
+        if sub in files:
+            return Resolved(fs, f"{vroot}/{sub}", {"": files[sub]}, True, manifest)
+        inner = {rel[len(sub) + 1:]: m for rel, m in files.items() if rel.startswith(sub + "/")}
+        if not inner:
+            raise NotPublishedError(f"{redact(uri)}: the output published at {redact(base)} has no {sub!r}")
+        return Resolved(fs, f"{vroot}/{sub}", inner, False, manifest)
+    raise NotPublishedError(f"no neurcam output at {redact(uri)} (no {MANIFEST} there or in the "
+                            f"{depth} folders above it)")
+
+
+def _download(fs, src: str, dst: Path, meta: dict, uri: str) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    h = hashlib.sha256()
+    with fs.open_input_stream(src) as f, open(dst, "wb") as out:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+            out.write(block)
+    size = dst.stat().st_size
+    if size != meta.get("size", size) or ("sha256" in meta and h.hexdigest() != meta["sha256"]):
+        raise ValueError(f"{redact(uri)}: {src.rsplit('/', 1)[-1]} does not match the manifest "
+                         f"({size} bytes read; the manifest says {meta.get('size')}): altered or incomplete")
+
+
+def fetch(uri: str, dest) -> Path:
+    """Download what ``uri`` names (through its manifest) into the local directory ``dest``;
+    returns the local path of it (``dest`` or, for one file, ``dest/NAME``)."""
+    dest = Path(dest)
+    r = resolve(uri)
+    if r.single:
+        target = dest / r.root.rsplit("/", 1)[-1]
+        _download(r.fs, r.root, target, r.files[""], uri)
+        return target
+    for rel, meta in r.files.items():
+        _download(r.fs, f"{r.root}/{rel}", dest / rel, meta, uri)
+    return dest
+
+
+def read_text(path) -> str:
+    """A file's text, local or through a published output's manifest."""
+    if not is_uri(path):
+        return Path(local(path)).read_text()
+    try:
+        with tempfile.TemporaryDirectory(prefix="neurcam-fetch-") as tmp:
+            return fetch(str(path), tmp).read_text()
+    except NotPublishedError:  # a plain object (a record written with one PUT, such as recluster.json)
+        from pyarrow.fs import FileType
+        fs, target = filesystem(str(path))
+        if fs.get_file_info(target).type != FileType.File:
+            raise
+        with fs.open_input_stream(target) as f:
+            return f.read().decode()
+
+
+@contextmanager
+def local_copy(path):
+    """A local path to read ``path`` from: itself when local, else a temporary download (through
+    the manifest) that is removed on exit."""
+    if not is_uri(path):
+        yield Path(local(path))
+        return
+    tmp = tempfile.mkdtemp(prefix="neurcam-fetch-")
+    try:
+        yield fetch(str(path), Path(tmp) / "copy")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def staged(uri: str):
+    """A temporary local directory whose content is published to ``uri`` when the block ends
+    without an error (and dropped when it raises)."""
+    tmp = Path(tempfile.mkdtemp(prefix="neurcam-stage-"))
+    try:
+        yield tmp
+        publish_dir(tmp, uri)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def put_file(path, uri: str) -> None:
+    """Copy one local file to ``uri`` as a plain object (one PUT: whole or absent). For files with
+    a unique name that nothing reads through a manifest, such as logs."""
+    fs, target = filesystem(uri)
+    with open(path, "rb") as src, fs.open_output_stream(target) as dst:
+        for block in iter(lambda: src.read(CHUNK), b""):
+            dst.write(block)
+
+
+def exists(uri: str) -> bool:
+    try:
+        resolve(uri)
+        return True
+    except NotPublishedError:
+        return False
+
+
+__all__ = ["MANIFEST", "NotPublishedError", "Resolved", "check_target", "commit", "discard", "exists", "fetch", "local_copy",
+           "new_version", "publish_dir", "put_file", "read_manifest", "write_version", "read_text", "resolve", "staged", "written_files"]

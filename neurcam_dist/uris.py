@@ -1,0 +1,69 @@
+"""Paths that may be object-store URIs (``s3://bucket/key``, ``gs://...``, anything pyarrow or
+fsspec resolves): one way to tell them from local paths, join them and open their file system.
+
+Credentials never appear in a path the service prints or saves: they come from the standard AWS
+variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``)
+or the URI's query options (``?endpoint_override=...``), which ``redaction`` masks.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# An S3-compatible server other than AWS (MinIO, SeaweedFS, Ceph) rejects or mangles the CRC
+# checksums that recent AWS SDKs add to every request and expect on every response, so what was
+# written cannot be read back. "When required" is what such servers support and AWS accepts.
+S3_DEFAULTS = {"AWS_REQUEST_CHECKSUM_CALCULATION": "WHEN_REQUIRED",
+               "AWS_RESPONSE_CHECKSUM_VALIDATION": "WHEN_REQUIRED"}
+
+
+def is_uri(path) -> bool:
+    """A URI with a scheme other than ``file://`` (which is a local path)."""
+    p = str(path)
+    return "://" in p and not p.startswith("file://")
+
+
+def local(path) -> str:
+    """A local path without its ``file://`` prefix."""
+    p = os.fspath(path)
+    return p[len("file://"):] if p.startswith("file://") else p
+
+
+def join(base, *parts: str) -> str:
+    """``base/part/...`` for a URI (keeping its query options at the end) or a local path."""
+    base = os.fspath(base)
+    if not is_uri(base):
+        return os.path.join(base, *parts)
+    head, sep, query = base.partition("?")
+    return "/".join([head.rstrip("/"), *(p.strip("/") for p in parts)]) + (sep + query)
+
+
+def as_path(path):
+    """A ``Path`` for a local path; the URI string unchanged (``Path`` would fold its ``//``)."""
+    return path if is_uri(path) else Path(local(path))
+
+
+def configure_s3() -> None:
+    """Set ``S3_DEFAULTS`` where the environment does not say otherwise, and, with a custom endpoint
+    (``AWS_ENDPOINT_URL``: not AWS), keep the SDK from asking a cloud metadata service for a region
+    or credentials. Called before a file system is opened and before Ray starts, so that local
+    workers inherit the same settings."""
+    for key, value in S3_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    if os.environ.get("AWS_ENDPOINT_URL"):
+        os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def filesystem(uri: str):
+    """``(pyarrow FileSystem, path inside it)`` for a URI: pyarrow's own for the schemes it knows
+    (s3, gs, hdfs, abfs), otherwise fsspec's behind pyarrow's interface."""
+    from pyarrow import fs as pafs
+    configure_s3()
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (ValueError, TypeError, OSError) as exc:
+        if "Unrecognized filesystem type" not in str(exc) and "unsupported" not in str(exc).lower():
+            raise
+    import fsspec
+    fs, path = fsspec.core.url_to_fs(uri)
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path

@@ -1,0 +1,333 @@
+"""Object storage against a real S3 server (SeaweedFS on 127.0.0.1, started by the ``s3_server``
+fixture): models, reports, run outputs and predictions published through a manifest, data read
+from s3://, Ray Train checkpoints and Tune trial models in the bucket, MLflow artifacts there too.
+
+The commands that start Ray run as subprocesses with the AWS variables in their environment (the
+session's shared Ray was started without them; a local Ray's workers inherit the driver's)."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from .conftest import SMALL, blobs, free_port
+from neurcam_dist import NeurCAM
+from neurcam_dist.storage import atomic_directory, published
+from neurcam_dist.uris import filesystem
+
+BUCKET = "s3://neurcam"
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    for k, v in s3_server.items():
+        monkeypatch.setenv(k, v)
+    return s3_server
+
+
+def _objects(prefix: str) -> list[str]:
+    from pyarrow.fs import FileSelector, FileType
+    fs, root = filesystem(prefix)
+    return sorted(i.path[len(root):].lstrip("/") for i in fs.get_file_info(FileSelector(root, recursive=True,
+                                                                                         allow_not_found=True))
+                  if i.type == FileType.File)
+
+
+def _cli(args, env, timeout=300, cwd=None):
+    return subprocess.run([sys.executable, "-m", "neurcam_dist.cli", *args], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_uris_join_and_stay_strings():
+    from pathlib import Path
+
+    from neurcam_dist.config import parse_config
+    from neurcam_dist.uris import as_path, is_uri, join
+    assert join("s3://b/out", "model") == "s3://b/out/model"
+    assert join("s3://K:S@b/out/?endpoint_override=h:9000&scheme=http", "trials", "x") == \
+        "s3://K:S@b/out/trials/x?endpoint_override=h:9000&scheme=http"
+    assert join("runs/x", "model") == "runs/x/model" and as_path("file:///tmp/x") == Path("/tmp/x")
+    assert as_path("s3://b/out") == "s3://b/out" and not is_uri("file:///tmp/x") and is_uri("gs://b/x")
+    cfg = parse_config({"data": {"path": "s3://b/d"}, "model": {"n_clusters": 2}, "output": "s3://b/out"})
+    assert cfg.storage_path() == "s3://b/out/_ray"   # Ray Train's checkpoints go to the bucket too
+
+
+def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, data, tmp_path, capsys):
+    X, _ = data
+    uri = f"{BUCKET}/models/m1"
+    fitted.save(uri)
+    first = published.read_manifest(uri)
+    assert set(first["files"]) == {"config.json", "weights.safetensors", "manifest.json"}
+    assert all(len(m["sha256"]) == 64 for m in first["files"].values())
+    back = NeurCAM.load(uri)
+    assert np.array_equal(back.predict_proba(X), fitted.predict_proba(X))
+    # two more saves: the newest and the one it replaced are kept, nothing else
+    fitted.save(uri)
+    second = published.read_manifest(uri)
+    fitted.save(uri)
+    third = published.read_manifest(uri)
+    versions = {p.split("/")[1] for p in _objects(uri) if p.startswith(".v/")}
+    assert versions == {second["version"], third["version"]} and first["version"] not in versions
+
+    # a write that fails half-way: the manifest still names the last good version, which loads
+    def broken(tmp):
+        (tmp / "config.json").write_text("{}")
+        raise RuntimeError("disk on fire")
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        atomic_directory(uri, broken, marker="manifest.json")
+    assert published.read_manifest(uri)["version"] == third["version"]
+    assert np.array_equal(NeurCAM.load(uri).predict(X), fitted.predict(X))
+    # a file altered in the bucket is caught by its checksum
+    fs, root = filesystem(uri)
+    with fs.open_output_stream(f"{root}/.v/{third['version']}/weights.safetensors") as f:
+        f.write(b"garbage")
+    with pytest.raises(ValueError, match="does not match the manifest"):
+        NeurCAM.load(uri)
+    # someone else's objects are not shadowed; a path with no output says so
+    with fs.open_output_stream("neurcam/foreign/notes.txt") as f:
+        f.write(b"not ours")
+    with pytest.raises(ValueError, match=r"holds \['notes.txt'\], which neurcam did not publish"):
+        fitted.save(f"{BUCKET}/foreign")
+    with pytest.raises(ValueError, match="no model at s3://neurcam/nothing/here"):
+        NeurCAM.load(f"{BUCKET}/nothing/here")
+
+    # neurcam explain: model and report on s3, endpoint and credentials in the URIs, never printed
+    fitted.save(f"{BUCKET}/models/m2")
+    X.to_csv(tmp_path / "d.csv", index=False)
+    from neurcam_dist.cli import main
+    secret = s3_env["AWS_SECRET_ACCESS_KEY"]
+    endpoint = s3_env["AWS_ENDPOINT_URL"].removeprefix("http://")
+    creds = f"s3://{s3_env['AWS_ACCESS_KEY_ID']}:{secret}@neurcam"
+    options = f"?endpoint_override={endpoint}&scheme=http"
+    with_options = f"{creds}/reports/r1{options}"
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        os.environ.pop(var)   # monkeypatch restores them
+    assert main(["explain", "--model", f"{creds}/models/m2{options}",
+                 "--data", str(tmp_path / "d.csv"), "--out", with_options]) == 0
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err
+    assert "open the report: s3://***@neurcam/reports/r1/report.html?endpoint_override=" in out.out
+    page = published.read_text(with_options.replace("/r1?", "/r1/report.html?"))
+    assert page.startswith("<!DOCTYPE html>") and "id='clusters'" in page
+
+
+def _upload_blobs(prefix: str, n_files: int = 2) -> pd.DataFrame:
+    X, y = blobs(n=600, seed=3)
+    df = X.assign(id=np.arange(len(X)), label=y)
+    fs, root = filesystem(prefix)
+    bounds = np.linspace(0, len(df), n_files + 1).astype(int)
+    for i in range(n_files):
+        part = df.iloc[bounds[i]:bounds[i + 1]]
+        pq.write_table(pa.Table.from_pandas(part, preserve_index=False), f"{root}/part-{i}.parquet", filesystem=fs)
+    return df
+
+
+def _job(data: str, out: str, **train) -> dict:
+    model = {k: v for k, v in SMALL.items() if k not in ("verbose", "device")}
+    return {"data": {"path": data, "features": ["f0", "f1", "f2", "f3"], "label": "label", "id": "id"},
+            "model": {"n_clusters": 3, "random_state": 0, **model}, "output": out,
+            "train": {"num_workers": 2, "cpus_per_worker": 1, **train}}
+
+
+def test_data_on_s3_is_listed_like_a_local_folder(s3_env):
+    from neurcam_dist.data import resolve
+    from neurcam_dist.data.sources import DataError
+    _upload_blobs(f"{BUCKET}/listing/a", n_files=2)
+    _upload_blobs(f"{BUCKET}/listing/b", n_files=1)
+    fs, root = filesystem(f"{BUCKET}/listing")
+    for stray in ("_SUCCESS", "a/.part-7.parquet.tmp", "_ray/x.parquet", "a/notes.txt"):
+        with fs.open_output_stream(f"{root}/{stray}") as f:
+            f.write(b"x")
+    src = resolve(f"{BUCKET}/listing")
+    assert [f.rsplit("/", 2)[-2:] for f in src.files] == [["a", "part-0.parquet"], ["a", "part-1.parquet"],
+                                                          ["b", "part-0.parquet"]]
+    assert src.skipped == 4
+    assert len(resolve(f"{BUCKET}/listing/*/part-0.parquet").files) == 2
+    stamp = src.stamp()
+    assert len(stamp) == 3 and all(v is not None for v in stamp.values())
+    with fs.open_output_stream(f"{root}/b/part-0.parquet") as f:   # rewritten under a run
+        f.write(b"changed")
+    assert [c.rsplit("/", 1)[-1] for c in src.changed_since(stamp)] == ["part-0.parquet (rewritten)"]
+    with pytest.raises(DataError, match="no Parquet files found at 's3://neurcam/listing/nothing'"):
+        resolve(f"{BUCKET}/listing/nothing")
+    # neurcam validate reads the footers and the snapshot listing from the bucket, writes nothing
+    from neurcam_dist.config import parse_config
+    from neurcam_dist.ops.validate import validate
+    for day in ("2026-11-25", "2026-11-26"):
+        _upload_blobs(f"{BUCKET}/events/date={day}", n_files=1)
+    cfg = parse_config({"data": {"path": f"{BUCKET}/events/", "features": ["f0", "f1"]},
+                        "model": {"n_clusters": 3}, "output": f"{BUCKET}/runs/validated",
+                        "recluster": {"snapshot": "latest"}})
+    lines = validate(cfg)
+    assert "snapshot: '2026-11-26' -> s3://neurcam/events/date=2026-11-26" in lines
+    assert any(line.startswith("data: 600 rows in 1 file(s)") for line in lines) and "output: s3://neurcam/runs/validated" in lines
+    assert _objects(f"{BUCKET}/runs/validated") == []
+
+
+@pytest.mark.slow  # ~1.5 min on 2 cores: a 2-worker Ray Train run whose checkpoints go to the bucket
+def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, tmp_path, capsys):
+    """In-process on the session's Ray (started with the server's settings, see conftest)."""
+    from neurcam_dist.cli import main
+    df = _upload_blobs(f"{BUCKET}/train-data")
+    out = f"{BUCKET}/runs/t1"
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(_job(f"{BUCKET}/train-data", out)))
+    assert main(["train", "--config", str(tmp_path / "job.yaml")]) == 0
+    printed = capsys.readouterr()
+    assert s3_env["AWS_SECRET_ACCESS_KEY"] not in printed.out + printed.err
+    listed = _objects(out)
+    assert "_neurcam_manifest.json" in listed
+    assert any(p.startswith("_ray/") and "checkpoint_" in p for p in listed)   # Ray Train's checkpoints
+    assert any(p.startswith("logs/ray-") for p in listed)                         # the run's Ray log
+    assert not os.path.exists("s3:") and not (tmp_path / "s3:").exists()   # no local folder named after the URI
+    metrics = json.loads(published.read_text(f"{out}/metrics.json"))
+    assert metrics["n_rows"] == len(df) and metrics["num_workers"] == 2
+    est = NeurCAM.load(f"{out}/model")
+    X = df[["f0", "f1", "f2", "f3"]]
+    assert metrics["inertia"] > 0 and len(np.unique(est.predict(X))) == 3
+    # a training run's output set that fails while being written: the old set stays
+    from neurcam_dist.storage import write_run_output
+    before = published.read_manifest(out)
+
+    def broken(tmp):
+        (tmp / "metrics.json").write_text("{}")
+        raise RuntimeError("killed while writing")
+    with pytest.raises(RuntimeError, match="killed while writing"):
+        write_run_output(out, broken)
+    assert published.read_manifest(out) == before
+    assert np.array_equal(NeurCAM.load(f"{out}/model").predict(X), est.predict(X))
+
+
+def test_predict_from_and_to_s3(ray_cluster, s3_env, fitted, tmp_path):
+    """Ray Data reads the bucket and writes a new version there; in-process on the session's Ray."""
+    from neurcam_dist.cli import main
+    df = _upload_blobs(f"{BUCKET}/score-data")
+    est = fitted
+    X = df[["f0", "f1", "f2", "f3"]]
+    est.save(f"{BUCKET}/runs/p1/model")
+    preds = f"{BUCKET}/scored"
+    assert main(["predict", "--model", f"{BUCKET}/runs/p1/model", "--input", f"{BUCKET}/score-data",
+                 "--output", preds]) == 0
+    from neurcam_dist.data import resolve
+    src = resolve(preds)          # the product's readers go through the manifest
+    got = pd.concat([pq.read_table(f, filesystem=src.filesystem).to_pandas() for f in src.files])
+    got = got.sort_values("id").reset_index(drop=True)
+    assert len(got) == len(df) and np.array_equal(got["cluster"].to_numpy(), est.predict(X))
+    good = published.read_manifest(preds)
+
+    # a failed run leaves the previous output readable: a scoring input without a feature column
+    # (checked from the footers, before any Ray work: in-process)
+    from neurcam_dist.data import DataError
+    from neurcam_dist.distributed import predict_parquet
+    bad = df.drop(columns=["f1"])
+    fs, root = filesystem(f"{BUCKET}/bad-data")
+    pq.write_table(pa.Table.from_pandas(bad, preserve_index=False), f"{root}/x.parquet", filesystem=fs)
+    with pytest.raises(DataError, match=r"x.parquet: no column\(s\) \['f1'\]"):
+        predict_parquet(est, f"{BUCKET}/bad-data", preds)
+    assert published.read_manifest(preds) == good and len(resolve(preds).files) == len(src.files)
+    # a corrupt file among the data is named before anything runs
+    with fs.open_output_stream("neurcam/score-data/part-9.parquet") as f:
+        f.write(b"not parquet")
+    with pytest.raises(DataError, match="part-9.parquet: not a readable Parquet file"):
+        from neurcam_dist.data import footers
+        footers(resolve(f"{BUCKET}/score-data"))
+
+
+def _mlflow_server(root, env, artifacts: str):
+    port = free_port()
+    log = open(root / "mlflow.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+                             "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+                             "--artifacts-destination", artifacts, "--workers", "1"],
+                            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
+    import urllib.request
+    deadline = time.time() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                proc.kill()
+                raise RuntimeError((root / "mlflow.log").read_text()[-2000:])
+            time.sleep(0.5)
+
+
+@pytest.mark.slow  # ~2.5 min on 2 cores: two trials on 2 workers each, and an mlflow server
+def test_tune_trials_travel_through_the_bucket_and_mlflow_keeps_artifacts_there(s3_env, tmp_path):
+    df = _upload_blobs(f"{BUCKET}/tune-data")
+    # the representation in a second dataset, joined on the id (the join is staged in the bucket)
+    rng = np.random.default_rng(0)
+    emb = pa.table({"id": np.arange(len(df)), "emb": pa.array(list(rng.normal(size=(len(df), 4)).astype(np.float32)),
+                                                              pa.list_(pa.float32()))})
+    fs, root = filesystem(f"{BUCKET}/tune-emb")
+    pq.write_table(emb, f"{root}/emb.parquet", filesystem=fs)
+    proc, uri = _mlflow_server(tmp_path, s3_env, f"{BUCKET}/mlflow")
+    try:
+        job = _job(f"{BUCKET}/tune-data", f"{BUCKET}/runs/tune1")
+        job["data"].update(embedding="emb", embeddings={"path": f"{BUCKET}/tune-emb", "key": "id"})
+        job["search"] = {"seeds": [0, 1], "max_concurrent_trials": 1}
+        job["tracking"] = {"uri": uri, "experiment": "s3-test", "model_name": "s3-model"}
+        (tmp_path / "tune.yaml").write_text(yaml.safe_dump(job))
+        r = _cli(["tune", "--config", str(tmp_path / "tune.yaml")], s3_env, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        listed = _objects(f"{BUCKET}/runs/tune1")
+        assert "_ray/staging/joined/_neurcam_manifest.json" in listed
+        trial_manifests = [p for p in listed if p.startswith("trials/") and p.endswith("/_neurcam_manifest.json")]
+        assert len(trial_manifests) == 2          # each trial published its model to the bucket
+        search = json.loads(published.read_text(f"{BUCKET}/runs/tune1/search.json"))
+        assert [t["status"] for t in search["trials"]] == ["ok", "ok"]
+        assert json.loads(published.read_text(f"{BUCKET}/runs/tune1/metrics.json"))["repr_dim"] == 4
+        winner = NeurCAM.load(f"{BUCKET}/runs/tune1/model")
+        # MLflow's artifacts (the report, the model) are objects in the same bucket
+        artifacts = _objects(f"{BUCKET}/mlflow")
+        assert any(p.endswith("report/report.html") for p in artifacts)
+        assert any(p.endswith("MLmodel") for p in artifacts)
+        # and the registry flow works through the server: the candidate is the winner
+        from neurcam_dist import tracking
+        import mlflow
+        mlflow.set_tracking_uri(uri)
+        registered = tracking.load_estimator("models:/s3-model@candidate")
+        X = blobs(n=600, seed=3)[0]
+        assert np.array_equal(registered.predict(X), winner.predict(X))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow  # ~4 min on 2 cores: kills a worker and waits for Ray Train to restart the group
+def test_killed_worker_resumes_from_an_s3_checkpoint(s3_env, tmp_path):
+    import psutil
+    _upload_blobs(f"{BUCKET}/kill-data", n_files=4)
+    out = f"{BUCKET}/runs/killed"
+    job = _job(f"{BUCKET}/kill-data", out, checkpoint_every=2, max_failures=1, cache="never")
+    job["model"].update(epochs=12, epsilon=0.5)   # streamed from the bucket each epoch (~5 s): a short anneal
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job))
+    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "train", "--config", str(tmp_path / "job.yaml")],
+                            env={**os.environ, **s3_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=tmp_path)
+    try:
+        deadline = time.time() + 240
+        # two checkpoints in the bucket: the first is then surely registered with the controller
+        while len([p for p in _objects(f"{out}/_ray") if p.endswith("trainer_state.pt")]) < 2:
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.5)
+        mine = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
+        victims = [p for p in psutil.process_iter(["cmdline"]) if "RayTrainWorker" in " ".join(p.info["cmdline"] or [])
+                   and p.pid in mine]
+        assert victims, "no Ray Train worker of this run found to kill"
+        victims[0].kill()
+        text, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, text[-3000:]
+    h = NeurCAM.load(f"{out}/model").history_
+    assert len(h["resumes"]) == 1 and h["resumes"][0] % 2 == 0 and h["resumes"][0] >= 2
+    assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1))
