@@ -50,11 +50,12 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
         raise
 
 
-def _publish_built(uri: str, write, refuse_foreign: bool = False, meta: dict | None = None) -> None:
+def _publish_built(uri: str, write, refuse_foreign: bool = False) -> None:
+    """Build the output with ``write(tmp_dir)`` locally, then publish it at ``uri`` (``published``)."""
     tmp = Path(tempfile.mkdtemp(prefix="neurcam-stage-"))
     try:
         write(tmp)
-        publish_dir(tmp, uri, refuse_foreign=refuse_foreign, meta=meta)
+        publish_dir(tmp, uri, refuse_foreign=refuse_foreign)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -38,14 +38,6 @@ class NotPublishedError(FileNotFoundError):
     """No neurcam output at a URI (no manifest there or in a parent)."""
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _read_json(fs, path: str) -> dict | None:
     from pyarrow.fs import FileType
     if fs.get_file_info(path).type != FileType.File:
@@ -59,12 +51,12 @@ def read_manifest(uri: str) -> dict | None:
     return _read_json(fs, f"{root.rstrip('/')}/{MANIFEST}")
 
 
-def _foreign(fs, root: str, allowed: set[str]) -> list[str]:
-    """Top-level names under ``root`` that this kind of output does not write."""
+def _foreign(fs, root: str) -> list[str]:
+    """Top-level names under ``root`` that a published output does not have."""
     from pyarrow.fs import FileSelector
     names = {i.path[len(root):].strip("/").split("/")[0]
              for i in fs.get_file_info(FileSelector(root, allow_not_found=True))}
-    return sorted(n for n in names if n and n not in allowed and n not in (MANIFEST, VERSIONS))
+    return sorted(n for n in names if n and n not in (MANIFEST, VERSIONS))
 
 
 def check_target(uri: str) -> None:
@@ -73,7 +65,7 @@ def check_target(uri: str) -> None:
     fs, root = filesystem(uri)
     root = root.rstrip("/")
     if _read_json(fs, f"{root}/{MANIFEST}") is None:
-        foreign = _foreign(fs, root, set())
+        foreign = _foreign(fs, root)
         if foreign:
             raise ValueError(f"{redact(uri)} holds {foreign[:5]}, which neurcam did not publish there (no "
                              f"{MANIFEST}): refusing to write over it; choose another output")
@@ -95,10 +87,12 @@ def publish_dir(local_dir, uri: str, *, refuse_foreign: bool = False, meta: dict
     try:
         for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
             rel = path.relative_to(local_dir).as_posix()
+            h = hashlib.sha256()
             with open(path, "rb") as src, fs.open_output_stream(f"{vroot}/{rel}") as dst:
                 for block in iter(lambda: src.read(CHUNK), b""):
+                    h.update(block)
                     dst.write(block)
-            files[rel] = {"size": path.stat().st_size, "sha256": _sha256_file(path)}
+            files[rel] = {"size": path.stat().st_size, "sha256": h.hexdigest()}
     except BaseException:
         _delete(fs, vroot)
         raise
@@ -283,18 +277,6 @@ def local_copy(path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-@contextmanager
-def staged(uri: str):
-    """A temporary local directory whose content is published to ``uri`` when the block ends
-    without an error (and dropped when it raises)."""
-    tmp = Path(tempfile.mkdtemp(prefix="neurcam-stage-"))
-    try:
-        yield tmp
-        publish_dir(tmp, uri)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def put_file(path, uri: str) -> None:
     """Copy one local file to ``uri`` as a plain object (one PUT: whole or absent). For files with
     a unique name that nothing reads through a manifest, such as logs."""
@@ -304,13 +286,6 @@ def put_file(path, uri: str) -> None:
             dst.write(block)
 
 
-def exists(uri: str) -> bool:
-    try:
-        resolve(uri)
-        return True
-    except NotPublishedError:
-        return False
-
-
-__all__ = ["MANIFEST", "NotPublishedError", "Resolved", "check_target", "commit", "discard", "exists", "fetch", "local_copy",
-           "new_version", "publish_dir", "put_file", "read_manifest", "write_version", "read_text", "resolve", "staged", "written_files"]
+__all__ = ["MANIFEST", "NotPublishedError", "Resolved", "check_target", "commit", "discard", "fetch", "local_copy",
+           "new_version", "publish_dir", "put_file", "read_manifest", "read_text", "resolve", "write_version",
+           "written_files"]
