@@ -121,8 +121,11 @@ def write_version(uri: str, write) -> dict:
 
 
 def _version_name(at: float | None = None) -> str:
-    """UTC time first, so that names sort by age."""
-    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(at))}-{uuid.uuid4().hex[:8]}"
+    """UTC time to the microsecond first, so that names sort by age (two versions written within
+    one second too); a random suffix keeps concurrent writers apart."""
+    at = time.time() if at is None else at
+    micro = int(at * 1e6) % 1_000_000
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime(at))}.{micro:06d}-{uuid.uuid4().hex[:8]}"
 
 
 STALE_S = 86400  # an uncommitted version older than this is a failed writer's leftover
