@@ -96,6 +96,7 @@ def wait_for(client, job_id: str, timeout: float = 600) -> str:
     raise TimeoutError(f"job {job_id} still {client.get_job_status(job_id)}: {client.get_job_logs(job_id)[-3000:]}")
 
 
+@pytest.mark.slow  # ~2 min: a whole search as a Ray Job; the job upload and entrypoints are exercised below too
 def test_a_tune_job_registers_its_winner(ray_head, mlflow_server, events, tmp_path):
     from mlflow import MlflowClient
     snapshot = events / "date=2026-11-26"
