@@ -3,7 +3,8 @@ fsspec resolves): one way to tell them from local paths, join them and open thei
 
 Credentials never appear in a path the service prints or saves: they come from the standard AWS
 variables (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ``AWS_REGION``)
-or the URI's query options (``?endpoint_override=...``), which ``redaction`` masks.
+or the URI itself (keys as ``s3://KEY:SECRET@bucket/...``, the endpoint as the query option
+``?endpoint_override=host:port&scheme=http``); ``redaction`` masks the keys wherever a URI is shown.
 """
 from __future__ import annotations
 

@@ -57,10 +57,6 @@ class Source:
                                                if self.skipped else "")
 
 
-def _is_uri(p: str) -> bool:
-    return is_uri(p)
-
-
 def _resolve_uri(entry: str):
     """``(filesystem, files, skipped)`` for a URI: the files of a published output (through its
     manifest, see ``storage.published``), else a prefix listed recursively, one object, or a glob."""
@@ -137,7 +133,7 @@ def resolve(spec) -> Source:
     skipped = 0
     for entry in entries:
         entry = str(entry)
-        if _is_uri(entry):
+        if is_uri(entry):
             filesystem, found, n_skipped = _resolve_uri(entry)
         else:
             local = entry[len("file://"):] if entry.startswith("file://") else entry

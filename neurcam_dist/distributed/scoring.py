@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow.fs import FileSelector, LocalFileSystem
 
 from .. import data as data_mod
 from .. import metrics
@@ -211,8 +212,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     t0 = time.perf_counter()
     summary = {}
 
-    def write(root: str, fs=None) -> None:
-        """Shards into ``root`` (a local folder, or a prefix in ``fs``), checked, then the marker."""
+    def write(root: str, fs) -> None:
+        """Shards into ``root`` (a folder or prefix in the pyarrow file system ``fs``), checked, then
+        the marker."""
         try:
             ds.write_parquet(root, filesystem=fs)
         except Exception as exc:
@@ -220,27 +222,19 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             if msg is None:
                 raise
             raise data_mod.DataError(msg) from None
-        if fs is None:
-            files = sorted(str(f) for f in Path(root).glob("*.parquet"))
-        else:
-            from pyarrow.fs import FileSelector
-            files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
+        files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
             raise RuntimeError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
         summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
                        input=redact(str(input_path)))
-        text = json.dumps(summary, indent=1)
-        if fs is None:
-            (Path(root) / MARKER).write_text(text)
-        else:
-            with fs.open_output_stream(f"{root}/{MARKER}") as f:
-                f.write(text.encode())
+        with fs.open_output_stream(f"{root}/{MARKER}") as f:
+            f.write(json.dumps(summary, indent=1).encode())
 
     if is_uri(output):
         from ..storage.published import write_version
         write_version(str(output), write)
     else:
-        atomic_directory(Path(output), lambda tmp: write(str(tmp)), marker=MARKER)
+        atomic_directory(Path(output), lambda tmp: write(str(tmp), LocalFileSystem()), marker=MARKER)
     return summary
 

@@ -10,8 +10,8 @@ import time
 import uuid
 from pathlib import Path
 
-from .published import publish_dir
-from ..uris import filesystem, is_uri, local
+from ..uris import is_uri, local
+from .published import publish_dir, put_text
 
 
 def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
@@ -78,9 +78,7 @@ def write_text_atomic(path: Path, text: str) -> None:
     """Write a file through a temporary sibling and one rename; on an object store (``path`` a
     URI) as one object (a PUT is whole or absent)."""
     if is_uri(path):
-        fs, target = filesystem(str(path))
-        with fs.open_output_stream(target) as f:
-            f.write(text.encode())
+        put_text(text, str(path))
         return
     path = Path(local(path))
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -281,14 +281,21 @@ def local_copy(path):
 
 
 def put_file(path, uri: str) -> None:
-    """Copy one local file to ``uri`` as a plain object (one PUT: whole or absent). For files with
-    a unique name that nothing reads through a manifest, such as logs."""
+    """Copy one local file to ``uri`` as a plain object (one PUT: whole or absent). For files that
+    nothing reads through a manifest: logs with a unique name, a record such as recluster.json."""
     fs, target = filesystem(uri)
     with open(path, "rb") as src, fs.open_output_stream(target) as dst:
         for block in iter(lambda: src.read(CHUNK), b""):
             dst.write(block)
 
 
+def put_text(text: str, uri: str) -> None:
+    """``put_file`` for a text held in memory."""
+    fs, target = filesystem(uri)
+    with fs.open_output_stream(target) as dst:
+        dst.write(text.encode())
+
+
 __all__ = ["MANIFEST", "NotPublishedError", "Resolved", "check_target", "commit", "discard", "fetch", "local_copy",
-           "new_version", "publish_dir", "put_file", "read_manifest", "read_text", "resolve", "write_version",
+           "new_version", "publish_dir", "put_file", "put_text", "read_manifest", "read_text", "resolve", "write_version",
            "written_files"]
