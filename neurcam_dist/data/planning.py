@@ -13,7 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import DataConfig
-from .sources import DataError, auto_features, Source, footers, is_float_list, is_number, listing, resolve
+from .sources import (DataError, Source, auto_features, find_vocabulary, footers, is_float_list, is_number, listing,
+                      resolve)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class Plan:
     schema_hash: str
     joined_from: dict | None = None
     key: str | None = None
+    text: dict | None = None            # the vocabulary of a featurize-text dataset (its terms are features)
 
     @property
     def columns(self) -> list[str]:
@@ -61,8 +63,11 @@ def plan(cfg: DataConfig) -> Plan:
     reserved = {c for c in (cfg.label, cfg.id) if c} | ({cfg.embeddings.key} if cfg.embeddings else set())
     if repr_in_features:
         reserved |= set([cfg.embedding] if isinstance(cfg.embedding, str) else cfg.embedding)
+    text = find_vocabulary(cfg.path)
     if cfg.features:
         features = list(cfg.features)
+    elif text is not None:
+        features = list(text["columns"])
     else:
         features = auto_features(first, reserved)
         if not features:
@@ -111,7 +116,15 @@ def plan(cfg: DataConfig) -> Plan:
     h = hashlib.sha256(str(sorted((c, str(first.field(c).type)) for c in needed)).encode()).hexdigest()[:16]
     return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
                 label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
-                schema_hash=h)
+                schema_hash=h, text=_vocabulary_only(text, features))
+
+
+def _vocabulary_only(text: dict | None, features: list[str]) -> dict | None:
+    """What a model keeps of a dataset's vocabulary: the analyzer and the terms, when its features
+    are term columns (without the dataset summary)."""
+    if text is None or not set(features) <= set(text["columns"]):
+        return None
+    return {k: v for k, v in text.items() if k != "dataset"}
 
 
 def _first_list_length(src: Source, col: str) -> int:

@@ -32,6 +32,17 @@ def read_source(src: Source, columns: list[str], *, with_paths: bool = False, or
     return ds
 
 
+def map_with_actors(ds, cls, batch_size: int, concurrency: int, *, num_gpus: float = 0, **kwargs):
+    """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each),
+    leaving at least one CPU for the read tasks that feed them (an object-store read starts with a
+    listing task: with every CPU held by an actor it would wait forever)."""
+    import ray
+    from ray.data import ActorPoolStrategy
+    size = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 2)) - 1))
+    return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size, batch_format="pyarrow",
+                          compute=ActorPoolStrategy(size=size), num_cpus=1, num_gpus=num_gpus or None)
+
+
 # A whole-data pass (profile, scoring, comparison) over at most this many bytes of the columns it
 # reads runs in the calling process: a Ray Data pass costs seconds to start its tasks and actors,
 # which on small data is most of the pass. NEURCAM_LOCAL_PASS_BYTES changes it (0: always Ray Data).

@@ -13,6 +13,7 @@ from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 from ..validation import is_id_like
 
+VOCABULARY_FILE = "_vocabulary.json"   # written by featurize-text; "_": readers of the shards skip it
 PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away from user columns
 MAX_LISTED = 20
 
@@ -57,7 +58,12 @@ class Source:
                                                if self.skipped else "")
 
 
-def _resolve_uri(entry: str):
+PARQUET = (".parquet", ".pq")
+CSV = (".csv", ".csv.gz", ".csv.bz2")
+KIND_NAMES = {PARQUET: "Parquet", CSV: "CSV", PARQUET + CSV: "Parquet or CSV"}
+
+
+def _resolve_uri(entry: str, suffixes: tuple[str, ...] = PARQUET):
     """``(filesystem, files, skipped)`` for a URI: the files of a published output (through its
     manifest, see ``storage.published``), else a prefix listed recursively, one object, or a glob."""
     from fnmatch import fnmatch
@@ -75,12 +81,12 @@ def _resolve_uri(entry: str):
         else:
             rels = list(pub.files)
             keep = [(rel, path) for rel, path in zip(rels, pub.paths())
-                    if _is_data(path) and not _hidden(rel)]
+                    if _is_data(path, suffixes) and not _hidden(rel)]
             return fs, sorted(path for _, path in keep), len(rels) - len(keep)
     info = fs.get_file_info(root)
     if info.type == FileType.Directory:
         listed = [i.path for i in fs.get_file_info(FileSelector(root, recursive=True)) if i.type == FileType.File]
-        return (fs, *_select(root + "/", listed))
+        return (fs, *_select(root + "/", listed, suffixes))
     if info.type == FileType.File:
         return fs, [root], 0
     if any(c in root for c in "*?["):
@@ -88,7 +94,7 @@ def _resolve_uri(entry: str):
         listed = [i.path for i in fs.get_file_info(FileSelector(prefix.rstrip("/"), recursive=True,
                                                                 allow_not_found=True))
                   if i.type == FileType.File and fnmatch(i.path, root)]
-        return (fs, *_select(prefix, listed))
+        return (fs, *_select(prefix, listed, suffixes))
     return fs, [], 0
 
 
@@ -98,16 +104,16 @@ def _hidden(rel: str) -> bool:
     return any(part.startswith((".", "_")) for part in rel.replace("\\", "/").split("/") if part)
 
 
-def _is_data(name: str) -> bool:
-    return name.endswith((".parquet", ".pq"))
+def _is_data(name: str, suffixes: tuple[str, ...] = PARQUET) -> bool:
+    return name.lower().endswith(suffixes)
 
 
-def _select(root: str, found: list[str]) -> tuple[list[str], int]:
-    """Data files among ``found`` (paths under ``root``): no hidden parts below root, Parquet names."""
+def _select(root: str, found: list[str], suffixes: tuple[str, ...] = PARQUET) -> tuple[list[str], int]:
+    """Data files among ``found`` (paths under ``root``): no hidden parts below root, data names."""
     keep = []
     for f in found:
         rel = f[len(root):] if f.startswith(root) else os.path.basename(f)
-        if not _hidden(rel) and _is_data(f):
+        if not _hidden(rel) and _is_data(f, suffixes):
             keep.append(f)
     return sorted(keep), len(found) - len(keep)
 
@@ -118,13 +124,14 @@ def _static_prefix(pattern: str) -> str:
     return pattern[:cut].rpartition("/")[0] + "/"
 
 
-def resolve(spec) -> Source:
+def resolve(spec, suffixes: tuple[str, ...] = PARQUET) -> Source:
     """Parquet files behind a directory, glob, file or list of those (local or a pyarrow/fsspec URI).
 
     A directory is read recursively, leaving out names that start with '.' or '_' at every level
-    and files that are not ``.parquet`` / ``.pq``; a path that exists is taken literally even when
-    it holds glob characters such as '['.
+    and files that are not ``.parquet`` / ``.pq`` (``suffixes``: other kinds, such as ``CSV``); a
+    path that exists is taken literally even when it holds glob characters such as '['.
     """
+    kind = KIND_NAMES.get(suffixes, "data")
     entries = [spec] if isinstance(spec, str) else list(spec)
     if not entries:
         raise DataError("data.path is an empty list")
@@ -134,26 +141,54 @@ def resolve(spec) -> Source:
     for entry in entries:
         entry = str(entry)
         if is_uri(entry):
-            filesystem, found, n_skipped = _resolve_uri(entry)
+            filesystem, found, n_skipped = _resolve_uri(entry, suffixes)
         else:
             local = entry[len("file://"):] if entry.startswith("file://") else entry
             if os.path.isdir(local):
                 walked = [os.path.join(d, f) for d, _, names in os.walk(local) for f in names]
-                found, n_skipped = _select(os.path.join(local, ""), walked)
+                found, n_skipped = _select(os.path.join(local, ""), walked, suffixes)
             elif os.path.isfile(local):
                 found, n_skipped = [local], 0
             elif any(c in local for c in "*?["):
                 matches = [f for f in _glob.glob(local, recursive=True) if os.path.isfile(f)]
-                found, n_skipped = _select(_static_prefix(local), matches)
+                found, n_skipped = _select(_static_prefix(local), matches, suffixes)
             else:
                 found, n_skipped = [], 0
             found = [os.path.abspath(f) for f in found]
         skipped += n_skipped
         if not found:
-            more = f" ({n_skipped} hidden, '_' or non-Parquet entries skipped)" if n_skipped else ""
-            raise DataError(f"no Parquet files found at {entry!r}{more}")
+            more = f" ({n_skipped} hidden, '_' or non-{kind} entries skipped)" if n_skipped else ""
+            raise DataError(f"no {kind} files found at {entry!r}{more}")
         files.extend(found)
     return Source(spec=spec, files=files, filesystem=filesystem, skipped=skipped)
+
+
+def find_vocabulary(spec) -> dict | None:
+    """The text vocabulary (``_vocabulary.json``) of a dataset written by ``featurize-text``, or
+    None: its term columns are the features when a config names none."""
+    import json
+    entries = [spec] if isinstance(spec, str) else list(spec)
+    if len(entries) != 1 or any(c in str(entries[0]) for c in "*?["):
+        return None
+    root = str(entries[0])
+    try:
+        if is_uri(root):
+            from ..storage.published import read_text
+            from ..uris import join
+            text = read_text(join(root, VOCABULARY_FILE))
+        else:
+            local = root[len("file://"):] if root.startswith("file://") else root
+            path = os.path.join(local, VOCABULARY_FILE)
+            if not os.path.isfile(path):
+                return None
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except (FileNotFoundError, OSError):
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{root}/{VOCABULARY_FILE} is not valid JSON ({exc}): rerun neurcam featurize-text") from None
 
 
 def refuse_output_inside(out, src: Source, what: str = "output") -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import uuid
 from contextlib import contextmanager
@@ -53,6 +54,31 @@ class TrainResult:
 
 def log(msg: str) -> None:
     print(f"[neurcam] {redact(msg)}", flush=True)
+
+
+def text_run(cfg: JobConfig) -> JobConfig:
+    """A text run (``text:``, or data written by ``featurize-text``): featurize and embed the
+    documents first (kept for the next run while the input and settings are unchanged), then the
+    model's text defaults where ``model:`` sets nothing. Other runs come back unchanged."""
+    if cfg.text is not None:
+        from ..represent import TextJob, featurize_text
+        t, d = cfg.text, cfg.data
+        staged = join(cfg.storage_path(), "staging", "text")
+        job = TextJob(input=d.path, out=staged, text_columns=t.columns, id_column=d.id,
+                      carry=[d.label] if d.label else [], min_df=t.min_df, max_df=t.max_df, embed=t.embed,
+                      model=t.model, lemmatizer=t.lemmatizer, concurrency=t.concurrency, threads=t.threads,
+                      use_gpu=t.use_gpu)
+        featurize_text(job, log, reuse=True)
+        log(f"training on the featurized documents in {staged} (text: kept in the saved config)")
+        cfg = cfg.model_copy(update={"data": d.model_copy(update={"path": staged,
+                                                                  "embedding": "embedding" if t.embed else None})})
+    elif data_mod.sources.find_vocabulary(cfg.data.path) is None:
+        return cfg
+    cfg, changed = cfg.with_text_defaults()
+    if changed:
+        log("text data: the paper's text settings where model: is silent: "
+            + ", ".join(f"{k}={v}" for k, v in changed.items()))
+    return cfg
 
 
 def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
@@ -186,7 +212,18 @@ def train(config, *, name: str | None = None) -> TrainResult:
         return _train(cfg, name, t_start)
 
 
+def computed_representation(cfg: JobConfig) -> JobConfig:
+    """The representations a config asks the service to compute (text features and embeddings,
+    the autoencoder), computed; the config of the data they were written to."""
+    cfg = text_run(cfg)
+    if cfg.representation is not None:
+        from .representation import dae_run
+        cfg = dae_run(cfg, log, prepare)
+    return cfg
+
+
 def _train(cfg: JobConfig, name: str | None, t_start: float) -> TrainResult:
+    cfg = computed_representation(cfg)
     plan, prof = prepare(cfg)
     with unchanged_input(plan):
         init = initial_state(cfg, plan, prof)
@@ -197,7 +234,7 @@ def _train(cfg: JobConfig, name: str | None, t_start: float) -> TrainResult:
         est, metrics = finish_run(cfg, plan, wcfg, init, result, time.perf_counter() - t_train, run_name)
     metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
     out = as_path(cfg.output)
-    write_run(out, est, metrics, cfg)
+    write_run(out, est, metrics, cfg, dirs=representation_dirs(cfg))
     log(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
                                                      if k in metrics) + f"; model and metrics in {out}/")
     return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan, config=cfg)
@@ -222,11 +259,24 @@ def unchanged_input(plan: data_mod.Plan):
             "input file(s) changed during the run; nothing was written", changed))
 
 
+def representation_dirs(cfg: JobConfig) -> dict[str, str]:
+    """A computed representation's model (the autoencoder's weights), kept with the run as
+    ``representation/``."""
+    from .representation import dae_artifacts
+    where = dae_artifacts(cfg)
+    return {"representation": where} if where else {}
+
+
 def write_run(out: Path | str, est: NeurCAM, metrics: dict, cfg: JobConfig, extra: dict[str, str] | None = None,
-              report=None) -> None:
-    """``model/``, ``metrics.json``, ``config.json``, ``extra`` JSON texts and (given an
-    ``Explanation``) ``report/`` into ``out``, published together (``storage.write_run_output``)."""
+              report=None, dirs: dict[str, str] | None = None) -> None:
+    """``model/``, ``metrics.json``, ``config.json``, ``extra`` JSON texts, ``dirs`` (name -> a
+    folder or published URI, copied) and (given an ``Explanation``) ``report/`` into ``out``,
+    published together (``storage.write_run_output``)."""
     def write(tmp: Path) -> None:
+        for name, src in (dirs or {}).items():
+            from ..storage.published import local_copy
+            with local_copy(src) as copy:
+                shutil.copytree(copy, tmp / name)
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
         (tmp / "config.json").write_text(cfg.public_json())
@@ -235,7 +285,7 @@ def write_run(out: Path | str, est: NeurCAM, metrics: dict, cfg: JobConfig, extr
         if report is not None:
             write_report(report, tmp / "report")
 
-    write_run_output(out, write, extra=tuple(extra or ()) + (("report",) if report is not None else ()))
+    write_run_output(out, write, extra=tuple(extra or ()) + tuple(dirs or ()) + (("report",) if report is not None else ()))
 
 
 def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: InitialState, result,
@@ -285,6 +335,8 @@ def assemble(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, state: dic
                     feature_names=list(plan.features), mean=wcfg.mean, scale=wcfg.scale, repr_dim=plan.repr_dim,
                     uses_features_as_repr=plan.repr_kind == "features", precision=state["precision"],
                     init_info=init_info)
+    if plan.text is not None:    # new documents are featurized with the training data's vocabulary
+        est.text_ = plan.text
     est.history_["resumes"] = list(state["resumes"])
     est.history_["world_size"] = int(state["world_size"])
     return est

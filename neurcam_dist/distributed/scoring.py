@@ -14,20 +14,18 @@ import os
 import pickle
 import re
 import time
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyarrow.fs import FileSelector, LocalFileSystem
+from pyarrow.fs import FileSelector
 
 from .. import data as data_mod
 from .. import metrics
 from ..explain import rows_from_contributions
 from ..model import FittedNet
 from ..redaction import redact
-from ..storage import atomic_directory
-from ..uris import is_uri
+from ..storage import write_dataset
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
@@ -78,22 +76,11 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
         finally:
             torch.set_num_threads(threads)
         return total
-    ds = map_with_actors(data_mod.read(plan, columns), cls, batch_size, concurrency, **kwargs)
+    ds = data_mod.reading.map_with_actors(data_mod.read(plan, columns), cls, batch_size, concurrency, **kwargs)
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
         for blob in batch["acc"]:
             total = combine(total, pickle.loads(blob))
     return total
-
-
-def map_with_actors(ds, cls, batch_size: int, concurrency: int, **kwargs):
-    """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each),
-    leaving at least one CPU for the read tasks that feed them (an object-store read starts with a
-    listing task: with every CPU held by an actor it would wait forever)."""
-    import ray
-    from ray.data import ActorPoolStrategy
-    size = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 2)) - 1))
-    return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size,
-                          batch_format="pyarrow", compute=ActorPoolStrategy(size=size), num_cpus=1)
 
 
 def _combine(a: dict | None, b: dict) -> dict:
@@ -148,14 +135,28 @@ def _data_error_in(exc: BaseException) -> str | None:
 
 
 class _Scorer:
-    def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str]):
+    def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str], text: dict | None = None):
         import torch
         torch.set_num_threads(1)
         self.fitted, self.id_column, self.carry = fitted, id_column, carry
+        self.text = None
+        if text is not None:    # raw documents: featurized here with the model's vocabulary
+            from ..represent import Vocabulary
+            from ..represent.text import join_text
+            self.text, self._join = Vocabulary.from_json(text), join_text
+
+    def _features(self, table: pa.Table) -> np.ndarray:
+        names = self.fitted.feature_names
+        if self.text is None:
+            return data_mod.matrix(table, names, np.float64)
+        v = self.text
+        x, _ = v.transform(self._join([table[c].to_pylist() for c in v.text_columns], table.num_rows))
+        index = {c: j for j, c in enumerate(v.columns)}
+        return x[:, [index[c] for c in names]].astype(np.float64)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         fitted = self.fitted
-        x = data_mod.matrix(table, fitted.feature_names, np.float64)
+        x = self._features(table)
         _refuse_non_finite(x, table, fitted.feature_names)
         rows = rows_from_contributions(fitted, fitted.contributions(x))
         logits = rows.logits
@@ -186,6 +187,15 @@ class _Scorer:
         return pa.table(cols)
 
 
+def _raw_text(est, schema: pa.Schema) -> dict | None:
+    """The model's vocabulary when the input holds documents (its text columns) instead of the
+    term columns the model was trained on; None for feature input."""
+    text = getattr(est, "text_", None)
+    if text is None or all(schema.get_field_index(c) >= 0 for c in est.feature_names_in_):
+        return None
+    return text if all(schema.get_field_index(c) >= 0 for c in text["text_columns"]) else None
+
+
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2) -> dict:
     """Score Parquet input with Ray Data into Parquet shards under ``output`` (atomically: the
@@ -200,15 +210,21 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     n_rows = sum(n for _, _, n in footers)
     if n_rows == 0:
         raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
-    wanted = list(fitted.feature_names) + ([id_column] if id_column else []) + list(carry or [])
+    text = _raw_text(est, footers[0][1])
+    inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
+    wanted = inputs + ([id_column] if id_column else []) + list(carry or [])
     for f, schema, _ in footers:
         missing = [c for c in wanted if schema.get_field_index(c) < 0]
         if missing:
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
-            raise data_mod.DataError(f"{f}: no column(s) {missing}{hint}; columns: {schema.names}")
+            if getattr(est, "text_", None) is not None and not text:
+                hint += (f" (the model reads text: give it its term columns, or the document column(s) "
+                         f"{est.text_['text_columns']})")
+            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}; columns: {schema.names}")
     ds = data_mod.read_source(src, list(dict.fromkeys(wanted)), with_paths=True)
-    ds = map_with_actors(ds, _Scorer, batch_size, concurrency, fitted=fitted, id_column=id_column,
-                         carry=list(carry or []))
+    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, fitted=fitted, id_column=id_column,
+                                          carry=list(carry or []), text=text)
     t0 = time.perf_counter()
     summary = {}
 
@@ -231,10 +247,6 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         with fs.open_output_stream(f"{root}/{MARKER}") as f:
             f.write(json.dumps(summary, indent=1).encode())
 
-    if is_uri(output):
-        from ..storage.published import write_version
-        write_version(str(output), write)
-    else:
-        atomic_directory(Path(output), lambda tmp: write(str(tmp), LocalFileSystem()), marker=MARKER)
+    write_dataset(output, write, marker=MARKER)
     return summary
 

@@ -27,7 +27,8 @@ from ..estimator import NeurCAM
 from ..params import check_params_for_data
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
-from .driver import InitialState, finish_run, initial_state, log, prepare, run_workers, set_reference, worker_config
+from .driver import (InitialState, computed_representation, finish_run, initial_state, log, prepare,
+                     representation_dirs, run_workers, set_reference, worker_config)
 from .driver import unchanged_input, write_run
 from .console import routed_logs
 from .session import check_resources, ensure_ray, quiet_data_progress
@@ -182,6 +183,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
 
 def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_winner) -> SearchResult:
     tc = cfg.train
+    cfg = computed_representation(cfg)
     plan, prof = prepare(cfg)
     with unchanged_input(plan):
         inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
@@ -214,7 +216,7 @@ def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
     out = as_path(cfg.output)
     write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)},
-              report=explanations[0])
+              report=explanations[0], dirs=representation_dirs(cfg))
     log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
                         output=out, plan=plan, config=best_cfg, search_config=cfg)

@@ -24,7 +24,7 @@ from ..model.loss import fcm_log_membership, squared_distances
 from ..model.perf import keep_freed_memory
 from ..model.step import Batch, EpochStats
 from ..model.trainer import Trainer
-from ..numerics import standardize
+from ..numerics import standardize, standardized_zero
 
 STATE_FILE = "trainer_state.pt"
 LOG_SECONDS = 20.0  # at most one epoch line this often (phase changes and the last epoch always print)
@@ -162,7 +162,7 @@ def train_loop_per_worker(config: dict) -> None:
     torch.manual_seed(c.spec.seed)
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
-                            allowed=c.allowed)
+                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale))
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
     collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))

@@ -89,14 +89,19 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
                        cluster_ids=fitted.ids.tolist())
-    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1), arr, main_features)
+    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
+                  text=getattr(est, "text_", None) is not None)
     return expl
 
 
+TOP_TERMS = 10
+
+
 def _feature_stats(arr: np.ndarray, members: np.ndarray, features: list[int], names: list[str],
-                   keep: set[str], top: int = 8) -> list[dict]:
+                   keep: set[str], top: int = 8) -> tuple[list[dict], list[str]]:
     """How the members' values of the model's features differ from all rows' (original units):
-    the ``top`` largest standardized mean differences, plus every feature in ``keep``."""
+    the ``top`` largest standardized mean differences, plus every feature in ``keep``; and the
+    features furthest above their overall mean, in order (a text model's top terms)."""
     rows = []
     for f in features:
         col, sub = arr[:, f], arr[members, f]
@@ -105,12 +110,13 @@ def _feature_stats(arr: np.ndarray, members: np.ndarray, features: list[int], na
         q10, q90 = np.quantile(sub, [0.1, 0.9])
         rows.append({"feature": names[f], "mean": float(sub.mean()), "overall_mean": float(col.mean()),
                      "z": z, "q10": float(q10), "q90": float(q90)})
+    above = [r["feature"] for r in sorted(rows, key=lambda r: -r["z"]) if r["z"] > 0]
     rows.sort(key=lambda r: -abs(r["z"]))
-    return [r for i, r in enumerate(rows) if i < top or r["feature"] in keep]
+    return [r for i, r in enumerate(rows) if i < top or r["feature"] in keep], above
 
 
 def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, arr: np.ndarray,
-                  features: list[int], top: int = 3) -> None:
+                  features: list[int], top: int = 3, text: bool = False) -> None:
     """Cluster sizes, the terms that push members in / out and how the members' feature values
     differ from all rows'; ``per_term`` is (N, T, K), the exported terms evaluated at the explained
     rows (already computed for importance)."""
@@ -135,13 +141,24 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, a
         into = [entry(i) for i in order[:top] if mean[i] > 0]
         out = [entry(i) for i in order[::-1][:top] if mean[i] < 0]
         keep = {f for q in into + out for f in q["features"]}
+        stats, above = _feature_stats(arr, members, features, expl.feature_names, keep)
         profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out,
-                         "features": _feature_stats(arr, members, features, expl.feature_names, keep)})
+                         "features": stats})
+        if text:   # the terms (columns of the model's vocabulary) most over-represented in the cluster
+            profiles[-1]["top_terms"] = above[:TOP_TERMS]
     expl.profiles = profiles
 
 
 def _allowed(est) -> list[bool]:
     return est.net_.single.gates.allowed.cpu().tolist()
+
+
+def _text_card(est) -> dict | None:
+    t = getattr(est, "text_", None)
+    if t is None:
+        return None
+    return {"text_columns": t["text_columns"], "terms": len(t["terms"]), "min_df": t["min_df"],
+            "max_df": t["max_df"], "documents": t["n_documents"], "analyzer": t["analyzer"]}
 
 
 def model_card(est, arr: np.ndarray) -> dict:
@@ -156,6 +173,7 @@ def model_card(est, arr: np.ndarray) -> dict:
         "kmeans_init": h.get("init"),
         "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used"),
                      "cluster_ids": [int(v) for v in est.cluster_ids_]},
+        "text": _text_card(est),
         "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est)) if not ok],
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,

@@ -252,6 +252,9 @@ def _model_card(card: dict) -> list[str]:
         ("constant features left out", e(", ".join(card.get("constant_features_left_out", []))) or "none"),
         ("clusters (used)", f"{clusters.get('n_clusters', '?')} ({clusters.get('n_clusters_used', '?')})"),
         ("cluster ids", _value(clusters.get("cluster_ids", [])))]) + "</table>")
+    text = card.get("text")
+    if text:
+        parts.append("<h3>Text features</h3><table>" + _rows((k, _value(v)) for k, v in text.items()) + "</table>")
     fit = card.get("fit", {})
     parts.append("<h3>Fit</h3><table>" + _rows((k, _value(v)) for k, v in fit.items() if k != "events") + "</table>")
     init = card.get("kmeans_init") or {}
@@ -293,6 +296,9 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
                      f"({fmt(100 * p['size'] / total)}%)</h3>"
                      f"<p class='summary'>{e(cluster_summary(p, digits=fmt))}</p>"
                      f"<p class='push'>Pushed in by: {_pushes(p['into'], '+')}. Pushed out by: {_pushes(p['out_of'], '-')}.</p>")
+        if p.get("top_terms"):
+            parts.append(f"<p class='push'>Top terms (most above their frequency over all documents): "
+                         f"{e(', '.join(p['top_terms']))}.</p>")
         thumbs = [(i, thumbnail_name(cid, i, expl.terms[i])) for i in cluster_terms(expl, p, left_out)]
         if thumbs:
             parts.append("<div class='thumbs'>" + "".join(

@@ -61,11 +61,16 @@ class TrainingSpec:
         return asdict(self)
 
 
-def build_network(spec: TrainingSpec, centroids, allowed=None) -> NeurCAMNet:
-    """``allowed``: which features the gates may select (constant columns are left out)."""
-    return NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
-                      torch.tensor(np.array(centroids, np.float32)), seed=spec.seed,
-                      allowed=None if allowed is None else torch.tensor(np.array(allowed, bool)))
+def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None) -> NeurCAMNet:
+    """``allowed``: which features the gates may select (constant columns are left out);
+    ``baseline``: the standardized zero of each feature (``numerics.standardized_zero``), where
+    locked channels skip rows (sparse inputs)."""
+    net = NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
+                     torch.tensor(np.array(centroids, np.float32)), seed=spec.seed,
+                     allowed=None if allowed is None else torch.tensor(np.array(allowed, bool)))
+    if baseline is not None:
+        net.set_baseline(torch.tensor(np.asarray(baseline, np.float32)))
+    return net
 
 
 def build_schedule(spec: TrainingSpec) -> Schedule:
@@ -75,10 +80,10 @@ def build_schedule(spec: TrainingSpec) -> Schedule:
 
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
-                  agree: Callable[[bool], bool] = bool, allowed=None) -> Trainer:
+                  agree: Callable[[bool], bool] = bool, allowed=None, baseline=None) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
     ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce."""
-    net = build_network(spec, centroids, allowed).to(device)
+    net = build_network(spec, centroids, allowed, baseline).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():

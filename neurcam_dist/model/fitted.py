@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..numerics import standardize
+from ..numerics import standardize, standardized_zero
 from .network import NeurCAMNet
 
 CHUNK = 8192
@@ -40,6 +40,10 @@ class FittedNet:
     feature_names: list[str]
     channel_means: np.ndarray | None = None
     cluster_ids: np.ndarray | None = None   # stable id of each output column (default 0..K-1)
+
+    def __post_init__(self):
+        # rows at a feature's zero skip the backbone of the locked channels reading it
+        self.net.set_baseline(torch.from_numpy(standardized_zero(self.mean, self.scale)))
 
     @property
     def n_clusters(self) -> int:

@@ -3,6 +3,14 @@
 Pure math: no I/O, no device moves, no Python loop over channels or clusters. All channels of a
 kind go through their shared backbone as one batched matmul over (rows x channels), and the
 per-channel reconstruction weights are contracted in one matmul over (channels x bases).
+
+Sparse inputs (term frequencies are mostly zero): once a kind's gates are locked, each channel
+reads one feature (a pair: two), so at the feature's baseline (the standardized zero, set with
+``set_baseline``) a channel's output is one constant per channel. The backbone then runs once per
+channel at the baseline and once per (row, channel) whose input differs from it, instead of on
+every (row, channel): the same logits to float tolerance, at a cost that follows the non-zeros.
+Used on CPU when at most ``SPARSE_MAX_DENSITY`` of the selected inputs differ from the baseline;
+on a GPU the dense path stays (its cost is launches, not arithmetic, and the sparse one syncs).
 """
 from __future__ import annotations
 
@@ -12,6 +20,8 @@ import torch
 from torch import nn
 
 from .gates import SelectionGates
+
+SPARSE_MAX_DENSITY = 0.25   # share of (row, channel) inputs off the baseline above which dense is faster
 
 
 class Backbone(nn.Module):
@@ -45,6 +55,19 @@ class ShapeFunctions(nn.Module):
         self.weight = nn.Parameter(torch.empty(n, n_bases, n_clusters).uniform_(-bound, bound, generator=generator))
         self.bias = nn.Parameter(torch.zeros(n, n_clusters))
 
+    def _sparse_inputs(self, x: torch.Tensor, baseline: torch.Tensor | None):
+        """(inputs (N, n, arity), baseline inputs (n, arity), active (N, n)) when the sparse path
+        applies (locked gates, a baseline, CPU, few active inputs), else None."""
+        if baseline is None or x.device.type != "cpu" or self.n == 0 or not bool(self.gates.locked):
+            return None
+        idx = self.gates.index                                   # (n, arity)
+        s = x[:, idx]                                            # (N, n, arity): exactly x @ one-hot
+        b = baseline[idx].to(s.dtype)
+        active = (s != b).any(-1)
+        if active.sum() > SPARSE_MAX_DENSITY * active.numel():
+            return None
+        return s, b, active
+
     def bases(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
         """(N, n, B) basis activations of every channel at its selected input(s)."""
         s = torch.einsum("nd,cad->nca", x, self.matrix(temperature))  # (N, n, arity)
@@ -53,14 +76,34 @@ class ShapeFunctions(nn.Module):
     def matrix(self, temperature: float) -> torch.Tensor:
         return self.gates.matrix(temperature)
 
-    def logits(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
+    def logits(self, x: torch.Tensor, temperature: float, baseline: torch.Tensor | None = None) -> torch.Tensor:
         """(N, K) summed contribution of all channels: one matmul over (channels x bases)."""
+        sparse = self._sparse_inputs(x, baseline)
+        if sparse is not None:
+            s, b, active = sparse
+            rows, chans = active.nonzero(as_tuple=True)
+            b0 = self.backbone(b)                                                  # (n, B)
+            w = self.weight.to(b0.dtype)
+            const = torch.einsum("cb,cbk->k", b0, w) + self.bias.sum(0)
+            delta = self.backbone(s[rows, chans]) - b0[chans]                      # (M, B)
+            moved = torch.einsum("mb,mbk->mk", delta, w[chans])
+            return const + moved.new_zeros((x.shape[0], moved.shape[1])).index_add(0, rows, moved)
         b = self.bases(x, temperature)
         flat = b.reshape(b.shape[0], -1)
         return flat @ self.weight.reshape(-1, self.weight.shape[-1]).to(flat.dtype) + self.bias.sum(0)
 
-    def contributions(self, x: torch.Tensor, temperature: float) -> torch.Tensor:
+    def contributions(self, x: torch.Tensor, temperature: float, baseline: torch.Tensor | None = None) -> torch.Tensor:
         """(N, n, K) contribution of each channel; sums over channels to ``logits``."""
+        sparse = self._sparse_inputs(x, baseline)
+        if sparse is not None:
+            s, b, active = sparse
+            rows, chans = active.nonzero(as_tuple=True)
+            w = self.weight.to(s.dtype)
+            at_base = torch.einsum("cb,cbk->ck", self.backbone(b), w) + self.bias   # (n, K)
+            out = at_base.expand(x.shape[0], -1, -1).clone()
+            moved = torch.einsum("mb,mbk->mk", self.backbone(s[rows, chans]), w[chans]) + self.bias[chans]
+            out[rows, chans] = moved.to(out.dtype)
+            return out
         return torch.einsum("ncb,cbk->nck", self.bases(x, temperature), self.weight) + self.bias
 
 
@@ -81,11 +124,19 @@ class NeurCAMNet(nn.Module):
             self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g, allowed)
             self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g, allowed)
         self.centroids = nn.Parameter(centroids.detach().clone().float())
+        # the standardized zero of every feature (sparse inputs); derived data, never saved
+        self.register_buffer("baseline", None, persistent=False)
+
+    def set_baseline(self, baseline: torch.Tensor | None) -> None:
+        """Where each feature's "nothing" lies after standardization (``-mean / scale`` as the
+        standardization computes it), so locked channels skip the rows that sit there."""
+        self.baseline = None if baseline is None else torch.as_tensor(baseline, dtype=torch.float32).to(
+            self.centroids.device)
 
     def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
-        out = self.single.logits(x, t) if self.single.n else None
+        out = self.single.logits(x, t, self.baseline) if self.single.n else None
         if self.pairs.n:
-            p = self.pairs.logits(x, t2)
+            p = self.pairs.logits(x, t2, self.baseline)
             out = p if out is None else out + p
         return out
 
@@ -93,9 +144,9 @@ class NeurCAMNet(nn.Module):
         """(N, C + P, K) per-channel contributions; their sum over channels equals ``forward``."""
         parts = []
         if self.single.n:
-            parts.append(self.single.contributions(x, t))
+            parts.append(self.single.contributions(x, t, self.baseline))
         if self.pairs.n:
-            parts.append(self.pairs.contributions(x, t2))
+            parts.append(self.pairs.contributions(x, t2, self.baseline))
         return torch.cat(parts, dim=1)
 
     def all_one_hot(self, t: float, t2: float) -> bool:

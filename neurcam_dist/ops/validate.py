@@ -19,7 +19,8 @@ from ..uris import is_uri
 def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     """Lines saying what was checked; raises ``ValueError`` (``DataError``, ``ConfigError``) naming
     the first problem."""
-    lines = [f"schema: ok ({', '.join(k for k in ('data', 'model', 'train', 'search', 'tracking', 'recluster') if getattr(cfg, k, None) is not None)})"]
+    sections = ("data", "model", "train", "search", "tracking", "recluster", "text", "representation")
+    lines = [f"schema: ok ({', '.join(k for k in sections if getattr(cfg, k, None) is not None)})"]
     lines += [f"environment: {n}" for n in getattr(cfg, "_notes", [])]
     data = cfg.data
     if cfg.recluster is not None or (isinstance(data.path, str) and PLACEHOLDER in data.path):
@@ -34,13 +35,21 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
             if missing:
                 raise DataError(f"{f} (data.embeddings): no column(s) {missing}; columns: {schema.names}")
         lines.append(f"embeddings: {len(esrc.files)} file(s) with {want}")
-    p = plan(data)  # with data.embeddings, checks the features' side of the join (the key) only
-    lines.append(f"data: {p.describe()}")
-    try:
-        check_params_for_data(cfg.model.estimator_params(), p.n_rows, len(p.features))
-    except ValueError as exc:
-        raise DataError(f"model: {exc}") from None
-    refuse_output_inside(cfg.output, p.source)
+    if cfg.text is not None:
+        src = _check_text(cfg, data, lines)
+    else:
+        p = plan(data)  # with data.embeddings, checks the features' side of the join (the key) only
+        lines.append(f"data: {p.describe()}")
+        try:
+            check_params_for_data(cfg.model.estimator_params(), p.n_rows, len(p.features))
+        except ValueError as exc:
+            raise DataError(f"model: {exc}") from None
+        src = p.source
+    if cfg.representation is not None:
+        r = cfg.representation
+        lines.append(f"representation: {r.kind} ({'-'.join(map(str, r.hidden))}-{r.bottleneck}), computed on Ray "
+                     f"before clustering")
+    refuse_output_inside(cfg.output, src)
     out = cfg.output
     if is_uri(out):
         try:
@@ -67,3 +76,22 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         if cfg.tracking.model_name:
             lines.append(f"registered model: {cfg.tracking.model_name}")
     return lines
+
+
+def _check_text(cfg: JobConfig, data, lines: list[str]):
+    """The documents' files and columns, and the embedding model on disk (nothing is read)."""
+    from ..represent import TextJob, check_model_path
+    from ..represent.featurize import check_documents
+    t = cfg.text
+    job = TextJob(input=data.path, out=cfg.output, text_columns=t.columns, id_column=data.id,
+                  carry=[data.label] if data.label else [], min_df=t.min_df, max_df=t.max_df)
+    src, is_csv = check_documents(job)
+    lines.append(f"text: {len(src.files)} {'CSV' if is_csv else 'Parquet'} file(s) of documents with columns "
+                 f"{[*t.columns, data.id] + ([data.label] if data.label else [])}")
+    if t.embed:
+        lines.append(f"embedding model: {check_model_path(t.model)}")
+    with_defaults, changed = cfg.with_text_defaults()
+    if changed:
+        lines.append("model: the paper's text settings where model: is silent: "
+                     + ", ".join(f"{k}={v}" for k, v in changed.items()))
+    return src

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from ..uris import is_uri, local
-from .published import publish_dir, put_text
+from .published import publish_dir, put_text, write_version
 
 
 def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
@@ -48,6 +48,17 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def write_dataset(output, write, marker: str | None = None) -> None:
+    """``write(root, filesystem)`` (a Ray Data ``write_parquet`` and its side files) into a new
+    local directory swapped in whole (``atomic_directory``), or into a new published version on an
+    object store, where the shards go straight to the bucket."""
+    if is_uri(output):
+        write_version(str(output), write)
+        return
+    from pyarrow.fs import LocalFileSystem
+    atomic_directory(Path(local(output)), lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
 
 
 def _publish_built(uri: str, write, refuse_foreign: bool = False) -> None:

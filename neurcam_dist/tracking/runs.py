@@ -75,10 +75,15 @@ def _run_tags(est) -> dict:
             "stop_reason": str(est.history_["stop_reason"])}
 
 
-def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | str | None = None) -> None:
+def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | str | None = None,
+                     output: Path | str | None = None) -> None:
     """What a run keeps besides the model: the explanation report (JSON, Parquet, PNG, HTML; copied
     from ``report``, a local folder or a published URI, when given), the resolved config, the
-    standardization statistics, the history and the metrics."""
+    standardization statistics, the history, the metrics and a computed representation's model
+    (the autoencoder's weights, ``representation/`` of the run's ``output``)."""
+    if output is not None and getattr(cfg, "representation", None) is not None:
+        with local_copy(join(output, "representation")) as copy:
+            shutil.copytree(copy, t / "representation")
     if report is not None and is_uri(report):
         with local_copy(report) as copy:
             shutil.copytree(copy, t / "report")
@@ -110,7 +115,7 @@ def log_training(result, cfg) -> dict:
         mlflow.log_metrics({k: float(metrics[k]) for k in FINAL_KEYS if k in metrics})
         mlflow.set_tags({**_tags(), **_run_tags(est)})
         with tempfile.TemporaryDirectory() as tmp:
-            _write_artifacts(Path(tmp), est, cfg, metrics)
+            _write_artifacts(Path(tmp), est, cfg, metrics, output=result.output)
             mlflow.log_artifacts(tmp)
         _, version = log_model(est, est.reference_, registered_name=tc.model_name)
     return {"run_id": run.info.run_id, "experiment": tc.experiment, "tracking_uri": mlflow.get_tracking_uri(),
@@ -157,7 +162,7 @@ def log_search(result, cfg) -> dict:
         mlflow.log_text(json.dumps([t.row() for t in result.trials], indent=1, default=str), "search.json")
         with tempfile.TemporaryDirectory() as tmp:
             _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics,
-                             report=join(result.output, "report"))
+                             report=join(result.output, "report"), output=result.output)
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
         with mlflow.start_run(run_id=best_run, nested=True):

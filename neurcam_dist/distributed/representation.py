@@ -1,0 +1,194 @@
+"""``representation: {kind: dae}``: the denoising autoencoder trained on Ray, then its bottleneck
+written beside the data as the representation the clustering loss uses.
+
+The autoencoder trains in a ``TorchTrainer`` over the same Parquet stream as the clustering
+(standardized features, DDP across the workers); a Ray Data pass on an actor pool then appends
+the ``dae_embedding`` column to every row and writes the shards, with the autoencoder's weights in
+``_dae/`` beside them, to ``train.storage_path``/staging/dae. The run's output and MLflow keep
+those weights (``representation/``) beside the clustering model.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from .. import data as data_mod
+from ..config import JobConfig, RepresentationConfig
+from ..model.dae import DenoisingAutoencoder
+from ..numerics import standardize
+from ..storage import write_dataset
+from ..uris import join
+
+DAE_COLUMN = "dae_embedding"
+WEIGHTS = "weights.pt"
+DAE_DIR = "_dae"          # "_": skipped by every reader of the shards
+
+
+@dataclass(frozen=True)
+class DaeJob:
+    rep: RepresentationConfig
+    plan: data_mod.Plan
+    mean: np.ndarray
+    scale: np.ndarray
+    seed: int
+    threads: float
+    shuffle_buffer: int
+
+
+def _build(job: DaeJob) -> DenoisingAutoencoder:
+    r = job.rep
+    return DenoisingAutoencoder(len(job.plan.features), tuple(r.hidden), r.bottleneck, r.dropout, seed=job.seed)
+
+
+def dae_loop_per_worker(config: dict) -> None:
+    """One worker: epochs over its shard until ``epochs`` or a plateau; rank 0 reports the weights."""
+    import ray.train
+    import ray.train.torch
+    import torch.distributed as dist
+
+    job: DaeJob = config["job"]
+    r = job.rep
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, int(job.threads)))
+    torch.manual_seed(job.seed * 1_000_003 + rank)           # the dropout masks
+    net = _build(job).to(device)
+    model = net
+    distributed = world > 1 and dist.is_available() and dist.is_initialized()
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+        model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.Adam(model.parameters(), lr=r.lr)
+    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=r.lr_patience)
+    features, mean, scale = job.plan.features, job.mean, job.scale
+    shard = ray.train.get_dataset_shard("train")
+    history, best, stale, last_log = [], float("inf"), 0, 0.0
+    for epoch in range(1, r.epochs + 1):
+        t0 = time.perf_counter()
+        sums = torch.zeros(2, dtype=torch.float64)
+        model.train()
+        for batch in shard.iter_batches(batch_size=max(1, r.batch_size // world), batch_format="pyarrow",
+                                        local_shuffle_buffer_size=job.shuffle_buffer or None,
+                                        local_shuffle_seed=job.seed + epoch * 997 + rank if job.shuffle_buffer else None):
+            x = torch.from_numpy(standardize(data_mod.matrix(batch, features, np.float64), mean, scale)).to(device)
+            loss = model(x)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sums += torch.tensor([float(loss.detach()) * len(x), len(x)], dtype=torch.float64)
+        if distributed:
+            dist.all_reduce(sums)
+        epoch_loss = float(sums[0] / max(sums[1], 1.0))
+        sched.step(epoch_loss)
+        history.append({"epoch": epoch, "loss": epoch_loss, "lr": opt.param_groups[0]["lr"],
+                        "seconds": round(time.perf_counter() - t0, 3)})
+        if epoch_loss < best - r.tol * abs(best if np.isfinite(best) else epoch_loss):
+            best, stale = epoch_loss, 0
+        else:
+            stale += 1
+        done = epoch == r.epochs or stale >= r.n_iter_no_change
+        if rank == 0 and (done or epoch == 1 or time.perf_counter() - last_log > 20):
+            last_log = time.perf_counter()
+            print(f"[neurcam] autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}", flush=True)
+        if done:
+            break
+    metrics = {"epochs": len(history), "loss": history[-1]["loss"]}
+    if rank != 0:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as d:
+        torch.save({"state": net.state_dict(), "history": history}, os.path.join(d, WEIGHTS))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+class _Encoder:
+    """A Ray Data actor: appends the bottleneck of every row as ``dae_embedding``."""
+
+    def __init__(self, state: dict, job: DaeJob):
+        torch.set_num_threads(1)
+        self.net = _build(job)
+        self.net.load_state_dict(state)
+        self.net.eval()
+        self.job = job
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        j = self.job
+        x = torch.from_numpy(standardize(data_mod.matrix(table, j.plan.features, np.float64), j.mean, j.scale))
+        with torch.no_grad():
+            z = self.net.encode(x).numpy().astype(np.float32)
+        col = pa.FixedSizeListArray.from_arrays(pa.array(z.reshape(-1), pa.float32()), z.shape[1])
+        return table.append_column(DAE_COLUMN, col)
+
+
+def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
+    """Train the autoencoder and write the data with its embedding; the config of that data.
+    ``prepare``: the driver's checks and profile pass of the input (``driver.prepare``)."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    r, tc, m = cfg.representation, cfg.train, cfg.model
+    plan, prof = prepare(cfg)
+    mean = prof.mean if m.standardize else np.zeros(len(plan.features))
+    scale = prof.scale() if m.standardize else np.ones(len(plan.features))
+    job = DaeJob(rep=r, plan=plan, mean=mean, scale=scale, seed=m.random_state, threads=tc.cpus_per_worker,
+                 shuffle_buffer=tc.shuffle_buffer)
+    log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
+        f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
+    t0 = time.perf_counter()
+    dataset = data_mod.read(plan, plan.features, ordered=True).materialize()
+    trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
+                           scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
+                                                        resources_per_worker={"CPU": tc.cpus_per_worker}),
+                           run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
+                                                storage_path=cfg.storage_path()),
+                           datasets={"train": dataset})
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed
+        raise RuntimeError(f"the autoencoder's training failed: {exc}") from exc
+    with result.checkpoint.as_directory() as d:
+        saved = torch.load(os.path.join(d, WEIGHTS), map_location="cpu", weights_only=True)
+    history = saved["history"]
+    log(f"autoencoder: {len(history)} epochs in {time.perf_counter() - t0:.1f} s, reconstruction loss "
+        f"{history[0]['loss']:.5f} -> {history[-1]['loss']:.5f}")
+    staged = join(cfg.storage_path(), "staging", "dae")
+    source = data_mod.read_source(plan.source, _all_columns(plan), ordered=True)
+    encoded = data_mod.reading.map_with_actors(source, _Encoder, tc.score_batch_size, tc.num_workers,
+                                               state=saved["state"], job=job)
+
+    def write(root: str, fs) -> None:
+        encoded.write_parquet(root, filesystem=fs)
+        fs.create_dir(f"{root}/{DAE_DIR}")
+        with tempfile.TemporaryDirectory() as d:
+            torch.save(saved["state"], os.path.join(d, WEIGHTS))
+            with open(os.path.join(d, WEIGHTS), "rb") as f, fs.open_output_stream(f"{root}/{DAE_DIR}/{WEIGHTS}") as out:
+                out.write(f.read())
+        card = {"kind": r.kind, **r.model_dump(), "features": plan.features, "mean": mean.tolist(),
+                "scale": scale.tolist(), "seed": m.random_state, "history": history}
+        with fs.open_output_stream(f"{root}/{DAE_DIR}/config.json") as out:
+            out.write(json.dumps(card, indent=1).encode())
+
+    write_dataset(staged, write, marker=DAE_DIR)
+    log(f"wrote the data with its {r.bottleneck}-dim {DAE_COLUMN} to {staged}")
+    data = cfg.data.model_copy(update={"path": staged, "embedding": DAE_COLUMN, "features": plan.features})
+    return cfg.model_copy(update={"data": data})
+
+
+def _all_columns(plan: data_mod.Plan) -> list[str]:
+    return list(dict.fromkeys([*plan.features, *(c for c in (plan.id, plan.label) if c)]))
+
+
+def dae_artifacts(cfg: JobConfig) -> str | None:
+    """Where a run's autoencoder weights and card are (``representation/`` of its output)."""
+    if cfg.representation is None:
+        return None
+    return join(cfg.storage_path(), "staging", "dae", DAE_DIR)

@@ -1,0 +1,39 @@
+"""The denoising autoencoder of the paper's tabular "AE" representation (appendix "Tabular
+Representation Details"): encoder 128-64-32-16 to an 8-dim bottleneck, the decoder mirrored,
+dropout on the input as the corruption, trained with NeurCAM's optimiser settings. Pure math."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+HIDDEN = (128, 64, 32, 16)
+BOTTLENECK = 8
+DROPOUT = 0.1
+
+
+def _mlp(dims: tuple[int, ...]) -> nn.Sequential:
+    layers = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(dims) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DenoisingAutoencoder(nn.Module):
+    def __init__(self, n_features: int, hidden: tuple[int, ...] = HIDDEN, bottleneck: int = BOTTLENECK,
+                 dropout: float = DROPOUT, seed: int = 0):
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.encoder = _mlp((n_features, *hidden, bottleneck))
+            self.decoder = _mlp((bottleneck, *reversed(hidden), n_features))
+        self.corrupt = nn.Dropout(dropout)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The training loss: mean squared reconstruction error of the clean rows from their
+        corrupted copies (``forward`` so that a DDP wrapper synchronises its gradients)."""
+        return nn.functional.mse_loss(self.decoder(self.encoder(self.corrupt(x))), x)

@@ -1,0 +1,77 @@
+"""The paper's "AE" representation: the denoising autoencoder trained on Ray before clustering, its
+embedding written beside the data, its weights kept with the run and logged to MLflow."""
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from neurcam_dist.config import ConfigError, parse_config
+from neurcam_dist.data.synthetic import write_shards
+from neurcam_dist.model.dae import DenoisingAutoencoder
+
+
+def test_the_autoencoder_has_the_configured_shape_and_learns():
+    net = DenoisingAutoencoder(10, (16, 8), bottleneck=3, dropout=0.1, seed=0)
+    assert [m.out_features for m in net.encoder if hasattr(m, "out_features")] == [16, 8, 3]
+    assert [m.out_features for m in net.decoder if hasattr(m, "out_features")] == [8, 16, 10]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 3, generator=g) @ torch.randn(3, 10, generator=g)     # rank 3: a 3-dim code suffices
+    assert net.encode(x).shape == (256, 3)
+    opt = torch.optim.Adam(net.parameters(), lr=2e-3)
+    torch.manual_seed(0)
+    first = float(net(x))
+    for _ in range(300):
+        opt.zero_grad()
+        loss = net(x)
+        loss.backward()
+        opt.step()
+    assert float(net(x)) < 0.5 * first
+    same = DenoisingAutoencoder(10, (16, 8), bottleneck=3, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(),
+                                                 DenoisingAutoencoder(10, (16, 8), 3, seed=0).state_dict().values()))
+
+
+def test_a_computed_representation_excludes_a_given_one():
+    base = {"data": {"path": "d/"}, "model": {"n_clusters": 3}, "output": "o", "representation": {"kind": "dae"}}
+    assert parse_config(base).representation.hidden == [128, 64, 32, 16]
+    with pytest.raises(ConfigError, match="leave data.embedding out"):
+        parse_config({**base, "data": {"path": "d/", "embedding": "e"}})
+    with pytest.raises(ConfigError, match="representation.kind"):
+        parse_config({**base, "representation": {"kind": "pca"}})
+
+
+def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
+        ray_cluster, mlflow_server, tmp_path):
+    import mlflow
+
+    from neurcam_dist import service
+    write_shards(tmp_path / "data", 1200, n_features=6, repr_dim=4, n_clusters=3, n_files=2, seed=0)
+    cfg = {"data": {"path": str(tmp_path / "data"), "label": "label", "id": "id",
+                    "features": [f"f{j}" for j in range(6)]},
+           "representation": {"kind": "dae", "hidden": [16, 8], "bottleneck": 3, "epochs": 25, "batch_size": 128,
+                              "n_iter_no_change": 50},
+           "model": {"n_clusters": 3, "n_single": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3,
+                     "distill_epochs": 1, "epochs": 8, "epsilon": 0.3, "batch_size": 64, "early_stopping": False},
+           "train": {"num_workers": 2, "cache": "always"},
+           "tracking": {"uri": mlflow_server, "experiment": "dae-test"},
+           "output": str(tmp_path / "run")}
+    res = service.train(cfg)
+    assert res.metrics["repr_dim"] == 3 and res.plan.repr_columns == ["dae_embedding"]
+    card = json.loads((tmp_path / "run" / "representation" / "config.json").read_text())
+    losses = [h["loss"] for h in card["history"]]
+    assert len(losses) == 25 and losses[-1] < losses[0]          # the reconstruction loss falls
+    assert card["features"] == [f"f{j}" for j in range(6)] and card["bottleneck"] == 3
+    staged = sorted((tmp_path / "run" / "_ray" / "staging" / "dae").glob("*.parquet"))
+    table = pq.read_table(staged[0])
+    assert table.schema.field("dae_embedding").type.list_size == 3
+    assert sum(pq.read_metadata(f).num_rows for f in staged) == 1200
+    emb = np.stack(table["dae_embedding"].to_numpy(zero_copy_only=False))
+    assert np.isfinite(emb).all() and emb.std(0).min() > 0
+    state = torch.load(tmp_path / "run" / "representation" / "weights.pt", weights_only=True)
+    net = DenoisingAutoencoder(6, (16, 8), 3)
+    net.load_state_dict(state)
+    client = mlflow.MlflowClient(mlflow_server)
+    names = {a.path for a in client.list_artifacts(res.tracking["run_id"], "representation")}
+    assert names == {"representation/config.json", "representation/weights.pt"}
