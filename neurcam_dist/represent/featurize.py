@@ -47,7 +47,7 @@ class TextJob:
     embed_batch_size: int = 32
     concurrency: int = 1
     threads: int | None = None     # torch threads per embedding actor (default: its node's cores / concurrency)
-    use_gpu: bool = False
+    use_gpu: bool | None = None    # a GPU per embedding actor; None: when the cluster has GPUs
 
     def __post_init__(self):
         check_thresholds(self.min_df, self.max_df)
@@ -184,10 +184,12 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
                            fn_kwargs={"vocabulary": vocab.to_json(), "text_columns": job.text_columns,
                                       "keep": keep, "embed": job.embed})
     if job.embed:
+        import ray
+        gpu = job.use_gpu if job.use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
         threads = job.threads or -job.concurrency     # negative: the actor divides its node's cores
-        log(f"embedding with {model_path} on {job.concurrency} actor(s)" + (" with a GPU each" if job.use_gpu else ""))
+        log(f"embedding with {model_path} on {job.concurrency} actor(s)" + (" with a GPU each" if gpu else ""))
         feats = map_with_actors(feats, SentenceEmbedder, job.embed_batch_size * 4, job.concurrency,
-                                num_gpus=1 if job.use_gpu else 0, model_path=model_path, text_column=TEXT_TMP,
+                                num_gpus=1 if gpu else 0, model_path=model_path, text_column=TEXT_TMP,
                                 encode_batch_size=job.embed_batch_size, threads=threads)
     summary = {}
 
