@@ -71,26 +71,20 @@ PAPER_AE = {"pendigits": {"NeurCAM": (0.506, 0.629, 0.698, 1.344), "Neur2CAM": (
 def dae_embedding(x: np.ndarray, epochs: int, seed: int = 0) -> np.ndarray:
     """The paper's denoising autoencoder (``neurcam_dist.model.dae``, the module the service trains
     on Ray for ``representation: {kind: dae}``) trained here in memory with the same settings (Adam,
-    batch 512, lr 0.002 halved on a plateau), and its 8-dim bottleneck for every row."""
+    batch 512, lr 0.002 halved on a plateau; the same epoch step, ``dae.train_epoch``), and its 8-dim
+    bottleneck for every row."""
     import torch
 
-    from neurcam_dist.model.dae import DenoisingAutoencoder
+    from neurcam_dist.model import dae
     torch.manual_seed(seed)
     xt = torch.from_numpy(np.ascontiguousarray(x, np.float32))
-    net = DenoisingAutoencoder(x.shape[1], seed=seed)
-    opt = torch.optim.Adam(net.parameters(), lr=2e-3)
-    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=10)
+    net = dae.DenoisingAutoencoder(x.shape[1], seed=seed)
+    opt, sched = dae.optimizer(net, lr=2e-3, lr_patience=10)
     g = torch.Generator().manual_seed(seed)
     for epoch in range(epochs):
-        total = 0.0
-        for idx in torch.randperm(len(xt), generator=g).split(512):
-            opt.zero_grad(set_to_none=True)
-            loss = net(xt[idx])
-            loss.backward()
-            opt.step()
-            total += float(loss.detach()) * len(idx)
-        sched.step(total / len(xt))
-    print(f"autoencoder: {epochs} epochs, reconstruction loss {total / len(xt):.4f}", flush=True)
+        loss, rows = (float(v) for v in dae.train_epoch(net, opt, (xt[i] for i in torch.randperm(len(xt), generator=g).split(512))))
+        sched.step(loss / rows)
+    print(f"autoencoder: {epochs} epochs, reconstruction loss {loss / rows:.4f}", flush=True)
     net.eval()
     with torch.no_grad():
         return net.encode(xt).numpy().astype(np.float64)

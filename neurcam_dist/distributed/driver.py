@@ -30,6 +30,7 @@ from ..numerics import standardize
 from ..params import check_params_for_data
 from ..redaction import redact
 from ..storage import write_run_output
+from ..storage.published import local_copy
 from ..uris import as_path, join
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
@@ -64,11 +65,7 @@ def text_run(cfg: JobConfig) -> JobConfig:
         from ..represent import TextJob, featurize_text
         t, d = cfg.text, cfg.data
         staged = join(cfg.storage_path(), "staging", "text")
-        job = TextJob(input=d.path, out=staged, text_columns=t.columns, id_column=d.id,
-                      carry=[d.label] if d.label else [], min_df=t.min_df, max_df=t.max_df, embed=t.embed,
-                      model=t.model, lemmatizer=t.lemmatizer, concurrency=t.concurrency, threads=t.threads,
-                      use_gpu=t.use_gpu)
-        featurize_text(job, log, reuse=True)
+        featurize_text(TextJob.for_config(cfg, staged), log, reuse=True)
         log(f"training on the featurized documents in {staged} (text: kept in the saved config)")
         cfg = cfg.model_copy(update={"data": d.model_copy(update={"path": staged,
                                                                   "embedding": "embedding" if t.embed else None})})
@@ -274,7 +271,6 @@ def write_run(out: Path | str, est: NeurCAM, metrics: dict, cfg: JobConfig, extr
     published together (``storage.write_run_output``)."""
     def write(tmp: Path) -> None:
         for name, src in (dirs or {}).items():
-            from ..storage.published import local_copy
             with local_copy(src) as copy:
                 shutil.copytree(copy, tmp / name)
         est.save(tmp / "model")

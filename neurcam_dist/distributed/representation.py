@@ -9,6 +9,7 @@ those weights (``representation/``) beside the clustering model.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import tempfile
@@ -21,7 +22,9 @@ import torch
 
 from .. import data as data_mod
 from ..config import JobConfig, RepresentationConfig
+from ..model import dae
 from ..model.dae import DenoisingAutoencoder
+from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..storage import write_dataset
 from ..uris import join
@@ -67,35 +70,28 @@ def dae_loop_per_worker(config: dict) -> None:
     if distributed:
         from torch.nn.parallel import DistributedDataParallel
         model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt = torch.optim.Adam(model.parameters(), lr=r.lr)
-    sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=0.5, patience=r.lr_patience)
+    opt, sched = dae.optimizer(model, r.lr, r.lr_patience)
     features, mean, scale = job.plan.features, job.mean, job.scale
     shard = ray.train.get_dataset_shard("train")
-    history, best, stale, last_log = [], float("inf"), 0, 0.0
-    for epoch in range(1, r.epochs + 1):
-        t0 = time.perf_counter()
-        sums = torch.zeros(2, dtype=torch.float64)
-        model.train()
+
+    def batches(epoch: int):
         for batch in shard.iter_batches(batch_size=max(1, r.batch_size // world), batch_format="pyarrow",
                                         local_shuffle_buffer_size=job.shuffle_buffer or None,
                                         local_shuffle_seed=job.seed + epoch * 997 + rank if job.shuffle_buffer else None):
-            x = torch.from_numpy(standardize(data_mod.matrix(batch, features, np.float64), mean, scale)).to(device)
-            loss = model(x)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sums += torch.tensor([float(loss.detach()) * len(x), len(x)], dtype=torch.float64)
+            yield torch.from_numpy(standardize(data_mod.matrix(batch, features, np.float64), mean, scale)).to(device)
+
+    history, plateau, last_log = [], Plateau(r.tol), 0.0
+    for epoch in range(1, r.epochs + 1):
+        t0 = time.perf_counter()
+        sums = dae.train_epoch(model, opt, batches(epoch)).cpu()
         if distributed:
             dist.all_reduce(sums)
-        epoch_loss = float(sums[0] / max(sums[1], 1.0))
+        epoch_loss = float(sums[0] / max(float(sums[1]), 1.0))
         sched.step(epoch_loss)
         history.append({"epoch": epoch, "loss": epoch_loss, "lr": opt.param_groups[0]["lr"],
                         "seconds": round(time.perf_counter() - t0, 3)})
-        if epoch_loss < best - r.tol * abs(best if np.isfinite(best) else epoch_loss):
-            best, stale = epoch_loss, 0
-        else:
-            stale += 1
-        done = epoch == r.epochs or stale >= r.n_iter_no_change
+        plateau.update(epoch_loss)
+        done = epoch == r.epochs or plateau.stale >= r.n_iter_no_change
         if rank == 0 and (done or epoch == 1 or time.perf_counter() - last_log > 20):
             last_log = time.perf_counter()
             print(f"[neurcam] autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}", flush=True)
@@ -168,10 +164,10 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     def write(root: str, fs) -> None:
         encoded.write_parquet(root, filesystem=fs)
         fs.create_dir(f"{root}/{DAE_DIR}")
-        with tempfile.TemporaryDirectory() as d:
-            torch.save(saved["state"], os.path.join(d, WEIGHTS))
-            with open(os.path.join(d, WEIGHTS), "rb") as f, fs.open_output_stream(f"{root}/{DAE_DIR}/{WEIGHTS}") as out:
-                out.write(f.read())
+        with fs.open_output_stream(f"{root}/{DAE_DIR}/{WEIGHTS}") as out:
+            buf = io.BytesIO()
+            torch.save(saved["state"], buf)
+            out.write(buf.getvalue())
         card = {"kind": r.kind, **r.model_dump(), "features": plan.features, "mean": mean.tolist(),
                 "scale": scale.tolist(), "seed": m.random_state, "history": history}
         with fs.open_output_stream(f"{root}/{DAE_DIR}/config.json") as out:

@@ -144,15 +144,15 @@ class _Scorer:
             from ..represent import Vocabulary
             from ..represent.text import join_text
             self.text, self._join = Vocabulary.from_json(text), join_text
+            index = {c: j for j, c in enumerate(self.text.columns)}
+            self._order = [index[c] for c in fitted.feature_names]   # the model's columns among the terms
 
     def _features(self, table: pa.Table) -> np.ndarray:
-        names = self.fitted.feature_names
         if self.text is None:
-            return data_mod.matrix(table, names, np.float64)
+            return data_mod.matrix(table, self.fitted.feature_names, np.float64)
         v = self.text
         x, _ = v.transform(self._join([table[c].to_pylist() for c in v.text_columns], table.num_rows))
-        index = {c: j for j, c in enumerate(v.columns)}
-        return x[:, [index[c] for c in names]].astype(np.float64)
+        return x[:, self._order].astype(np.float64)
 
     def __call__(self, table: pa.Table) -> pa.Table:
         fitted = self.fitted

@@ -83,9 +83,7 @@ def _check_text(cfg: JobConfig, data, lines: list[str]):
     from ..represent import TextJob, check_model_path
     from ..represent.featurize import check_documents
     t = cfg.text
-    job = TextJob(input=data.path, out=cfg.output, text_columns=t.columns, id_column=data.id,
-                  carry=[data.label] if data.label else [], min_df=t.min_df, max_df=t.max_df)
-    src, is_csv = check_documents(job)
+    src, is_csv = check_documents(TextJob.for_config(cfg.model_copy(update={"data": data}), cfg.output))
     lines.append(f"text: {len(src.files)} {'CSV' if is_csv else 'Parquet'} file(s) of documents with columns "
                  f"{[*t.columns, data.id] + ([data.label] if data.label else [])}")
     if t.embed:

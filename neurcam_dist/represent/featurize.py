@@ -49,6 +49,16 @@ class TextJob:
     threads: int | None = None     # torch threads per embedding actor (default: its node's cores / concurrency)
     use_gpu: bool | None = None    # a GPU per embedding actor; None: when the cluster has GPUs
 
+    @classmethod
+    def for_config(cls, cfg, out: str) -> "TextJob":
+        """The job a config's ``text:`` section asks for: ``data.path`` documents with ``data.id``,
+        the label carried along, written to ``out``."""
+        t, d = cfg.text, cfg.data
+        return cls(input=d.path, out=out, text_columns=t.columns, id_column=d.id,
+                   carry=[d.label] if d.label else [], min_df=t.min_df, max_df=t.max_df, embed=t.embed,
+                   model=t.model, lemmatizer=t.lemmatizer, concurrency=t.concurrency, threads=t.threads,
+                   use_gpu=t.use_gpu)
+
     def __post_init__(self):
         check_thresholds(self.min_df, self.max_df)
         if not self.text_columns:

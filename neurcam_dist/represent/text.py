@@ -118,13 +118,17 @@ class Vocabulary:
                    text_columns=list(text_columns), analyzer=asdict(analyzer))
 
     @functools.cached_property
+    def _analyzer(self) -> Analyzer:
+        return Analyzer(**self.analyzer)
+
+    @functools.cached_property
     def _index(self) -> dict[str, int]:
         return {t: i for i, t in enumerate(self.terms)}
 
     def transform(self, texts) -> tuple[np.ndarray, np.ndarray]:
         """(n, terms) float32 term frequencies with unit L2 norm per row, and each row's number of
         vocabulary terms: a row with none stays all zero (there is nothing to normalise)."""
-        analyzer, index = Analyzer(**self.analyzer), self._index
+        analyzer, index = self._analyzer, self._index
         texts = list(texts)
         out = np.zeros((len(texts), len(self.terms)), np.float32)
         for i, text in enumerate(texts):
