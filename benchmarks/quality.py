@@ -255,6 +255,9 @@ def tune_mode(args) -> None:
                                        "ari": t.metrics.get("ari"), "epochs": t.metrics.get("epochs"),
                                        "status": t.status})
             ray.shutdown()
+            # per epoch, since the seeds stop after different numbers of epochs in the two modes
+            mem_epochs = sum(r["epochs"] for r in mem)
+            tune_epochs = sum(t.metrics.get("epochs") or 0 for t in res.trials) or 1
             best_mem = min(mem, key=lambda r: r["inertia"])
             tune_inertia = metrics.inertia(x, labels)
             rows.append({"data": ds, "model": model, "seeds": len(seeds),
@@ -263,6 +266,10 @@ def tune_mode(args) -> None:
                          "tune best inertia": tune_inertia, "tune best seed": res.best.params["random_state"],
                          "tune ARI": metrics.ari(y, labels), "tune wall s": round(tune_seconds, 1),
                          "tune / in-memory inertia": tune_inertia / best_mem["inertia"],
+                         "tune / in-memory wall": round(tune_seconds / mem_seconds, 2),
+                         "in-memory s/epoch": round(mem_seconds / mem_epochs, 3),
+                         "tune s/epoch": round(tune_seconds / tune_epochs, 3),
+                         "tune / in-memory s/epoch": round((tune_seconds / tune_epochs) / (mem_seconds / mem_epochs), 2),
                          "tune workers/trial": args.workers})
             text = (f"# Paper protocol in memory vs `neurcam tune` (best of {len(seeds)} seeds by inertia)\n\n"
                     f"Machine: {machine()}; precision {args.precision}; total wall time "

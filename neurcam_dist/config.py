@@ -161,9 +161,36 @@ class TrainConfig(_Strict):
     storage_path: str | None = Field(None, description="Ray Train checkpoints and staging data (shared storage "
                                                        "on a multi-node cluster); default OUTPUT/_ray")
     score_batch_size: int = Field(4096, ge=1)
-    cache: Literal["auto", "always", "never"] = Field(
-        "auto", description="hold the training columns in Ray's object store instead of re-reading the "
-                            "Parquet files every epoch; auto: when they take under 20% of the object store")
+    cache: Literal["auto", "device", "always", "never"] = Field(
+        "auto", description="device: every worker keeps its shard on its device (GPU memory, or RAM on a CPU "
+                            "worker) after the first epoch and trains from there; auto: device when the shard "
+                            "fits train.device_cache_gib; always: hold the columns in Ray's object store; "
+                            "never: stream the Parquet files every epoch")
+    device_cache_gib: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False,
+        description="bytes per worker (GiB) a device-resident shard may take; default half the worker's share "
+                    "of its GPU's memory, or half its node's Ray memory split between the node's workers")
+    gpus_per_worker: float | None = Field(
+        None, gt=0.0, le=1.0, allow_inf_nan=False,
+        description="GPU share of each worker (with use_gpu; default 1): a fraction such as 0.25 lets Ray Tune "
+                    "run several trials on one GPU at once; one worker per trial then (NCCL cannot put two "
+                    "ranks of one group on one GPU)")
+
+    @model_validator(mode="after")
+    def _gpu_share(self):
+        if self.gpus_per_worker is not None:
+            if not self.use_gpu:
+                raise ValueError(f"train.gpus_per_worker={self.gpus_per_worker:g} needs train.use_gpu: true")
+            if self.gpus_per_worker < 1 and self.num_workers > 1:
+                raise ValueError(f"train.gpus_per_worker={self.gpus_per_worker:g} with train.num_workers="
+                                 f"{self.num_workers}: the workers of one run would share a GPU, which NCCL "
+                                 f"refuses; use fractions with num_workers: 1 (several trials per GPU) or "
+                                 f"whole GPUs for a multi-worker run")
+        return self
+
+    @property
+    def gpu_share(self) -> float:
+        return (self.gpus_per_worker or 1.0) if self.use_gpu else 0.0
 
 
 class TrackingConfig(_Strict):

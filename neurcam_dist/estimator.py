@@ -22,7 +22,7 @@ from .model.kmeans import kmeans_centroids
 from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
 from .model.schedule import Schedule
-from .model.step import Batch
+from .model.step import shuffled_batches
 from .params import HYPERPARAMETERS, check_params_for_data
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
@@ -196,7 +196,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         bar = _progress(self.verbose, spec.epochs)
         while not trainer.finished:
             te = time.perf_counter()
-            batches = _batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, spec.batch_size, gen)
+            batches = shuffled_batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, spec.batch_size, gen)
             stats = trainer.run_epoch(batches)
             rec, action = trainer.end_epoch(stats.means(), time.perf_counter() - te)
             records.append(rec)
@@ -394,15 +394,6 @@ def _refuse_empty(X, what: str) -> None:
     shape = getattr(X, "shape", None)
     if shape is not None and len(shape) == 2 and shape[0] == 0:
         raise ValueError(f"{what} is empty: shape {tuple(shape)}")
-
-
-def _batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | None, batch_size: int,
-             gen: torch.Generator):
-    """Shuffled mini-batches; the teacher's cached log-assignment travels with its rows."""
-    perm = torch.randperm(x.shape[0], generator=gen).to(x.device)
-    for i in range(0, x.shape[0], batch_size):
-        idx = perm[i:i + batch_size]
-        yield Batch(x[idx], xr[idx], None if targets is None else targets[idx])
 
 
 class _NoBar:

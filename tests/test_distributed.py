@@ -9,6 +9,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from neurcam_dist import NeurCAM, metrics
@@ -19,6 +20,7 @@ from neurcam_dist.distributed import train
 from neurcam_dist.model.gates import is_one_hot
 from neurcam_dist.distributed import predict_parquet
 from neurcam_dist.data.synthetic import write_shards
+from neurcam_dist.distributed.worker import _Resident
 
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
@@ -92,8 +94,51 @@ def test_one_and_two_workers_reach_similar_inertia(two_workers, shards, tmp_path
     config.write_text(yaml.safe_dump(job(shards, tmp_path / "out1", workers=1)))
     assert main(["train", "--config", str(config)]) == 0
     one = json.loads((tmp_path / "out1" / "metrics.json").read_text())
-    assert one["num_workers"] == 1 and "caching the 3,000 training rows" in capsys.readouterr().out
+    assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in capsys.readouterr().out
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
+
+
+def test_streamed_workers_recompute_the_teacher_per_batch(two_workers):
+    h = two_workers.estimator.history_["epochs"]
+    assert {r["source"] for r in h} == {"stream"}
+    for r in h:  # a second forward for every batch of an annealing epoch, none before
+        assert (r["teacher_batches"] > 0) == (r["phase"] in ("anneal_single", "anneal_pairs", "final")), r
+
+
+def test_device_resident_shards_train_from_memory_with_the_teacher_cached(shards, tmp_path):
+    """cache: device: the first epoch streams, later epochs reshuffle the rows kept on the worker's
+    device, and the frozen model's assignment is computed once per row (no second forward)."""
+    runs = [train(job(shards, tmp_path / f"out{w}{i}", workers=w, cache="device")) for w, i in ((2, 0), (1, 0), (1, 1))]
+    for run in runs:
+        h = run.estimator.history_
+        assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
+        assert any(r["phase"] == "final" for r in h["epochs"])
+        assert all(r["teacher_batches"] == 0 for r in h["epochs"])
+        assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
+        est = run.estimator
+        assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
+    # one worker reads the files in order: the same seed gives the same model (two workers split
+    # the stream between them as they ask for blocks, so their rows can differ from run to run)
+    a, b = (r.estimator.net_.state_dict() for r in runs[1:])
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_shard_over_its_resident_budget_is_dropped_with_a_message():
+    said = []
+    keep = _Resident(True, budget=1000, seed=0, rank=0, say=said.append)
+    x, xr = torch.zeros(10, 4), torch.zeros(10, 6)  # 400 bytes a batch
+    keep.add(x, xr)
+    keep.add(x, xr)
+    assert not said and len(keep.parts) == 2
+    keep.add(x, xr)
+    keep.seal()
+    assert not keep.ready and keep.parts == [] and not keep.active
+    assert said == ["the shard passed the resident budget of 0.00 GiB on its device: streaming every epoch "
+                    "(raise train.device_cache_gib, or add workers)"]
+    fits = _Resident(True, budget=10**6, seed=0, rank=0, say=said.append, repr_is_x=True)
+    fits.add(x, x)
+    fits.seal()
+    assert fits.ready and fits.xr is fits.x and fits.bytes == 160  # features as the representation: held once
 
 
 def _train_workers():
@@ -245,6 +290,25 @@ def test_config_errors_name_the_field(tmp_path):
     assert load_config(f, {"model.epochs": 3}).model.epochs == 3
     with pytest.raises(ConfigError, match=r"model\.epsilon: Input should be less than 1"):
         load_config(f, {"model.epsilon": 1.5})
+
+
+def test_gpu_shares_are_checked_before_anything_starts(shards, tmp_path):
+    good = job("data/", "runs/x")
+    with pytest.raises(ConfigError, match=r"train\.gpus_per_worker: Input should be less than or equal to 1"):
+        parse_config({**good, "train": {"use_gpu": True, "num_workers": 1, "gpus_per_worker": 1.5}})
+    with pytest.raises(ConfigError, match=r"gpus_per_worker=0\.25 needs train\.use_gpu: true"):
+        parse_config({**good, "train": {"num_workers": 1, "gpus_per_worker": 0.25}})
+    with pytest.raises(ConfigError, match=r"gpus_per_worker=0\.5 with train\.num_workers=2: the workers of one "
+                                          r"run would share a GPU, which NCCL refuses"):
+        parse_config({**good, "train": {"use_gpu": True, "num_workers": 2, "gpus_per_worker": 0.5}})
+    cfg = parse_config({**good, "train": {"use_gpu": True, "num_workers": 1, "gpus_per_worker": 0.25}})
+    assert cfg.train.gpu_share == 0.25
+    # this cluster has no GPU: refused with the numbers, before reading or training anything
+    out = tmp_path / "gpu"
+    with pytest.raises(ValueError, match=r"num_workers=1 x train\.gpus_per_worker=0\.25 needs 0\.25 GPUs; "
+                                         r"the cluster has 0"):
+        train(job(shards, out, workers=1, use_gpu=True, gpus_per_worker=0.25))
+    assert not out.exists()
 
 
 def test_sample_is_uniform_over_every_file_and_seeded(shards):

@@ -1,14 +1,19 @@
 """Invariants of the model and the estimator: one-hot gates, additivity, the loss, determinism."""
+import os
+import traceback
+
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from neurcam_dist import NeurCAM
-from neurcam_dist.model import log_assignment
+from neurcam_dist.model import TrainingSpec, build_trainer, log_assignment
 from neurcam_dist.model.gates import SelectionGates, is_one_hot, relaxed_gates
 from neurcam_dist.model.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
 from neurcam_dist.model.network import NeurCAMNet
 from neurcam_dist.model.schedule import Schedule
+from neurcam_dist.model.step import Batch, train_epoch
 
 from .conftest import SMALL
 
@@ -29,6 +34,50 @@ def test_locked_gates_are_constant_one_hot_and_get_no_gradient():
     assert is_one_hot(mat)
     assert torch.equal(mat.argmax(-1), expected)
     assert not mat.requires_grad
+
+
+class _HostReads(TorchDispatchMode):
+    """Records every read of a tensor's value by the host (``item``, ``bool``, ``if tensor``): on a
+    GPU each one waits for the device's queue to drain. CPU Adam's step counter is a host tensor
+    (the trainer asks for ``capturable`` Adam on CUDA), so reads from ``torch.optim`` are left out."""
+
+    def __init__(self):
+        super().__init__()
+        self.where: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            stack = traceback.extract_stack()
+            if not any(f"torch{os.sep}optim" in fr.filename for fr in stack):
+                self.where.append("".join(traceback.format_list(stack[-8:])))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_training_step_never_reads_a_device_value(precision):
+    spec = TrainingSpec.from_params({"n_clusters": 3, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
+                                     "init": "kmeans", "random_state": 0}, 5)
+    trainer = build_trainer(spec, np.random.default_rng(0).normal(size=(3, 5)), precision=precision)
+    x = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
+    target = torch.log_softmax(torch.randn(64, 3), dim=1)
+    for lock in (None, trainer.net.pairs.gates, trainer.net.single.gates):
+        if lock is not None:
+            lock.lock()
+        for phase, batch in (("warmup", Batch(x, x)), ("anneal_single", Batch(x, x, target))):
+            reads = _HostReads()
+            with reads:
+                train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch], phase=phase,
+                            t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision)
+            assert reads.where == [], f"{phase}, locked {lock is not None}: host reads at\n" + "\n".join(reads.where)
+
+
+def test_a_loaded_gate_knows_it_is_locked_without_reading_the_device():
+    gates = SelectionGates(3, 1, 5, torch.Generator().manual_seed(0))
+    gates.lock()
+    other = SelectionGates(3, 1, 5, torch.Generator().manual_seed(1))
+    assert not other.is_locked
+    other.load_state_dict(gates.state_dict())
+    assert other.is_locked and torch.equal(other.matrix(1.0), gates.matrix(1.0))
 
 
 @pytest.mark.parametrize("est_name", ["fitted", "fitted_pairs"])

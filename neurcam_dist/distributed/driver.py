@@ -35,8 +35,8 @@ from ..uris import as_path, join
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
 from .console import routed_logs
-from .session import check_resources, ensure_ray
-from .worker import STATE_FILE, WorkerConfig, train_loop_per_worker
+from .session import check_resources, ensure_ray, worker_group
+from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
 
 
 @dataclass
@@ -147,24 +147,30 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
     return WorkerConfig(spec=TrainingSpec.from_params(cfg.model.estimator_params(), len(plan.features)), plan=plan,
                         mean=init.mean, scale=init.scale, centroids=init.centroids, allowed=init.allowed,
                         shuffle_buffer=tc.shuffle_buffer,
-                        checkpoint_every=tc.checkpoint_every, threads=tc.cpus_per_worker, max_epochs=max_epochs)
+                        checkpoint_every=tc.checkpoint_every, threads=tc.cpus_per_worker, max_epochs=max_epochs,
+                        resident=tc.cache if tc.cache in ("auto", "device") else "never",
+                        resident_budget=None if tc.device_cache_gib is None else int(tc.device_cache_gib * 2**30),
+                        gpu_share=tc.gpu_share or 1.0)
 
 
 def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, callbacks=None):
     """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
     ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback)."""
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     tc = cfg.train
     dataset = data_mod.read(plan, ordered=True)
-    if _should_cache(tc.cache, plan):
-        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache={tc.cache})")
+    if tc.cache == "always":
+        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")
         dataset = dataset.materialize()
+    elif tc.cache in ("auto", "device"):
+        log(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
+            f"the first epoch{' when it fits' if tc.cache == 'auto' else ''} (about "
+            f"{expected_shard_bytes(wcfg, tc.num_workers) / 2**20:,.1f} MiB per worker)")
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config={"worker": wcfg},
-        scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
-                                     resources_per_worker={"CPU": tc.cpus_per_worker}),
+        **worker_group(tc),
         run_config=RunConfig(name=run_name, storage_path=cfg.storage_path(),
                              failure_config=FailureConfig(max_failures=tc.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=callbacks),
@@ -182,17 +188,6 @@ def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_nam
     return result
 
 
-def _should_cache(mode: str, plan: data_mod.Plan) -> bool:
-    """Small data: skip the per-epoch Parquet read (Ray Data restarts a streaming read every epoch,
-    seconds of fixed cost); large data keeps streaming from the files."""
-    if mode != "auto":
-        return mode == "always"
-    import ray
-    store = ray.cluster_resources().get("object_store_memory", 0.0)
-    width = len(plan.features) + (plan.repr_dim if plan.repr_kind != "features" else 0)
-    return plan.n_rows * width * 4 < 0.2 * store
-
-
 def train(config, *, name: str | None = None) -> TrainResult:
     """Train on Ray as ``config`` (a ``JobConfig``, a dict or a YAML path) says; writes
     ``output/model`` (loadable by ``NeurCAM.load``), ``metrics.json`` and ``config.json``
@@ -202,7 +197,7 @@ def train(config, *, name: str | None = None) -> TrainResult:
     t_start = time.perf_counter()
     tc = cfg.train
     ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
-    check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
     if cfg.search is not None:
         log("the config's search: section is for neurcam tune; this trains one run with the model: section")
     with routed_logs(cfg.output, log):

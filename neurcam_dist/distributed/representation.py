@@ -28,6 +28,7 @@ from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..storage import write_dataset
 from ..uris import join
+from .session import worker_group
 
 DAE_COLUMN = "dae_embedding"
 WEIGHTS = "weights.pt"
@@ -128,7 +129,7 @@ class _Encoder:
 def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     """Train the autoencoder and write the data with its embedding; the config of that data.
     ``prepare``: the driver's checks and profile pass of the input (``driver.prepare``)."""
-    from ray.train import RunConfig, ScalingConfig
+    from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
     r, tc, m = cfg.representation, cfg.train, cfg.model
@@ -142,8 +143,7 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     t0 = time.perf_counter()
     dataset = data_mod.read(plan, plan.features, ordered=True).materialize()
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
-                           scaling_config=ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
-                                                        resources_per_worker={"CPU": tc.cpus_per_worker}),
+                           **worker_group(tc),
                            run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
                                                 storage_path=cfg.storage_path()),
                            datasets={"train": dataset})

@@ -1,5 +1,6 @@
 """The Ray session: connect or start one, quiet Ray Data's bars, refuse worker groups that would
-leave Ray Data no CPU (the run would hang)."""
+leave Ray Data no CPU (the run would hang), and the one description of a worker group that every
+``TorchTrainer`` here starts with."""
 from __future__ import annotations
 
 import math
@@ -39,8 +40,9 @@ def quiet_data_progress() -> None:
         ctx.print_on_execution_start = False
 
 
-def check_resources(num_workers: int, cpus_per_worker: float, use_gpu: bool) -> None:
-    """Refuse a worker group that would leave Ray Data no CPU to read with (it would hang)."""
+def check_resources(num_workers: int, cpus_per_worker: float, gpu_share: float) -> None:
+    """Refuse a worker group that would leave Ray Data no CPU to read with (it would hang), or
+    that asks for more GPU than the cluster has (it would wait forever)."""
     import ray
     res = ray.cluster_resources()
     cpus, gpus = res.get("CPU", 0.0), res.get("GPU", 0.0)
@@ -49,6 +51,20 @@ def check_resources(num_workers: int, cpus_per_worker: float, use_gpu: bool) -> 
         raise ValueError(f"train.num_workers x train.cpus_per_worker = {need:g} CPUs leaves "
                          f"{max(cpus - need, 0):g} of the cluster's {cpus:g} CPUs for Ray Data to read the "
                          f"shards (at least 1 is needed): lower train.cpus_per_worker or add CPUs")
-    if use_gpu and gpus < num_workers:
-        raise ValueError(f"train.use_gpu with train.num_workers={num_workers} needs {num_workers} GPUs; "
-                         f"the cluster has {gpus:g}")
+    if gpu_share and gpus < num_workers * gpu_share:
+        raise ValueError(f"train.use_gpu with train.num_workers={num_workers} x train.gpus_per_worker="
+                         f"{gpu_share:g} needs {num_workers * gpu_share:g} GPUs; the cluster has {gpus:g}")
+
+
+def worker_group(tc) -> dict:
+    """``TorchTrainer`` keyword arguments for ``train:``'s workers: their resources (a GPU share
+    with ``use_gpu``) and an ingest that keeps the files' order. Ray Train replaces a dataset's
+    execution options with its own defaults, which let blocks arrive in completion order: a
+    one-worker stream would then differ from run to run."""
+    from ray.train import DataConfig, ScalingConfig
+    ingest = DataConfig.default_ingest_options()
+    ingest.preserve_order = True
+    resources = {"CPU": tc.cpus_per_worker, **({"GPU": tc.gpu_share} if tc.use_gpu else {})}
+    return {"scaling_config": ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
+                                            resources_per_worker=resources),
+            "dataset_config": DataConfig(execution_options=ingest)}

@@ -264,7 +264,7 @@ def check_search_resources(s: SearchConfig, tc) -> None:
     """Concurrent trials each start a worker group; if together they took every CPU, Ray Data
     could not read for any of them and the whole search would hang: refuse up front."""
     import ray
-    check_resources(tc.num_workers, tc.cpus_per_worker, tc.use_gpu)
+    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
     cpus = ray.cluster_resources().get("CPU", 0.0)
     need = s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus)
     if cpus - need < 1:
@@ -272,10 +272,12 @@ def check_search_resources(s: SearchConfig, tc) -> None:
                          f"{tc.num_workers} x train.cpus_per_worker={tc.cpus_per_worker:g} + search.trial_cpus="
                          f"{s.trial_cpus:g}) = {need:g} CPUs leaves less than 1 of the cluster's {cpus:g} CPUs "
                          f"for Ray Data: lower search.max_concurrent_trials or train.num_workers")
-    if tc.use_gpu and ray.cluster_resources().get("GPU", 0.0) < s.max_concurrent_trials * tc.num_workers:
+    gpus = ray.cluster_resources().get("GPU", 0.0)
+    if tc.use_gpu and gpus < s.max_concurrent_trials * tc.num_workers * tc.gpu_share:
         raise ValueError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
-                         f"{tc.num_workers} GPU workers need more GPUs than the cluster's "
-                         f"{ray.cluster_resources().get('GPU', 0.0):g}")
+                         f"{tc.num_workers} x train.gpus_per_worker={tc.gpu_share:g} GPU workers need "
+                         f"{s.max_concurrent_trials * tc.num_workers * tc.gpu_share:g} GPUs; the cluster has "
+                         f"{gpus:g}")
 
 
 def collect(grid, cfg: JobConfig) -> list[Trial]:

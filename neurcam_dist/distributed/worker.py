@@ -5,6 +5,11 @@ in-memory estimator uses; only the reductions differ: epoch sums and the one-hot
 are all-reduced, so every worker takes the same schedule decisions. Checkpoints hold the whole
 ``Trainer`` state, so a restarted worker group resumes mid-phase with the same temperatures and
 optimiser moments.
+
+Device-resident shards (``train.cache: device``, or ``auto`` when the shard fits): the first epoch
+streams the shard and keeps its rows on the worker's device; later epochs reshuffle them there
+with the estimator's own ``shuffled_batches``, and the frozen warm-up model's assignment is
+computed once per row when warm-up ends (no second forward per batch), as in memory.
 """
 from __future__ import annotations
 
@@ -22,13 +27,16 @@ from ..model import TrainingSpec, build_trainer
 from ..model.device import resolve_precision
 from ..model.loss import fcm_log_membership, squared_distances
 from ..model.perf import keep_freed_memory
-from ..model.step import Batch, EpochStats
+from ..model.fitted import log_assignment
+from ..model.step import Batch, EpochStats, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
 
 STATE_FILE = "trainer_state.pt"
 LOG_SECONDS = 20.0  # at most one epoch line this often (phase changes and the last epoch always print)
 PROGRESS_SECONDS = 60.0  # within an epoch, a progress line at most this often (rank 0)
+GPU_CACHE_SHARE = 0.5  # of a GPU's memory (times the worker's share of it) for a resident shard
+CPU_CACHE_SHARE = 0.5  # of the node's Ray memory resource, split between the node's workers
 REPORTED = ("epoch", "phase", "loss", "clust_loss", "kl", "T", "T2", "lr", "rows", "rows_per_s", "seconds")
 
 
@@ -45,6 +53,9 @@ class WorkerConfig:
     shuffle_buffer: int
     checkpoint_every: int
     threads: float
+    resident: str = "auto"          # device: keep the shard on the device after epoch 1; auto: when it fits; never
+    resident_budget: int | None = None  # bytes per worker for a resident shard (None: from the device's memory)
+    gpu_share: float = 1.0          # this worker's fraction of its GPU (train.gpus_per_worker)
     max_epochs: int | None = None   # cut a run short (benchmarks only)
     tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
 
@@ -116,21 +127,83 @@ def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[di
     return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
 
 
-def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate):
+def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident"):
     """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
-    with a heartbeat line on long epochs."""
+    from the device when the shard is resident, else streamed (and kept, on the first epoch of
+    a resident run); a heartbeat line on long epochs."""
+    bs = max(1, c.spec.batch_size // group.world)
+    if keep.ready:
+        yield from shuffled_batches(keep.x, keep.xr, keep.targets if trainer.schedule.uses_teacher else None,
+                                    bs, keep.gen)
+        return
     seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
-    it = shard.iter_torch_batches(batch_size=max(1, c.spec.batch_size // group.world), collate_fn=collate,
+    it = shard.iter_torch_batches(batch_size=bs, collate_fn=collate,
                                   device=group.device, local_shuffle_buffer_size=c.shuffle_buffer or None,
                                   local_shuffle_seed=seed if c.shuffle_buffer else None)
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
     for x, xr in it:
+        keep.add(x, xr)
         yield Batch(x, xr)
         rows += x.shape[0]
         if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
             last = time.perf_counter()
             print(f"[neurcam] {c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
                   f"rows so far, {rows * group.world / (last - start):,.0f} rows/s", flush=True)
+    keep.seal()
+
+
+def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> int:
+    """Bytes this worker may hold: ``train.device_cache_gib``, else a share of its GPU's memory,
+    else of its node's memory as Ray counts it (cgroup limits included)."""
+    if c.resident_budget is not None:
+        return int(c.resident_budget)
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_SHARE * min(c.gpu_share, 1.0))
+    import ray
+    node = ray.get_runtime_context().get_node_id()
+    memory = next((n["Resources"].get("memory", 0.0) for n in ray.nodes() if n["NodeID"] == node), 0.0)
+    return int(memory * CPU_CACHE_SHARE / max(local_world, 1))
+
+
+class _Resident:
+    """This worker's shard on its device: filled while the first epoch streams, then reshuffled
+    every epoch from there. Gives up (and the worker streams as before) past ``budget`` bytes."""
+
+    def __init__(self, enabled: bool, budget: int, seed: int, rank: int, say, repr_is_x: bool = False):
+        self.active, self.budget, self.say, self.repr_is_x = enabled, budget, say, repr_is_x
+        self.parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.bytes = 0
+        self.x = self.xr = self.targets = None
+        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * rank + 1)
+
+    @property
+    def ready(self) -> bool:
+        return self.x is not None
+
+    def add(self, x: torch.Tensor, xr: torch.Tensor) -> None:
+        if not self.active or self.ready:
+            return
+        self.bytes += x.numel() * x.element_size() + (0 if self.repr_is_x else xr.numel() * xr.element_size())
+        if self.bytes > self.budget:
+            self.say(f"the shard passed the resident budget of {self.budget / 2**30:.2f} GiB on its device: "
+                     f"streaming every epoch (raise train.device_cache_gib, or add workers)")
+            self.active, self.parts = False, []
+            return
+        self.parts.append((x, xr))
+
+    def seal(self) -> None:
+        if self.active and not self.ready and self.parts:
+            self.x = torch.cat([p[0] for p in self.parts])
+            self.xr = self.x if self.repr_is_x else torch.cat([p[1] for p in self.parts])
+            self.parts = []
+            self.say(f"{self.x.shape[0]:,} rows resident on {self.x.device} ({self.bytes / 2**20:,.1f} MiB): "
+                     f"later epochs train from there")
+
+    def teacher_targets(self, trainer: Trainer) -> None:
+        """The frozen model's log-assignment of every resident row, once (``freeze_teacher``, or
+        on a restart in a phase that needs it)."""
+        if self.ready and self.targets is None and trainer.teacher is not None:
+            self.targets = log_assignment(trainer.teacher, self.x, 1.0, 1.0)
 
 
 def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
@@ -146,6 +219,14 @@ def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
     with tempfile.TemporaryDirectory() as d:
         torch.save({"trainer": trainer.state_dict(), **state}, os.path.join(d, STATE_FILE))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+def expected_shard_bytes(c: WorkerConfig, world: int) -> int:
+    """A worker's resident rows (features, representation, teacher assignment in float32), with
+    a quarter of margin for shards of unequal size."""
+    p = c.plan
+    width = len(p.features) + (p.repr_dim if p.repr_kind != "features" else 0) + c.spec.n_clusters
+    return int(p.n_rows / max(world, 1) * width * 4 * 1.25)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -169,10 +250,24 @@ def train_loop_per_worker(config: dict) -> None:
     shard = ray.train.get_dataset_shard("train")
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
+    local_world = ray.train.get_context().get_local_world_size()
+    budget = resident_budget(c, device, local_world)
+    expected = expected_shard_bytes(c, group.world)
+    wanted = c.resident == "device" or (c.resident == "auto" and expected <= budget)
+    if group.rank == 0 and c.resident != "never" and not wanted:
+        print(f"[neurcam] {c.tag}the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident "
+              f"budget of {budget / 2**30:.2f} GiB: streaming every epoch", flush=True)
+    keep = _Resident(wanted, budget, c.spec.seed, group.rank,
+                     lambda msg: print(f"[neurcam] {c.tag}worker {group.rank}: {msg}", flush=True),
+                     repr_is_x=c.plan.repr_kind == "features")
+
+    teacher_batches = [0]  # batches whose teacher assignment needed a second forward (streamed rows)
+
     def target_fn(batch: Batch) -> torch.Tensor:
         with torch.no_grad():
             if trainer.schedule.phase == "distill":
                 return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
+            teacher_batches[0] += 1
             return torch.log_softmax(trainer.teacher(batch.x, 1.0, 1.0).float(), dim=1)
 
     epochs_run, last_line = 0, 0.0
@@ -180,16 +275,20 @@ def train_loop_per_worker(config: dict) -> None:
         epochs_run += 1
         t0 = time.perf_counter()
         phase_before = trainer.schedule.phase
+        source = "resident" if keep.ready else "stream"
+        keep.teacher_targets(trainer)  # after a restart in a teacher phase
         if group.distributed:
             with trainer.model.join():
-                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate), target_fn)
+                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep), target_fn)
         else:
-            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate), target_fn)
+            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep), target_fn)
         means = EpochStats.means_of(group.reduce(stats.sums()))
         seconds = time.perf_counter() - t0
         rec, action = trainer.end_epoch(means, seconds)
         rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
+        rec["source"], rec["teacher_batches"], teacher_batches[0] = source, teacher_batches[0], 0
         records.append(rec)
+        keep.teacher_targets(trainer)
         if action in ("lock_pairs", "lock_single"):
             group.wrap(trainer)
         s = trainer.schedule

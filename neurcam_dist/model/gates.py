@@ -7,6 +7,10 @@ frozen to the argmax and the gate becomes a constant one-hot matrix, so later op
 (Adam momentum included) cannot move a selection that the model's explanation relies on.
 Features marked not ``allowed`` (constant columns) get a logit far below the rest, so entmax
 gives them exactly zero weight at every temperature and no gate can ever select them.
+
+The locked flag is kept twice: a buffer (it travels with ``state_dict``) and a Python bool that
+``forward`` reads, because reading a device tensor's value in every forward is a host sync that
+stalls the GPU's queue and makes a training step impossible to capture in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -43,27 +47,40 @@ class SelectionGates(nn.Module):
         self.register_buffer("index", torch.zeros(n, arity, dtype=torch.long))
         self.register_buffer("allowed", torch.ones(n_features, dtype=torch.bool) if allowed is None
                              else torch.as_tensor(allowed, dtype=torch.bool).clone())
+        self.is_locked = False  # the host's copy of ``locked``: read per forward without a sync
+        # The locked gate matrix, made once (``one_hot`` checks its indices on the host).
+        self.register_buffer("one_hot", None, persistent=False)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._set_locked(bool(self.locked))  # once per load, never per forward
+
+    def _set_locked(self, locked: bool) -> None:
+        self.is_locked = locked
+        self.one_hot = (nn.functional.one_hot(self.index, self.n_features).to(self.logits.dtype)
+                        if locked else None)
 
     def masked_logits(self) -> torch.Tensor:
         return self.logits.masked_fill(~self.allowed, EXCLUDED_LOGIT)
 
     def matrix(self, temperature: float) -> torch.Tensor:
         """The (n, arity, D) gate matrix at this temperature (one-hot constant once locked)."""
-        if bool(self.locked):
-            return nn.functional.one_hot(self.index, self.n_features).to(self.logits.dtype)
+        if self.is_locked:
+            return self.one_hot
         return relaxed_gates(self.masked_logits(), temperature)
 
     @torch.no_grad()
     def one_hot_at(self, temperature: float) -> bool:
-        return bool(self.locked) or is_one_hot(relaxed_gates(self.masked_logits(), temperature))
+        return self.is_locked or is_one_hot(relaxed_gates(self.masked_logits(), temperature))
 
     @torch.no_grad()
     def lock(self) -> None:
         """Freeze the selection to the argmax; callers check ``one_hot_at`` first."""
         self.index.copy_(self.masked_logits().argmax(dim=-1))
         self.locked.fill_(True)
+        self._set_locked(True)
         self.logits.requires_grad_(False)
 
     def selected(self) -> torch.Tensor:
         """(n, arity) selected feature indices (the argmax; equal to the locked index once locked)."""
-        return self.index.clone() if bool(self.locked) else self.masked_logits().detach().argmax(dim=-1)
+        return self.index.clone() if self.is_locked else self.masked_logits().detach().argmax(dim=-1)

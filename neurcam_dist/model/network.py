@@ -58,7 +58,7 @@ class ShapeFunctions(nn.Module):
     def _sparse_inputs(self, x: torch.Tensor, baseline: torch.Tensor | None):
         """(inputs (N, n, arity), baseline inputs (n, arity), active (N, n)) when the sparse path
         applies (locked gates, a baseline, CPU, few active inputs), else None."""
-        if baseline is None or x.device.type != "cpu" or self.n == 0 or not bool(self.gates.locked):
+        if baseline is None or x.device.type != "cpu" or self.n == 0 or not self.gates.is_locked:
             return None
         idx = self.gates.index                                   # (n, arity)
         s = x[:, idx]                                            # (N, n, arity): exactly x @ one-hot

@@ -53,6 +53,16 @@ class EpochStats:
         return self.means_of(self.sums())
 
 
+def shuffled_batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | None, batch_size: int,
+                     gen: torch.Generator):
+    """One epoch of rows held in memory, reshuffled by ``gen``: the in-memory estimator's epochs
+    and a worker's device-resident shard. The teacher's cached log-assignment travels with its rows."""
+    perm = torch.randperm(x.shape[0], generator=gen).to(x.device)
+    for i in range(0, x.shape[0], batch_size):
+        idx = perm[i:i + batch_size]
+        yield Batch(x[idx], xr[idx], None if targets is None else targets[idx])
+
+
 def autocast_context(precision: str, device: torch.device):
     """bf16 autocast for the network's matmuls; the loss and softmax stay in fp32."""
     if precision == "bf16":

@@ -29,7 +29,10 @@ class Trainer:
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
         self.m, self.gamma, self.lr_patience, self.precision = m, gamma, lr_patience, precision
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+        # On a GPU the step counters stay on the device (``capturable``): CPU Adam reads its counter
+        # with ``.item()``, which on CUDA would be a host sync in every step.
+        on_gpu = net.centroids.device.type == "cuda"
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=lr, capturable=on_gpu)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
         # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
@@ -76,7 +79,7 @@ class Trainer:
         self.net.load_state_dict(state["net"])
         self.schedule = Schedule.from_state_dict(state["schedule"])
         for kind in (self.net.single, self.net.pairs):
-            if bool(kind.gates.locked):
+            if kind.gates.is_locked:
                 kind.gates.logits.requires_grad_(False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.plateau = make_plateau(self.optimizer, self.lr_patience)
