@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="default: results/quality.md (quality_tune.md with --tune)")
     ap.add_argument("--tune", action="store_true", help="in-memory protocol vs neurcam tune (Ray), same seeds")
     ap.add_argument("--workers", type=int, default=2, help="--tune: Ray Train workers per trial")
+    ap.add_argument("--cpus-per-worker", type=float, default=1.0, help="--tune: CPUs (torch threads) per worker")
     ap.add_argument("--repr", default="features", choices=["features", "dae"],
                     help="cluster in the standardized features, or in the paper's DAE embedding (the 'AE' columns)")
     ap.add_argument("--dae-epochs", type=int, default=100)
@@ -244,7 +245,8 @@ def tune_mode(args) -> None:
                 model_cfg = {k_: v for k_, v in params.items() if k_ not in ("verbose", "device")}
                 job = {"data": {"path": f"{tmp}/data", "label": "label", "id": "id"},
                        "model": {**model_cfg, "hidden": list(model_cfg.get("hidden", (256, 256)))},
-                       "train": {"num_workers": args.workers}, "search": {"seeds": seeds}, "output": f"{tmp}/out"}
+                       "train": {"num_workers": args.workers, "cpus_per_worker": args.cpus_per_worker},
+                       "search": {"seeds": seeds}, "output": f"{tmp}/out"}
                 t0 = time.perf_counter()
                 res = search(job)
                 tune_seconds = time.perf_counter() - t0
@@ -270,7 +272,7 @@ def tune_mode(args) -> None:
                          "in-memory s/epoch": round(mem_seconds / mem_epochs, 3),
                          "tune s/epoch": round(tune_seconds / tune_epochs, 3),
                          "tune / in-memory s/epoch": round((tune_seconds / tune_epochs) / (mem_seconds / mem_epochs), 2),
-                         "tune workers/trial": args.workers})
+                         "tune workers/trial": args.workers, "CPUs/worker": args.cpus_per_worker})
             text = (f"# Paper protocol in memory vs `neurcam tune` (best of {len(seeds)} seeds by inertia)\n\n"
                     f"Machine: {machine()}; precision {args.precision}; total wall time "
                     f"{(time.perf_counter() - started) / 60:.1f} min\n\n" + markdown_table(rows)

@@ -149,7 +149,7 @@ def main() -> None:
     ref = table.iloc[0]
     table["ARI / MBKM"] = table["ari"] / ref["ari"]
     table["inertia / MBKM"] = table["inertia"] / ref["inertia"]
-    lines = [f"# AG News: NeurCAM / Neur2CAM against MiniBatchKMeans\n",
+    lines = ["# AG News: NeurCAM / Neur2CAM against MiniBatchKMeans\n",
              f"Run {started} on {machine()}. "
              f"{len(x):,} documents ({args.per_class} per class, seed 0), {len(vocab.terms)} terms "
              f"(min_df 0.01, max_df 0.99, simplemma), all-MiniLM-L6-v2 embeddings ({emb.shape[1]}-dim). "

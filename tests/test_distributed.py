@@ -128,17 +128,23 @@ def test_a_shard_over_its_resident_budget_is_dropped_with_a_message():
     keep = _Resident(True, budget=1000, seed=0, rank=0, say=said.append)
     x, xr = torch.zeros(10, 4), torch.zeros(10, 6)  # 400 bytes a batch
     keep.add(x, xr)
-    keep.add(x, xr)
-    assert not said and len(keep.parts) == 2
+    keep.add(x + 1, xr + 2)
+    assert not said and keep.rows == 20
     keep.add(x, xr)
     keep.seal()
-    assert not keep.ready and keep.parts == [] and not keep.active
+    assert not keep.ready and keep._x is None and not keep.active
     assert said == ["the shard passed the resident budget of 0.00 GiB on its device: streaming every epoch "
                     "(raise train.device_cache_gib, or add workers)"]
-    fits = _Resident(True, budget=10**6, seed=0, rank=0, say=said.append, repr_is_x=True)
-    fits.add(x, x)
+    fits = _Resident(True, budget=10**6, seed=0, rank=0, say=said.append, expected_rows=15)
+    for i in range(3):  # past the expected rows: the buffers grow, the rows stay in order
+        fits.add(x + i, xr - i)
     fits.seal()
-    assert fits.ready and fits.xr is fits.x and fits.bytes == 160  # features as the representation: held once
+    assert fits.ready and fits.rows == 30 and fits.x.shape == (30, 4) and fits.xr.shape == (30, 6)
+    assert torch.equal(fits.x, torch.cat([x, x + 1, x + 2])) and torch.equal(fits.xr, torch.cat([xr, xr - 1, xr - 2]))
+    same = _Resident(True, budget=10**6, seed=0, rank=0, say=said.append, repr_is_x=True)
+    same.add(x, x)
+    same.seal()
+    assert same.xr is same.x and same.bytes == 160  # features as the representation: held once
 
 
 def _train_workers():

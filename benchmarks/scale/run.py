@@ -1,6 +1,14 @@
 """Streaming and scaling of the Ray trainer on Parquet shards written by ``generate.py``.
 
     python benchmarks/scale/run.py --data /tmp/scale [--workers 2] [--scaling-files 8] [--out FILE.md]
+    python benchmarks/scale/run.py --data /tmp/scale --feed-only [--epochs 2]   # the feed alone, no model
+    python benchmarks/scale/run.py --data /tmp/scale --resident                 # streamed vs resident epoch
+
+Feed only: the workers read their shards through the training feed (``worker.stream``: Ray Data,
+Arrow -> numpy -> standardized tensors, the local shuffle buffer) and do nothing else; rows/s
+and MB/s per CPU say what the feed can give a model. Resident: two epochs with ``train.cache:
+device``: the first streams the files, the second trains from the rows the workers kept in
+memory, so one run measures the streamed and the in-memory rate of the same workers.
 
 Streaming: validate + profile the dataset (one Ray Data pass), then train ONE full epoch with
 the paper's hyperparameters (hidden (256, 256), 64 bases, batch 512, K = 10, k-means init) on
@@ -12,6 +20,7 @@ the data). Scaling: one epoch with 1 and with 2 workers on the first ``--scaling
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import threading
@@ -66,12 +75,17 @@ class MemorySampler(threading.Thread):
             time.sleep(self.period)
 
 
-def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
-    cfg = parse_config({
+def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/neurcam-scale-out"):
+    """The paper's hyperparameters (K = 10, k-means init) on ``workers`` one-CPU workers."""
+    return parse_config({
         "data": {"path": files, "embedding": "embedding", "label": "label", "id": "id"},
-        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},   # the paper's hyperparameters
-        "train": {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000},
+        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},
+        "train": {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache},
         "output": out})
+
+
+def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
+    cfg = job(files, workers, cache="never", out=out)  # streaming: the memory peak must not hold the data
     t0 = time.perf_counter()
     plan, prof = distributed.prepare(cfg)
     t_prepare = time.perf_counter() - t0
@@ -85,6 +99,76 @@ def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
             "wall_s": wall, "seen": m["rows"]}
 
 
+def feed_loop(config: dict) -> None:
+    """A Ray Train worker that reads its shard through the training feed and nothing else."""
+    import numpy as np
+    import ray.train
+    import torch
+
+    from neurcam_dist.distributed.worker import _Collate, stream
+    c = config["worker"]
+    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))
+    ctx = ray.train.get_context()
+    shard = ray.train.get_dataset_shard("train")
+    epochs = []
+    for epoch in range(config["epochs"]):
+        t0, rows, nbytes = time.perf_counter(), 0, 0
+        for x, xr in stream(shard, max(1, c.spec.batch_size // ctx.get_world_size()), collate,
+                            torch.device("cpu"), c.shuffle_buffer, epoch):
+            rows += x.shape[0]
+            nbytes += x.numel() * x.element_size() + (0 if xr is x else xr.numel() * xr.element_size())
+        sums = torch.tensor([rows, nbytes, time.perf_counter() - t0], dtype=torch.float64)
+        if ctx.get_world_size() > 1:  # the group's rows and bytes; its slowest worker's seconds
+            import torch.distributed as dist
+            secs = sums[2:].clone()
+            dist.all_reduce(sums)
+            dist.all_reduce(secs, op=dist.ReduceOp.MAX)
+            sums[2] = secs[0]
+        epochs.append({"epoch": epoch + 1, "rows": int(sums[0]), "bytes": float(sums[1]), "seconds": float(sums[2])})
+    if ctx.get_world_rank() == 0:  # one machine: a file is the simplest way back (Train keeps metrics with checkpoints)
+        Path(config["out"]).write_text(json.dumps(epochs))
+
+
+def feed_only(files: list[str], workers: int, epochs: int) -> list[dict]:
+    """Per epoch: rows/s and MB/s of the whole group (each worker's report, summed)."""
+    from ray.train import RunConfig
+    from ray.train.torch import TorchTrainer
+
+    from neurcam_dist.distributed.session import worker_group
+    cfg = job(files, workers, cache="never")
+    plan, prof = distributed.prepare(cfg)
+    init = distributed.initial_state(cfg, plan, prof)
+    wcfg = distributed.worker_config(cfg, plan, init)
+    out = Path("/tmp/neurcam-scale-out/feed-only.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    trainer = TorchTrainer(feed_loop, train_loop_config={"worker": wcfg, "epochs": epochs, "out": str(out)},
+                           run_config=RunConfig(name="feed-only", storage_path="/tmp/neurcam-scale-out/_ray"),
+                           datasets={"train": distributed.data_mod.read(plan, ordered=True)}, **worker_group(cfg.train))
+    trainer.fit()
+    per_epoch = json.loads(out.read_text())
+    return [{**m, "rows_per_s": m["rows"] / m["seconds"], "mb_per_s_per_cpu": m["bytes"] / m["seconds"] / 1e6 / workers}
+            for m in per_epoch]
+
+
+def resident(files: list[str], workers: int) -> list[dict]:
+    """Two epochs with ``train.cache: device``: (source, rows/s) of each."""
+    cfg = job(files, workers, cache="device")
+    plan, prof = distributed.prepare(cfg)
+    init = distributed.initial_state(cfg, plan, prof)
+    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=2),
+                                     f"scale-resident-{workers}w")
+    import torch
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
+    return [{"epoch": r["epoch"], "source": r["source"], "rows": r["rows"], "seconds": r["seconds"],
+             "rows_per_s": r["rows_per_s"]} for r in state["records"]]
+
+
+def plan_rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", required=True)
@@ -96,6 +180,9 @@ def main() -> None:
     ap.add_argument("--skip-scaling", action="store_true")
     ap.add_argument("--streaming-files", type=int, default=None, help="first N shards only (default: all)")
     ap.add_argument("--block-mib", type=float, default=None, help="Ray Data target block size (default: Ray's)")
+    ap.add_argument("--feed-only", action="store_true", help="time the feed alone (no model) and stop")
+    ap.add_argument("--resident", action="store_true", help="a streamed and a resident epoch (cache: device)")
+    ap.add_argument("--epochs", type=int, default=2, help="--feed-only: epochs to read")
     args = ap.parse_args()
     files = resolve(args.data).files
     size = sum(Path(f).stat().st_size for f in files)
@@ -109,6 +196,29 @@ def main() -> None:
     lines = [f"Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / GiB:.0f} GiB; Ray "
              f"{ray.__version__}; object store capped at {args.object_store_gib:g} GiB; data: {len(files)} "
              f"Parquet files, {size / GiB:.2f} GiB on disk.", ""]
+    picked = files[: args.streaming_files]
+    on_disk = sum(Path(f).stat().st_size for f in picked) / GiB
+    if args.feed_only or args.resident:
+        if args.feed_only:
+            rows = feed_only(picked, args.workers, args.epochs)
+            lines += [f"## The feed alone: {args.workers} worker(s) x 1 CPU, no model, batch 512", "",
+                      "| epoch | rows | s | rows/s | MB/s per CPU |", "|---|---|---|---|---|"]
+            lines += [f"| {r['epoch']} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_s']:,.0f} | "
+                      f"{r['mb_per_s_per_cpu']:.1f} |" for r in rows]
+        else:
+            rows = resident(picked, args.workers)
+            lines += [f"## Streamed and resident epochs: {args.workers} worker(s) x 1 CPU / 1 thread, paper "
+                      f"hyperparameters, `train.cache: device`", "",
+                      "| epoch | source | rows | s | rows/s |", "|---|---|---|---|---|"]
+            lines += [f"| {r['epoch']} | {r['source']} | {r['rows']:,} | {r['seconds']:.1f} | "
+                      f"{r['rows_per_s']:,.0f} |" for r in rows]
+            lines += ["", f"streamed / resident rows/s: **{rows[0]['rows_per_s'] / rows[1]['rows_per_s']:.2f}x**"]
+        lines[0] += f" Rows: {plan_rows(picked):,} ({on_disk:.2f} GiB on disk)."
+        text = "\n".join(lines)
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
+        return
     if not args.skip_streaming:
         sampler = MemorySampler()
         sampler.start()

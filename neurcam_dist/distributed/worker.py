@@ -127,6 +127,14 @@ def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[di
     return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
 
 
+def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, shuffle_buffer: int, seed: int):
+    """This worker's shard read once from Ray Data as (features, representation) tensors on
+    ``device`` (the training feed; ``benchmarks/scale/run.py --feed-only`` times it alone)."""
+    return shard.iter_torch_batches(batch_size=batch_size, collate_fn=collate, device=device,
+                                    local_shuffle_buffer_size=shuffle_buffer or None,
+                                    local_shuffle_seed=seed if shuffle_buffer else None)
+
+
 def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident"):
     """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
     from the device when the shard is resident, else streamed (and kept, on the first epoch of
@@ -137,11 +145,8 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
                                     bs, keep.gen)
         return
     seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
-    it = shard.iter_torch_batches(batch_size=bs, collate_fn=collate,
-                                  device=group.device, local_shuffle_buffer_size=c.shuffle_buffer or None,
-                                  local_shuffle_seed=seed if c.shuffle_buffer else None)
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
-    for x, xr in it:
+    for x, xr in stream(shard, bs, collate, group.device, c.shuffle_buffer, seed):
         keep.add(x, xr)
         yield Batch(x, xr)
         rows += x.shape[0]
@@ -167,18 +172,18 @@ def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> 
 
 class _Resident:
     """This worker's shard on its device: filled while the first epoch streams, then reshuffled
-    every epoch from there. Gives up (and the worker streams as before) past ``budget`` bytes."""
+    every epoch from there. Gives up (and the worker streams as before) past ``budget`` bytes.
+    Rows are copied into buffers sized for the expected shard (grown if it is larger), so the
+    device never holds the shard twice, as a list of batches and their concatenation would."""
 
-    def __init__(self, enabled: bool, budget: int, seed: int, rank: int, say, repr_is_x: bool = False):
+    def __init__(self, enabled: bool, budget: int, seed: int, rank: int, say, repr_is_x: bool = False,
+                 expected_rows: int = 0):
         self.active, self.budget, self.say, self.repr_is_x = enabled, budget, say, repr_is_x
-        self.parts: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.bytes = 0
+        self.expected_rows = expected_rows
+        self.rows, self.bytes, self.ready = 0, 0, False
+        self._x = self._xr = None
         self.x = self.xr = self.targets = None
         self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * rank + 1)
-
-    @property
-    def ready(self) -> bool:
-        return self.x is not None
 
     def add(self, x: torch.Tensor, xr: torch.Tensor) -> None:
         if not self.active or self.ready:
@@ -187,16 +192,31 @@ class _Resident:
         if self.bytes > self.budget:
             self.say(f"the shard passed the resident budget of {self.budget / 2**30:.2f} GiB on its device: "
                      f"streaming every epoch (raise train.device_cache_gib, or add workers)")
-            self.active, self.parts = False, []
+            self.active, self._x, self._xr = False, None, None
             return
-        self.parts.append((x, xr))
+        n = x.shape[0]
+        if self._x is None or self.rows + n > self._x.shape[0]:
+            self._grow(max(self.expected_rows, 2 * self.rows, self.rows + n), x, xr)
+        self._x[self.rows:self.rows + n] = x
+        if not self.repr_is_x:
+            self._xr[self.rows:self.rows + n] = xr
+        self.rows += n
+
+    def _grow(self, capacity: int, x: torch.Tensor, xr: torch.Tensor) -> None:
+        def bigger(old, like):
+            new = torch.empty((capacity, *like.shape[1:]), dtype=like.dtype, device=like.device)
+            if old is not None:
+                new[:self.rows] = old[:self.rows]
+            return new
+        self._x = bigger(self._x, x)
+        self._xr = None if self.repr_is_x else bigger(self._xr, xr)
 
     def seal(self) -> None:
-        if self.active and not self.ready and self.parts:
-            self.x = torch.cat([p[0] for p in self.parts])
-            self.xr = self.x if self.repr_is_x else torch.cat([p[1] for p in self.parts])
-            self.parts = []
-            self.say(f"{self.x.shape[0]:,} rows resident on {self.x.device} ({self.bytes / 2**20:,.1f} MiB): "
+        if self.active and not self.ready and self.rows:
+            self.x = self._x[:self.rows]
+            self.xr = self.x if self.repr_is_x else self._xr[:self.rows]
+            self.ready = True
+            self.say(f"{self.rows:,} rows resident on {self.x.device} ({self.bytes / 2**20:,.1f} MiB): "
                      f"later epochs train from there")
 
     def teacher_targets(self, trainer: Trainer) -> None:
@@ -259,7 +279,8 @@ def train_loop_per_worker(config: dict) -> None:
               f"budget of {budget / 2**30:.2f} GiB: streaming every epoch", flush=True)
     keep = _Resident(wanted, budget, c.spec.seed, group.rank,
                      lambda msg: print(f"[neurcam] {c.tag}worker {group.rank}: {msg}", flush=True),
-                     repr_is_x=c.plan.repr_kind == "features")
+                     repr_is_x=c.plan.repr_kind == "features",
+                     expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
 
     teacher_batches = [0]  # batches whose teacher assignment needed a second forward (streamed rows)
 
