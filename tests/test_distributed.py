@@ -89,15 +89,6 @@ def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
     assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est.reference_)
 
 
-def test_one_and_two_workers_reach_similar_inertia(two_workers, shards, tmp_path, capsys):
-    config = tmp_path / "one.yaml"
-    config.write_text(yaml.safe_dump(job(shards, tmp_path / "out1", workers=1)))
-    assert main(["train", "--config", str(config)]) == 0
-    one = json.loads((tmp_path / "out1" / "metrics.json").read_text())
-    assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in capsys.readouterr().out
-    assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
-
-
 def test_streamed_workers_recompute_the_teacher_per_batch(two_workers):
     h = two_workers.estimator.history_["epochs"]
     assert {r["source"] for r in h} == {"stream"}
@@ -105,10 +96,12 @@ def test_streamed_workers_recompute_the_teacher_per_batch(two_workers):
         assert (r["teacher_batches"] > 0) == (r["phase"] in ("anneal_single", "anneal_pairs", "final")), r
 
 
-def test_device_resident_shards_train_from_memory_with_the_teacher_cached(shards, tmp_path):
-    """cache: device: the first epoch streams, later epochs reshuffle the rows kept on the worker's
-    device, and the frozen model's assignment is computed once per row (no second forward)."""
-    runs = [train(job(shards, tmp_path / f"out{w}{i}", workers=w, cache="device")) for w, i in ((2, 0), (1, 0), (1, 1))]
+def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_workers, shards, tmp_path, capsys):
+    """cache: device (and auto, when the shard fits): the first epoch streams, later epochs reshuffle
+    the rows kept on the worker's device, and the frozen model's assignment is computed once per row
+    (no second forward). One worker reads the files in order, so the same seed gives the same model."""
+    runs = [train(job(shards, tmp_path / "out2", workers=2, cache="device")),
+            train(job(shards, tmp_path / "out1", workers=1))]
     for run in runs:
         h = run.estimator.history_
         assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
@@ -117,10 +110,17 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(shards
         assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
         est = run.estimator
         assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
-    # one worker reads the files in order: the same seed gives the same model (two workers split
-    # the stream between them as they ask for blocks, so their rows can differ from run to run)
-    a, b = (r.estimator.net_.state_dict() for r in runs[1:])
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    # the one-worker config again, through the command line: the same model, bit for bit (two
+    # workers split the stream as they ask for blocks, so their rows can differ between runs)
+    capsys.readouterr()
+    config = tmp_path / "one.yaml"
+    config.write_text(yaml.safe_dump(job(shards, tmp_path / "cli", workers=1)))
+    assert main(["train", "--config", str(config)]) == 0
+    one = json.loads((tmp_path / "cli" / "metrics.json").read_text())
+    assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in capsys.readouterr().out
+    assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
+    a, b = runs[1].estimator.net_.state_dict(), NeurCAM.load(tmp_path / "cli" / "model").net_.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_a_shard_over_its_resident_budget_is_dropped_with_a_message():
