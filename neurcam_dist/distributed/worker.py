@@ -289,7 +289,7 @@ def train_loop_per_worker(config: dict) -> None:
             if trainer.schedule.phase == "distill":
                 return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
             teacher_batches[0] += 1
-            return torch.log_softmax(trainer.teacher(batch.x, 1.0, 1.0).float(), dim=1)
+            return log_assignment(trainer.teacher, batch.x)
 
     epochs_run, last_line = 0, 0.0
     while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
@@ -297,7 +297,7 @@ def train_loop_per_worker(config: dict) -> None:
         t0 = time.perf_counter()
         phase_before = trainer.schedule.phase
         source = "resident" if keep.ready else "stream"
-        keep.teacher_targets(trainer)  # after a restart in a teacher phase
+        keep.teacher_targets(trainer)  # once, in the first epoch after warm-up (or after a restart)
         if group.distributed:
             with trainer.model.join():
                 stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep), target_fn)
@@ -309,7 +309,6 @@ def train_loop_per_worker(config: dict) -> None:
         rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
         rec["source"], rec["teacher_batches"], teacher_batches[0] = source, teacher_batches[0], 0
         records.append(rec)
-        keep.teacher_targets(trainer)
         if action in ("lock_pairs", "lock_single"):
             group.wrap(trainer)
         s = trainer.schedule
