@@ -13,7 +13,8 @@ from neurcam_dist.model.gates import SelectionGates, is_one_hot, relaxed_gates
 from neurcam_dist.model.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
 from neurcam_dist.model.network import NeurCAMNet
 from neurcam_dist.model.schedule import Schedule
-from neurcam_dist.model.step import Batch, train_epoch
+from neurcam_dist.model import step
+from neurcam_dist.model.step import Batch, batch_loss, train_epoch
 
 from .conftest import SMALL
 
@@ -69,6 +70,58 @@ def test_training_step_never_reads_a_device_value(precision):
                 train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch], phase=phase,
                             t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision)
             assert reads.where == [], f"{phase}, locked {lock is not None}: host reads at\n" + "\n".join(reads.where)
+
+
+class _Subnormals(TorchDispatchMode):
+    """Counts the subnormal floats in the outputs of the ops run inside it that have more than
+    ``above`` elements."""
+
+    def __init__(self, above: int = 0):
+        super().__init__()
+        self.count, self.above = 0, above
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for o in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() > self.above:
+                tiny = torch.finfo(o.dtype).tiny
+                self.count += int(((o != 0) & (o.abs() < tiny)).sum())
+        return out
+
+
+def test_the_cpu_backward_pass_carries_no_subnormal_floats(monkeypatch):
+    """Far clusters' weights underflow; unguarded, their subnormal gradients flood the backbone's
+    backward matmuls (x86's slow path: a late-training CPU step ran 5-7x slower). Guarded, the
+    loss is the same, and every gradient equals the unguarded one to 1e-18."""
+    spec = TrainingSpec.from_params({"n_clusters": 8, "hidden": (32, 32), "n_bases": 8, "init": "kmeans",
+                                     "random_state": 0}, 6)
+    centroids = np.repeat(np.arange(8.0)[:, None], 6, axis=1) * 10.0
+    trainer = build_trainer(spec, centroids, precision="fp32")
+    with torch.no_grad():
+        trainer.net.single.weight.mul_(200.0)  # separated clusters: most far weights are below 1e-38
+    x = torch.randn(256, 6, generator=torch.Generator().manual_seed(0)) * 3
+    batch = Batch(x, torch.randn(256, 6, generator=torch.Generator().manual_seed(1)) * 10)
+
+    def backward():
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss, _, _ = batch_loss(trainer.model, trainer.net.centroids, batch, 1.0, 1.0, 1.05, 0.0)
+        # the backbone's (rows x channels, hidden) tensors, where the time goes; the (rows, K)
+        # loss terms and the centroids' gradient may keep theirs
+        seen = _Subnormals(above=batch.x.shape[0] * spec.n_clusters)
+        with seen:
+            loss.backward()
+        return loss.detach(), seen.count, {n: p.grad.clone() for n, p in trainer.net.named_parameters()
+                                           if p.grad is not None}
+
+    with monkeypatch.context() as m:
+        m.setattr(step, "TINY_GRADIENT", 0.0)
+        loss0, flood, grads0 = backward()
+    loss1, left, grads1 = backward()
+    assert flood > 10_000, "the data no longer makes subnormals: the test would prove nothing"
+    assert left == 0
+    assert torch.equal(loss0, loss1)
+    for name, g in grads0.items():
+        torch.testing.assert_close(grads1[name], g, rtol=0, atol=1e-18, msg=name)
 
 
 def test_a_loaded_gate_knows_it_is_locked_without_reading_the_device():
