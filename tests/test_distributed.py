@@ -97,21 +97,19 @@ def test_streamed_workers_recompute_the_teacher_per_batch(two_workers):
 
 
 def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_workers, shards, tmp_path, capsys):
-    """cache: device (and auto, when the shard fits): the first epoch streams, later epochs reshuffle
-    the rows kept on the worker's device, and the frozen model's assignment is computed once per row
-    (no second forward). One worker reads the files in order, so the same seed gives the same model."""
-    runs = [train(job(shards, tmp_path / "out2", workers=2, cache="device")),
-            train(job(shards, tmp_path / "out1", workers=1))]
-    for run in runs:
-        h = run.estimator.history_
-        assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
-        assert any(r["phase"] == "final" for r in h["epochs"])
-        assert all(r["teacher_batches"] == 0 for r in h["epochs"])
-        assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
-        est = run.estimator
-        assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
-    # the one-worker config again, through the command line: the same model, bit for bit (two
-    # workers split the stream as they ask for blocks, so their rows can differ between runs)
+    """cache: auto keeps a shard that fits on the worker's device: the first epoch streams, later
+    epochs reshuffle the kept rows, and the frozen model's assignment is computed once per row (no
+    second forward). One worker reads the files in order, so the same seed gives the same model.
+    (Two workers' resident shards: ``test_s3.py``'s training run.)"""
+    run = train(job(shards, tmp_path / "out1", workers=1))
+    h = run.estimator.history_
+    assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
+    assert any(r["phase"] == "final" for r in h["epochs"])
+    assert all(r["teacher_batches"] == 0 for r in h["epochs"])
+    assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
+    assert is_one_hot(run.estimator.net_.single.gates.matrix(run.estimator.temperatures_[0]))
+    # the same config again, through the command line: the same model, bit for bit (two workers
+    # split the stream as they ask for blocks, so their rows can differ between runs)
     capsys.readouterr()
     config = tmp_path / "one.yaml"
     config.write_text(yaml.safe_dump(job(shards, tmp_path / "cli", workers=1)))
@@ -119,7 +117,7 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     one = json.loads((tmp_path / "cli" / "metrics.json").read_text())
     assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in capsys.readouterr().out
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
-    a, b = runs[1].estimator.net_.state_dict(), NeurCAM.load(tmp_path / "cli" / "model").net_.state_dict()
+    a, b = run.estimator.net_.state_dict(), NeurCAM.load(tmp_path / "cli" / "model").net_.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
