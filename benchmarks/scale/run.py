@@ -75,12 +75,23 @@ class MemorySampler(threading.Thread):
             time.sleep(self.period)
 
 
+def fresh(name: str) -> str:
+    """A run name never used before: Ray Train resumes a run whose name it finds in storage."""
+    return f"{name}-{time.strftime('%H%M%S')}-{os.getpid()}"
+
+
+SHUFFLE_BUFFER: int | None = None   # --shuffle-buffer (None: the config's default)
+
+
 def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/neurcam-scale-out"):
     """The paper's hyperparameters (K = 10, k-means init) on ``workers`` one-CPU workers."""
+    train = {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache}
+    if SHUFFLE_BUFFER is not None:
+        train["shuffle_buffer"] = SHUFFLE_BUFFER
     return parse_config({
         "data": {"path": files, "embedding": "embedding", "label": "label", "id": "id"},
         "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},
-        "train": {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache},
+        "train": train,
         "output": out})
 
 
@@ -92,7 +103,7 @@ def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
     init = distributed.initial_state(cfg, plan, prof)
     t1 = time.perf_counter()
     result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=1),
-                                     f"scale-{label}-{workers}w")
+                                     fresh(f"scale-{label}-{workers}w"))
     wall = time.perf_counter() - t1
     m = result.metrics
     return {"rows": plan.n_rows, "prepare_s": t_prepare, "epoch_s": m["seconds"], "rows_per_s": m["rows_per_s"],
@@ -142,7 +153,7 @@ def feed_only(files: list[str], workers: int, epochs: int) -> list[dict]:
     out = Path("/tmp/neurcam-scale-out/feed-only.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(feed_loop, train_loop_config={"worker": wcfg, "epochs": epochs, "out": str(out)},
-                           run_config=RunConfig(name="feed-only", storage_path="/tmp/neurcam-scale-out/_ray"),
+                           run_config=RunConfig(name=fresh("feed-only"), storage_path="/tmp/neurcam-scale-out/_ray"),
                            datasets={"train": distributed.data_mod.read(plan, ordered=True)}, **worker_group(cfg.train))
     trainer.fit()
     per_epoch = json.loads(out.read_text())
@@ -156,7 +167,7 @@ def resident(files: list[str], workers: int) -> list[dict]:
     plan, prof = distributed.prepare(cfg)
     init = distributed.initial_state(cfg, plan, prof)
     result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=2),
-                                     f"scale-resident-{workers}w")
+                                     fresh(f"scale-resident-{workers}w"))
     import torch
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
@@ -183,7 +194,10 @@ def main() -> None:
     ap.add_argument("--feed-only", action="store_true", help="time the feed alone (no model) and stop")
     ap.add_argument("--resident", action="store_true", help="a streamed and a resident epoch (cache: device)")
     ap.add_argument("--epochs", type=int, default=2, help="--feed-only: epochs to read")
+    ap.add_argument("--shuffle-buffer", type=int, default=None, help="train.shuffle_buffer (default: the config's)")
     args = ap.parse_args()
+    global SHUFFLE_BUFFER
+    SHUFFLE_BUFFER = args.shuffle_buffer
     files = resolve(args.data).files
     size = sum(Path(f).stat().st_size for f in files)
     import ray
@@ -195,7 +209,8 @@ def main() -> None:
         DataContext.get_current().target_max_block_size = int(args.block_mib * 2**20)
     lines = [f"Machine: {os.cpu_count()} cores, {psutil.virtual_memory().total / GiB:.0f} GiB; Ray "
              f"{ray.__version__}; object store capped at {args.object_store_gib:g} GiB; data: {len(files)} "
-             f"Parquet files, {size / GiB:.2f} GiB on disk.", ""]
+             f"Parquet files, {size / GiB:.2f} GiB on disk; local shuffle buffer "
+             f"{job(files[:1], 1).train.shuffle_buffer:,} rows.", ""]
     picked = files[: args.streaming_files]
     on_disk = sum(Path(f).stat().st_size for f in picked) / GiB
     if args.feed_only or args.resident:
