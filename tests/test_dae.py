@@ -54,11 +54,20 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
                               "n_iter_no_change": 50},
            "model": {"n_clusters": 3, "n_single": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3,
                      "distill_epochs": 1, "epochs": 8, "epsilon": 0.3, "batch_size": 64, "early_stopping": False},
-           "train": {"num_workers": 2, "cache": "always"},
+           "train": {"num_workers": 2},
            "tracking": {"uri": mlflow_server, "experiment": "dae-test"},
            "output": str(tmp_path / "run")}
     res = service.train(cfg)
     assert res.metrics["repr_dim"] == 3 and res.plan.repr_columns == ["dae_embedding"]
+    # two workers, cache: auto: each keeps its shard after the first epoch and trains from memory,
+    # the teacher's assignment cached per row (no second forward); the same rows every epoch (an
+    # equal split may drop < 2)
+    h = res.estimator.history_
+    assert h["world_size"] == 2
+    assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
+    assert any(r["phase"] in ("anneal_single", "final") for r in h["epochs"])   # phases with a teacher
+    assert all(r["teacher_batches"] == 0 for r in h["epochs"])
+    assert len({r["rows"] for r in h["epochs"]}) == 1 and 1198 <= h["epochs"][0]["rows"] <= 1200
     card = json.loads((tmp_path / "run" / "representation" / "config.json").read_text())
     losses = [h["loss"] for h in card["history"]]
     assert len(losses) == 25 and losses[-1] < losses[0]          # the reconstruction loss falls

@@ -100,7 +100,7 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     """cache: auto keeps a shard that fits on the worker's device: the first epoch streams, later
     epochs reshuffle the kept rows, and the frozen model's assignment is computed once per row (no
     second forward). One worker reads the files in order, so the same seed gives the same model.
-    (Two workers' resident shards: ``test_s3.py``'s training run.)"""
+    (Two workers' resident shards: ``test_dae.py``'s run.)"""
     run = train(job(shards, tmp_path / "out1", workers=1))
     h = run.estimator.history_
     assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)

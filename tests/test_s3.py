@@ -191,14 +191,6 @@ def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, 
     est = NeurCAM.load(f"{out}/model")
     X = df[["f0", "f1", "f2", "f3"]]
     assert metrics["inertia"] > 0 and len(np.unique(est.predict(X))) == 3
-    # two workers, cache: auto: each keeps its shard after the first epoch and trains from memory,
-    # the teacher's assignment cached per row (no second forward); the same rows every epoch (an
-    # equal split may drop < 2)
-    h = est.history_
-    assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
-    assert any(r["phase"] == "final" for r in h["epochs"])
-    assert all(r["teacher_batches"] == 0 for r in h["epochs"])
-    assert len({r["rows"] for r in h["epochs"]}) == 1 and len(df) - 2 <= h["epochs"][0]["rows"] <= len(df)
     # a training run's output set that fails while being written: the old set stays
     from neurcam_dist.storage import write_run_output
     before = published.read_manifest(out)
