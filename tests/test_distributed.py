@@ -123,9 +123,10 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
 
 def test_a_shard_over_its_resident_budget_is_dropped_with_a_message():
     said = []
-    keep = _Resident(True, budget=1000, seed=0, rank=0, say=said.append)
+    keep = _Resident(True, budget=1000, seed=0, rank=0, say=said.append, expected_rows=10**6)
     x, xr = torch.zeros(10, 4), torch.zeros(10, 6)  # 400 bytes a batch
     keep.add(x, xr)
+    assert keep._x.shape[0] * 40 <= 1000   # the expected shard is reserved only up to the budget
     keep.add(x + 1, xr + 2)
     assert not said and keep.rows == 20
     keep.add(x, xr)

@@ -173,8 +173,9 @@ def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> 
 class _Resident:
     """This worker's shard on its device: filled while the first epoch streams, then reshuffled
     every epoch from there. Gives up (and the worker streams as before) past ``budget`` bytes.
-    Rows are copied into buffers sized for the expected shard (grown if it is larger), so the
-    device never holds the shard twice, as a list of batches and their concatenation would."""
+    Rows are copied into buffers sized for the expected shard (grown if it is larger, never past
+    the budget), so the device never holds the shard twice, as a list of batches and their
+    concatenation would."""
 
     def __init__(self, enabled: bool, budget: int, seed: int, rank: int, say, repr_is_x: bool = False,
                  expected_rows: int = 0):
@@ -196,7 +197,10 @@ class _Resident:
             return
         n = x.shape[0]
         if self._x is None or self.rows + n > self._x.shape[0]:
-            self._grow(max(self.expected_rows, 2 * self.rows, self.rows + n), x, xr)
+            # never reserve past the budget: a shard that will not fit must not exhaust the device first
+            row_bytes = x[0].numel() * x.element_size() + (0 if self.repr_is_x else xr[0].numel() * xr.element_size())
+            fits = max(self.budget // max(row_bytes, 1), self.rows + n)
+            self._grow(min(max(self.expected_rows, 2 * self.rows, self.rows + n), fits), x, xr)
         self._x[self.rows:self.rows + n] = x
         if not self.repr_is_x:
             self._xr[self.rows:self.rows + n] = xr

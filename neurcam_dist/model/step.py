@@ -79,11 +79,11 @@ def drop_tiny_gradients(logits: torch.Tensor) -> None:
     logits' gradient then carries subnormal floats, and every backward matmul of the backbone
     multiplies them into more. x86 handles subnormals on a slow path, so late in training a CPU
     step ran 3-8x slower (250,000 rows of the scale benchmark, 1 thread: 84 ms for each of the
-    first 100 batches of 512, 470 ms by batch 800). Zeroing the
-    logit-gradient entries under ``TINY_GRADIENT`` stops that at the source, on every intra-op
-    thread (flush-to-zero, ``torch.set_flush_denormal``, reaches only the calling thread). Adam
-    (eps 1e-8) would move a parameter by at most lr * 1e-12 for such an entry, so the training
-    is unchanged in every digit that matters. GPUs handle subnormals at full speed: CPU only."""
+    first 100 batches of 512, 470 ms by batch 800). Zeroing the logit-gradient entries under
+    ``TINY_GRADIENT`` stops that at the source, on every intra-op thread (flush-to-zero,
+    ``torch.set_flush_denormal``, reaches only the calling thread). Adam (eps 1e-8) would move a
+    parameter by at most lr * 1e-12 for such an entry, so the training is unchanged in every digit
+    that matters. GPUs handle subnormals at full speed: CPU only."""
     if logits.requires_grad and logits.device.type == "cpu":
         logits.register_hook(lambda g: g.masked_fill(g.abs() < TINY_GRADIENT, 0.0))
 
