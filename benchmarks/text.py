@@ -118,9 +118,11 @@ def main() -> None:
     ap.add_argument("--per-class", type=int, default=1000)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--hidden", type=int, nargs="+", default=[64, 64], help="configs/ag_news.yaml's (paper: 256 256)")
-    ap.add_argument("--epochs", type=int, default=120)
-    ap.add_argument("--warmup-epochs", type=int, default=40)
+    ap.add_argument("--epochs", type=int, default=450)
+    ap.add_argument("--warmup-epochs", type=int, default=200)
     ap.add_argument("--epsilon", type=float, default=0.75)
+    ap.add_argument("--tol", type=float, default=1e-4, help="plateau tolerance of the warm-up and the final phase")
+    ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--models", nargs="+", default=["NeurCAM", "Neur2CAM"])
     ap.add_argument("--cache", type=Path, default=Path("/tmp/neurcam-text-cache"))
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "text.md")
@@ -131,18 +133,20 @@ def main() -> None:
     k = len(np.unique(y))
     seeds = list(range(args.seeds))
     print(f"{len(x)} documents, {len(vocab.terms)} terms, {emb.shape[1]}-dim embeddings, {k} classes", flush=True)
-    rows, models = [], {}
+    rows, models, every = [], {}, []
     km = mbkm(emb, k, seeds)
     best = min(km, key=lambda r: metrics.inertia(emb.astype(np.float64), r["labels"]))
     rows.append({"method": "MiniBatchKMeans (embeddings)", **scores(best["labels"], y, emb),
                  "s/run": np.mean([r["seconds"] for r in km]), "epochs": ""})
     base = dict(m=1.025, n_single=128, hidden=tuple(args.hidden), epochs=args.epochs,
-                warmup_epochs=args.warmup_epochs, epsilon=args.epsilon)
+                warmup_epochs=args.warmup_epochs, epsilon=args.epsilon, tol=args.tol, precision=args.precision)
     for name in args.models:
         print(name, flush=True)
         runs = neurcam_runs(x, emb, y, k, seeds, {**base, "n_pairs": 128 if name == "Neur2CAM" else 0})
         b = min(runs, key=lambda r: metrics.inertia(emb.astype(np.float64), r["labels"]))
         models[name] = b["model"]
+        every += [{"model": name, "seed": r["seed"], "seconds": round(r["seconds"]), "epochs": r["epochs"],
+                   **{k: v for k, v in scores(r["labels"], y, emb).items() if k in ("inertia", "ari")}} for r in runs]
         rows.append({"method": name, **scores(b["labels"], y, emb), "s/run": np.mean([r["seconds"] for r in runs]),
                      "epochs": b["epochs"]})
     table = pd.DataFrame(rows)
@@ -155,8 +159,10 @@ def main() -> None:
              f"(min_df 0.01, max_df 0.99, simplemma), all-MiniLM-L6-v2 embeddings ({emb.shape[1]}-dim). "
              f"{args.seeds} seeds per method, the lowest hard inertia kept. NeurCAM: 128 single-feature shape "
              f"functions; Neur2CAM: 128 + 128 pairs; m = 1.025; hidden {tuple(args.hidden)}, at most "
-             f"{args.epochs} epochs ({args.warmup_epochs} warm-up), epsilon {args.epsilon}.\n",
-             markdown_table(table.to_dict("records")), ""]
+             f"{args.epochs} epochs (at most {args.warmup_epochs} warm-up), epsilon {args.epsilon}, plateau tolerance "
+             f"{args.tol:g}, {args.precision}.\n",
+             markdown_table(table.to_dict("records")), "", "Every run, in the order run:\n",
+             markdown_table(every), ""]
     for name, est in models.items():
         lines += [f"\n## Top terms per cluster, best {name} run\n", "| cluster | top terms |", "|---|---|"]
         lines += [f"| {c} | {', '.join(t)} |" for c, t in top_terms(est, x).items()]
