@@ -40,7 +40,7 @@ def nested_runs(client, parent_id):
     return client.search_runs([exp], f"tags.mlflow.parentRunId = '{parent_id}'")
 
 
-def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, mlflow_server, ray_cluster,
+def test_two_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, mlflow_server, ray_cluster,
                                                               monkeypatch):
     import mlflow
 
@@ -48,17 +48,17 @@ def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
-    res = service.search(job(shards, tmp_path / "out", {"seeds": 3},
+    res = service.search(job(shards, tmp_path / "out", {"seeds": 2},
                               {"uri": mlflow_server, "experiment": "tune-test", "model_name": "tuned"}))
-    assert [t.status for t in res.trials] == ["ok"] * 3
-    assert sorted(int(t.params["random_state"]) for t in res.trials) == [0, 1, 2]
+    assert [t.status for t in res.trials] == ["ok"] * 2
+    assert sorted(int(t.params["random_state"]) for t in res.trials) == [0, 1]
     assert res.best.inertia == min(t.inertia for t in res.trials)
 
     # MLflow: a parent run, one nested run per trial with per-epoch metrics; exactly one version,
     # logged in the nested run whose inertia is the minimum
     t = res.tracking
     runs = nested_runs(client, t["run_id"])
-    assert len(runs) == 3
+    assert len(runs) == 2
     inertias = {r.info.run_id: r.data.metrics["inertia"] for r in runs}
     versions = client.search_model_versions("name='tuned'")
     assert len(versions) == 1 and versions[0].version == t["version"]
@@ -70,7 +70,7 @@ def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, 
         assert steps == list(range(1, len(steps) + 1)) and len(steps) >= SMALL_MODEL["epochs"]
     parent = client.get_run(t["run_id"])
     assert parent.data.metrics["best_inertia"] == pytest.approx(min(inertias.values()))
-    assert parent.data.metrics["n_trials"] == 3 and parent.data.metrics["n_failed"] == 0
+    assert parent.data.metrics["n_trials"] == 2 and parent.data.metrics["n_failed"] == 0
     # 4 features: every run has at most 4 terms, so top-5, -10 and -25 all hold every term
     shared = [parent.data.metrics[f"top{k}_intersection"] for k in (5, 10, 25)]
     assert 0 <= shared[0] <= 4 and shared[0] == shared[1] == shared[2] == res.consistency["top5_intersection"]
@@ -84,7 +84,7 @@ def test_three_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, 
     # the winner on disk: model, metrics, every trial, and the report
     out = tmp_path / "out"
     summary = json.loads((out / "search.json").read_text())
-    assert summary["best_trial"] == res.best.trial_id and len(summary["trials"]) == 3
+    assert summary["best_trial"] == res.best.trial_id and len(summary["trials"]) == 2
     assert json.loads((out / "metrics.json").read_text())["inertia"] == res.best.inertia
     assert (out / "report" / "report.html").exists()
     assert json.loads((out / "config.json").read_text())["model"]["random_state"] == res.best.params["random_state"]
