@@ -146,7 +146,7 @@ def main() -> None:
         b = min(runs, key=lambda r: metrics.inertia(emb.astype(np.float64), r["labels"]))
         models[name] = b["model"]
         every += [{"model": name, "seed": r["seed"], "seconds": round(r["seconds"]), "epochs": r["epochs"],
-                   **{k: v for k, v in scores(r["labels"], y, emb).items() if k in ("inertia", "ari")}} for r in runs]
+                   **{key: v for key, v in scores(r["labels"], y, emb).items() if key in ("inertia", "ari")}} for r in runs]
         rows.append({"method": name, **scores(b["labels"], y, emb), "s/run": np.mean([r["seconds"] for r in runs]),
                      "epochs": b["epochs"]})
     table = pd.DataFrame(rows)
