@@ -77,6 +77,7 @@ def neurcam_runs(x, emb, y, k, seeds, params):
         runs.append({"seed": s, "labels": est.labels_, "seconds": time.perf_counter() - t0, "model": est,
                      "epochs": est.n_iter_})
         sc = scores(est.labels_, y, emb)
+        runs[-1].update(inertia=sc["inertia"], ari=sc["ari"])
         print(f"  seed {s}: {runs[-1]['seconds']:.0f} s, {est.n_iter_} epochs, inertia {sc['inertia']:.4f}, "
               f"ARI {sc['ari']:.3f}", flush=True)
     return runs
@@ -146,7 +147,7 @@ def main() -> None:
         b = min(runs, key=lambda r: metrics.inertia(emb.astype(np.float64), r["labels"]))
         models[name] = b["model"]
         every += [{"model": name, "seed": r["seed"], "seconds": round(r["seconds"]), "epochs": r["epochs"],
-                   **{key: v for key, v in scores(r["labels"], y, emb).items() if key in ("inertia", "ari")}} for r in runs]
+                   "inertia": r["inertia"], "ari": r["ari"]} for r in runs]
         rows.append({"method": name, **scores(b["labels"], y, emb), "s/run": np.mean([r["seconds"] for r in runs]),
                      "epochs": b["epochs"]})
     table = pd.DataFrame(rows)
