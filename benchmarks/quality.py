@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--tune", action="store_true", help="in-memory protocol vs neurcam tune (Ray), same seeds")
     ap.add_argument("--workers", type=int, default=2, help="--tune: Ray Train workers per trial")
     ap.add_argument("--cpus-per-worker", type=float, default=1.0, help="--tune: CPUs (torch threads) per worker")
+    ap.add_argument("--concurrent", type=int, default=1,
+                    help="--tune: trials at once (search.max_concurrent_trials)")
     ap.add_argument("--repr", default="features", choices=["features", "dae"],
                     help="cluster in the standardized features, or in the paper's DAE embedding (the 'AE' columns)")
     ap.add_argument("--dae-epochs", type=int, default=100)
@@ -246,7 +248,7 @@ def tune_mode(args) -> None:
                 job = {"data": {"path": f"{tmp}/data", "label": "label", "id": "id"},
                        "model": {**model_cfg, "hidden": list(model_cfg.get("hidden", (256, 256)))},
                        "train": {"num_workers": args.workers, "cpus_per_worker": args.cpus_per_worker},
-                       "search": {"seeds": seeds}, "output": f"{tmp}/out"}
+                       "search": {"seeds": seeds, "max_concurrent_trials": args.concurrent}, "output": f"{tmp}/out"}
                 t0 = time.perf_counter()
                 res = search(job)
                 tune_seconds = time.perf_counter() - t0
@@ -272,7 +274,8 @@ def tune_mode(args) -> None:
                          "in-memory s/epoch": round(mem_seconds / mem_epochs, 3),
                          "tune s/epoch": round(tune_seconds / tune_epochs, 3),
                          "tune / in-memory s/epoch": round((tune_seconds / tune_epochs) / (mem_seconds / mem_epochs), 2),
-                         "tune workers/trial": args.workers, "CPUs/worker": args.cpus_per_worker})
+                         "tune workers/trial": args.workers, "CPUs/worker": args.cpus_per_worker,
+                         "trials at once": args.concurrent})
             text = (f"# Paper protocol in memory vs `neurcam tune` (best of {len(seeds)} seeds by inertia)\n\n"
                     f"Machine: {machine()}; precision {args.precision}; total wall time "
                     f"{(time.perf_counter() - started) / 60:.1f} min\n\n" + markdown_table(rows)

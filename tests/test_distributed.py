@@ -115,7 +115,10 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     config.write_text(yaml.safe_dump(job(shards, tmp_path / "cli", workers=1)))
     assert main(["train", "--config", str(config)]) == 0
     one = json.loads((tmp_path / "cli" / "metrics.json").read_text())
-    assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in said
+    # small data: read in the driver once and handed over in memory (no Ray Data read tasks)
+    assert "the 3,000 training rows are small: read here once and handed to the workers in memory" in said
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)
     a, b = run.estimator.net_.state_dict(), NeurCAM.load(tmp_path / "cli" / "model").net_.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

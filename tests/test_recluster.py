@@ -310,6 +310,15 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     assert ray_side[2]["cluster_sizes"] == here[2]["cluster_sizes"]
     assert np.array_equal(ray_side[3]["table"], here[3]["table"])
     assert ray_side[3]["inertia_champion"] == pytest.approx(here[3]["inertia_champion"], rel=1e-9)
+    # the training rows handed to the workers: read here (small data) or by the per-file read tasks
+    # of a streamed run, the files' rows in order, as Ray Data's own Parquet reader reads them
+    streamed = data_mod.read(plan, ordered=True).to_pandas()
+    in_memory = data_mod.reading.in_memory_dataset(plan).to_pandas()
+    assert len(in_memory) == len(df) == 240
+    pd.testing.assert_frame_equal(in_memory, streamed)
+    per_file = data_mod.reading.streamed_dataset(plan, batch_rows=50)   # 2 batches a file
+    pd.testing.assert_frame_equal(per_file.to_pandas(), streamed)
+    assert per_file.limit(130).count() == 130 and per_file.count() == 240
     bad = df.iloc[:80].copy()
     bad.loc[bad.index[3], "f1"] = np.inf
     bad.to_parquet(d / "p0.parquet")

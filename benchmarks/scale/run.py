@@ -3,12 +3,15 @@
     python benchmarks/scale/run.py --data /tmp/scale [--workers 2] [--scaling-files 8] [--out FILE.md]
     python benchmarks/scale/run.py --data /tmp/scale --feed-only [--epochs 2]   # the feed alone, no model
     python benchmarks/scale/run.py --data /tmp/scale --resident                 # streamed vs resident epoch
+    python benchmarks/scale/run.py --data /tmp/small --cache-compare --epochs 12  # cache: always vs never
 
 Feed only: the workers read their shards through the training feed (``worker.stream``: Ray Data,
 Arrow -> numpy -> standardized tensors, the local shuffle buffer) and do nothing else; rows/s
 and MB/s per CPU say what the feed can give a model. Resident: two epochs with ``train.cache:
 device``: the first streams the files, the second trains from the rows the workers kept in
-memory, so one run measures the streamed and the in-memory rate of the same workers.
+memory, so one run measures the streamed and the in-memory rate of the same workers. Cache
+compare: the same epochs with ``train.cache: always`` (rows in Ray's object store) and ``never``
+(the Parquet files read again every epoch), on small data where the per-epoch start shows.
 
 Streaming: validate + profile the dataset (one Ray Data pass), then train ONE full epoch with
 the paper's hyperparameters (hidden (256, 256), 64 bases, batch 512, K = 10, k-means init) on
@@ -55,6 +58,14 @@ class MemorySampler(threading.Thread):
             if p.info["pid"] == me or "ray" in text.lower():
                 yield p
 
+    @staticmethod
+    def _label(cmdline: list[str]) -> str:
+        """A Ray worker's title (``ray::SplitCoordinator``, ``ray::IDLE``, ``ray::IDLE_SpillWorker``), else the program."""
+        title = " ".join(cmdline)
+        if title.startswith("ray::"):
+            return title.split()[0]
+        return os.path.basename(cmdline[0].split()[0]) if cmdline and cmdline[0] else "?"
+
     def run(self) -> None:
         while not self.stop_flag:
             rss = pss = 0
@@ -64,11 +75,10 @@ class MemorySampler(threading.Thread):
                     mem = p.memory_full_info()
                     rss += mem.rss
                     pss += getattr(mem, "pss", mem.rss)
-                    title = (p.info["cmdline"] or [p.info["name"] or "?"])[0]
-                    parts.append((os.path.basename(title.split()[0]) if title else "?", mem.rss))
+                    parts.append((self._label(p.info["cmdline"] or [p.info["name"] or "?"]), getattr(mem, "pss", mem.rss)))
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
-            if rss > self.peak_rss:
+            if pss > self.peak_pss:
                 self.at_peak = sorted(parts, key=lambda t: -t[1])
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.samples += 1
@@ -84,12 +94,15 @@ SHUFFLE_BUFFER: int | None = None   # --shuffle-buffer (None: the config's defau
 
 
 def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/neurcam-scale-out"):
-    """The paper's hyperparameters (K = 10, k-means init) on ``workers`` one-CPU workers."""
+    """The paper's hyperparameters (K = 10, k-means init) on ``workers`` one-CPU workers; the
+    ``embedding`` column is the representation when the files have one, else the features."""
+    import pyarrow.parquet as pq
     train = {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache}
     if SHUFFLE_BUFFER is not None:
         train["shuffle_buffer"] = SHUFFLE_BUFFER
+    embedding = "embedding" if "embedding" in pq.read_schema(files[0]).names else None
     return parse_config({
-        "data": {"path": files, "embedding": "embedding", "label": "label", "id": "id"},
+        "data": {"path": files, "embedding": embedding, "label": "label", "id": "id"},
         "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},
         "train": train,
         "output": out})
@@ -154,7 +167,7 @@ def feed_only(files: list[str], workers: int, epochs: int) -> list[dict]:
     out.parent.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(feed_loop, train_loop_config={"worker": wcfg, "epochs": epochs, "out": str(out)},
                            run_config=RunConfig(name=fresh("feed-only"), storage_path="/tmp/neurcam-scale-out/_ray"),
-                           datasets={"train": distributed.data_mod.read(plan, ordered=True)}, **worker_group(cfg.train))
+                           datasets={"train": distributed.training_dataset(cfg, plan)}, **worker_group(cfg.train))
     trainer.fit()
     per_epoch = json.loads(out.read_text())
     return [{**m, "rows_per_s": m["rows"] / m["seconds"], "mb_per_s_per_cpu": m["bytes"] / m["seconds"] / 1e6 / workers}
@@ -175,6 +188,26 @@ def resident(files: list[str], workers: int) -> list[dict]:
              "rows_per_s": r["rows_per_s"]} for r in state["records"]]
 
 
+def cache_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
+    """``epochs`` epochs with ``train.cache: always`` (the rows in Ray's object store) and with
+    ``never`` (the Parquet files read every epoch): the first epoch and the median of the others."""
+    import numpy as np
+    import torch
+    out = []
+    for cache in ("always", "never"):
+        cfg = job(files, workers, cache=cache)
+        plan, prof = distributed.prepare(cfg)
+        init = distributed.initial_state(cfg, plan, prof)
+        result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
+                                         fresh(f"scale-cache-{cache}-{workers}w"))
+        with result.checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
+        secs = [r["seconds"] for r in state["records"]]
+        out.append({"cache": cache, "rows": state["records"][0]["rows"], "epochs": len(secs), "first_s": secs[0],
+                    "median_s": float(np.median(secs[1:])), "rows_per_s": state["records"][0]["rows"] / float(np.median(secs[1:]))})
+    return out
+
+
 def plan_rows(files: list[str]) -> int:
     import pyarrow.parquet as pq
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
@@ -193,7 +226,9 @@ def main() -> None:
     ap.add_argument("--block-mib", type=float, default=None, help="Ray Data target block size (default: Ray's)")
     ap.add_argument("--feed-only", action="store_true", help="time the feed alone (no model) and stop")
     ap.add_argument("--resident", action="store_true", help="a streamed and a resident epoch (cache: device)")
-    ap.add_argument("--epochs", type=int, default=2, help="--feed-only: epochs to read")
+    ap.add_argument("--cache-compare", action="store_true",
+                    help="epochs with train.cache always and never (the object store vs the files each epoch)")
+    ap.add_argument("--epochs", type=int, default=2, help="--feed-only: epochs to read; --cache-compare: epochs per mode")
     ap.add_argument("--shuffle-buffer", type=int, default=None, help="train.shuffle_buffer (default: the config's)")
     args = ap.parse_args()
     global SHUFFLE_BUFFER
@@ -213,13 +248,28 @@ def main() -> None:
              f"{job(files[:1], 1).train.shuffle_buffer:,} rows.", ""]
     picked = files[: args.streaming_files]
     on_disk = sum(Path(f).stat().st_size for f in picked) / GiB
-    if args.feed_only or args.resident:
-        if args.feed_only:
+    if args.feed_only or args.resident or args.cache_compare:
+        if args.cache_compare:
+            rows = cache_compare(picked, args.workers, args.epochs)
+            lines += [f"## `train.cache: always` vs `never`: {args.workers} worker(s) x 1 CPU / 1 thread, paper "
+                      f"hyperparameters, {args.epochs} epochs each", "",
+                      "| cache | rows | epoch 1 s | median s, later epochs | rows/s, later epochs |", "|---|---|---|---|---|"]
+            lines += [f"| {r['cache']} | {r['rows']:,} | {r['first_s']:.2f} | {r['median_s']:.3f} | {r['rows_per_s']:,.0f} |"
+                      for r in rows]
+            lines += ["", f"never / always epoch time: **{rows[1]['median_s'] / rows[0]['median_s']:.2f}x**"]
+        elif args.feed_only:
+            sampler = MemorySampler()
+            sampler.start()
             rows = feed_only(picked, args.workers, args.epochs)
+            sampler.stop_flag = True
+            sampler.join()
             lines += [f"## The feed alone: {args.workers} worker(s) x 1 CPU, no model, batch 512", "",
                       "| epoch | rows | s | rows/s | MB/s per CPU |", "|---|---|---|---|---|"]
             lines += [f"| {r['epoch']} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_s']:,.0f} | "
                       f"{r['mb_per_s_per_cpu']:.1f} |" for r in rows]
+            lines += ["", f"Peak summed RSS {sampler.peak_rss / GiB:.2f} GiB, PSS {sampler.peak_pss / GiB:.2f} GiB "
+                      f"(validate, profile, k-means sample and the feed). At the PSS peak: " + ", ".join(
+                          f"{name} {pss / 2**20:.0f} MiB" for name, pss in sampler.at_peak[:12])]
         else:
             rows = resident(picked, args.workers)
             lines += [f"## Streamed and resident epochs: {args.workers} worker(s) x 1 CPU / 1 thread, paper "
@@ -246,8 +296,8 @@ def main() -> None:
                   f"| {r['rows']:,} | {args.workers} | {r['prepare_s']:.0f} | {r['epoch_s']:.0f} | "
                   f"{r['rows_per_s']:,.0f} | {sampler.peak_rss / GiB:.2f} | {sampler.peak_pss / GiB:.2f} | "
                   f"{sum(Path(f).stat().st_size for f in files[: args.streaming_files]) / GiB:.2f} |", "",
-                  f"At the RSS peak, {len(sampler.at_peak)} processes: " + ", ".join(
-                      f"{name} {rss / 2**20:.0f} MiB" for name, rss in sampler.at_peak), ""]
+                  f"At the PSS peak, {len(sampler.at_peak)} processes (PSS): " + ", ".join(
+                      f"{name} {pss / 2**20:.0f} MiB" for name, pss in sampler.at_peak), ""]
         print("\n".join(lines), flush=True)
     if args.skip_scaling:
         return

@@ -78,7 +78,9 @@ def _profile_aggregate(p: Plan):
                     if len(lengths):
                         lens = {path: [int(pc.min(lengths).as_py()), int(pc.max(lengths).as_py())]}
                     flat = pc.list_flatten(arr)
-                    vals = flat.to_numpy(zero_copy_only=False).astype(np.float64)
+                    vals = flat.to_numpy(zero_copy_only=False)
+                    if vals.dtype != np.float32:  # float32 is checked as it is: no float64 copy of the embedding
+                        vals = vals.astype(np.float64)
                     inner = flat.null_count  # null elements read back as NaN: count them as nulls
                     nan, nulls = int(np.isnan(vals).sum()) - inner, arr.null_count + inner
                 else:
@@ -92,7 +94,8 @@ def _profile_aggregate(p: Plan):
                     nan = int(np.isnan(vals).sum()) - nulls
                 inf = int(np.isinf(vals).sum())
                 # a representation is held in float32 as given (features are standardized first)
-                big = int((np.abs(vals[np.isfinite(vals)]) > FLOAT32_MAX).sum()) if as_repr else 0
+                big = (int((np.abs(vals[np.isfinite(vals)]) > FLOAT32_MAX).sum())
+                       if as_repr and vals.dtype != np.float32 else 0)
                 if nan or inf or nulls or big:
                     bad[f"{path}\0{c}"] = [nan, inf, nulls, big]
             x = matrix(t, p.features, np.float64)

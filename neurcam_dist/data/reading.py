@@ -68,6 +68,27 @@ def read_local(src: Source, columns: list[str], *, with_paths: bool = False, bat
             yield t
 
 
+def streamed_dataset(p: Plan, batch_rows: int = 65536):
+    """The plan's training columns as a Ray Data dataset with one read task per file, in file
+    order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the files and reads
+    their footers again on every execution, i.e. on every streamed epoch)."""
+    import ray.data
+
+    from .parquet_files import ParquetFiles
+    ds = ray.data.read_datasource(ParquetFiles(p.source, list(dict.fromkeys(p.columns)), p.rows_per_file,
+                                               batch_rows), override_num_blocks=len(p.source.files))
+    ds.context.execution_options.preserve_order = True
+    return ds
+
+
+def in_memory_dataset(p: Plan):
+    """The plan's rows read here with pyarrow, file after file, and handed to Ray Data as in-memory
+    blocks: for data small enough for ``local_pass``, where Ray Data's read tasks would cost a run
+    seconds of worker start-up for a few MiB."""
+    import ray.data
+    return ray.data.from_arrow(list(read_local(p.source, list(dict.fromkeys(p.columns)))))
+
+
 def representation(table: pa.Table, p: Plan) -> np.ndarray:
     """(n, R) float32 representation of an Arrow batch (zero-copy for fixed-size lists)."""
     if p.repr_kind == "list":

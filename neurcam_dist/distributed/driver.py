@@ -153,18 +153,34 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
                         gpu_share=tc.gpu_share or 1.0)
 
 
-def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, callbacks=None):
+def training_dataset(cfg: JobConfig, plan: data_mod.Plan):
+    """The dataset the workers' shards come from (a search builds it once for all its trials).
+    Small data (``reading.local_pass``) is read here and handed over as in-memory blocks, unless
+    ``train.cache: never`` asks for the files to be streamed every epoch; larger data is read by
+    Ray Data (``reading.streamed_dataset``), and held in the object store with ``train.cache: always``."""
+    tc = cfg.train
+    if tc.cache != "never" and data_mod.reading.local_pass(plan, plan.columns):
+        log(f"the {plan.n_rows:,} training rows are small: read here once and handed to the workers in memory")
+        return data_mod.reading.in_memory_dataset(plan)
+    dataset = data_mod.reading.streamed_dataset(plan)
+    if tc.cache == "always":
+        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")
+        dataset = dataset.materialize()
+    return dataset
+
+
+def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, callbacks=None,
+                dataset=None):
     """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
-    ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback)."""
+    ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback); ``dataset``:
+    ``training_dataset``'s, when the caller built it already."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     tc = cfg.train
-    dataset = data_mod.read(plan, ordered=True)
-    if tc.cache == "always":
-        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")
-        dataset = dataset.materialize()
-    elif tc.cache in ("auto", "device"):
+    if dataset is None:
+        dataset = training_dataset(cfg, plan)
+    if tc.cache in ("auto", "device"):
         log(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
             f"the first epoch{' when it fits' if tc.cache == 'auto' else ''} (about "
             f"{expected_shard_bytes(wcfg, tc.num_workers) / 2**20:,.1f} MiB per worker)")

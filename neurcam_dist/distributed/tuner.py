@@ -28,7 +28,7 @@ from ..params import check_params_for_data
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
 from .driver import (InitialState, computed_representation, finish_run, initial_state, log, prepare,
-                     representation_dirs, run_workers, set_reference, worker_config)
+                     representation_dirs, run_workers, set_reference, training_dataset, worker_config)
 from .driver import unchanged_input, write_run
 from .console import routed_logs
 from .session import check_resources, ensure_ray, quiet_data_progress
@@ -125,7 +125,7 @@ def _trial(params: dict, job: dict) -> None:
     wcfg = dataclasses.replace(worker_config(tcfg, plan, init), tag=f"trial {trial_id}: ")
     run_name = f"{job['name']}-{trial_id}"
     t0 = time.perf_counter()
-    result = run_workers(tcfg, plan, wcfg, run_name, callbacks=[TuneReportCallback()])
+    result = run_workers(tcfg, plan, wcfg, run_name, callbacks=[TuneReportCallback()], dataset=job["dataset"])
     est, metrics = finish_run(tcfg, plan, wcfg, init, result, time.perf_counter() - t0, run_name)
     metrics["trial_id"] = trial_id
     metrics["params"] = params
@@ -231,7 +231,8 @@ def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) 
     trials_dir = join(cfg.output, "trials", name)
     job = {"config": cfg, "plan": plan, "name": name,
            "trials_dir": trials_dir if is_uri(trials_dir) else str(Path(trials_dir).resolve()),
-           "inits": {k: v.without_sample() for k, v in inits.items()}}
+           "inits": {k: v.without_sample() for k, v in inits.items()},
+           "dataset": training_dataset(cfg, plan)}   # read (or cached) once for every trial
     trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
         trainable, param_space=param_space(s),

@@ -1,0 +1,51 @@
+"""A Ray Data datasource over a plan's resolved Parquet files: one read task per file.
+
+Ray 2.60's ``read_parquet`` lists the files and reads every footer again on each execution, on a
+pool of 32 footer-reader actors by default, and each streamed epoch is a new execution. On the
+project's 2-core machine that cost 5.4 s per epoch on pendigits' 11,000 rows (2 workers: 6.6 s
+per streamed epoch against 1.1 s from the object store). The plan already holds the file list and
+each file's row count, so these read tasks start reading at once. Imports Ray: load it lazily.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+from .sources import Source
+
+
+class ParquetFiles(Datasource):
+    """The named columns of ``src.files``, each file read in batches of ``batch_rows`` rows."""
+
+    def __init__(self, src: Source, columns: list[str], rows_per_file: dict[str, int], batch_rows: int = 65536):
+        super().__init__()
+        self.src, self.columns, self.rows_per_file, self.batch_rows = src, columns, rows_per_file, batch_rows
+
+    def estimate_inmemory_data_size(self):
+        return None
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
+        return [ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows, per_task_row_limit),
+                         BlockMetadata(num_rows=self.rows_per_file.get(path), size_bytes=None, exec_stats=None,
+                                       input_files=[path]))
+                for path in self.src.files]
+
+
+class _Reader:
+    """One file's read task (a plain picklable callable)."""
+
+    def __init__(self, path: str, filesystem, columns: list[str], batch_rows: int, limit: int | None):
+        self.path, self.filesystem, self.columns, self.batch_rows, self.limit = (path, filesystem, columns,
+                                                                                 batch_rows, limit)
+
+    def __call__(self):
+        left = self.limit
+        for batch in pq.ParquetFile(self.path, filesystem=self.filesystem).iter_batches(
+                batch_size=self.batch_rows, columns=self.columns):
+            if left is not None:
+                if left <= 0:
+                    return
+                batch, left = batch.slice(0, left), left - batch.num_rows
+            yield pa.Table.from_batches([batch])
