@@ -232,8 +232,9 @@ class _Resident:
 
 def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
     """Metrics with a checkpoint (rank 0) every ``checkpoint_every`` epochs and at the end. A
-    Train v2 report is a round trip through the controller (about 1.5 s here), longer than a small
-    epoch, so reports go with checkpoints only; the per-epoch history travels in the state."""
+    Train v2 report is a round trip through the controller, so reports go with checkpoints only;
+    the per-epoch history travels in the state. (A 1-worker trial's report with its checkpoint
+    took 0.015 s on 2026-11-27; the 1.5 s measured earlier no longer holds.)"""
     import ray.train
     metrics = {k: rec[k] for k in REPORTED}
     metrics["finished"] = trainer.finished
