@@ -10,11 +10,10 @@ group). Imports Ray: load it lazily.
 """
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
+from .reading import file_tables
 from .sources import Source
 
 
@@ -43,11 +42,4 @@ class _Reader:
                                                                                  batch_rows, limit)
 
     def __call__(self):
-        left = self.limit
-        for batch in pq.ParquetFile(self.path, filesystem=self.filesystem).iter_batches(
-                batch_size=self.batch_rows, columns=self.columns):
-            if left is not None:
-                if left <= 0:
-                    return
-                batch, left = batch.slice(0, left), left - batch.num_rows
-            yield pa.Table.from_batches([batch])
+        return file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit)

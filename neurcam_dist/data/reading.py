@@ -60,12 +60,23 @@ def read_local(src: Source, columns: list[str], *, with_paths: bool = False, bat
     """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
     after file in order (what an ordered Ray Data read yields)."""
     for f in src.files:
-        pf = pq.ParquetFile(f, filesystem=src.filesystem)
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=list(columns)):
-            t = pa.Table.from_batches([batch])
+        for t in file_tables(f, src.filesystem, columns, batch_rows):
             if with_paths:
                 t = t.append_column(PATH_COLUMN, pa.array([f] * t.num_rows, pa.string()))
             yield t
+
+
+def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = 65536, limit: int | None = None):
+    """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
+    all (this process's passes, and a read task of ``parquet_files.ParquetFiles``)."""
+    left = limit
+    for batch in pq.ParquetFile(path, filesystem=filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
+        if left is not None:
+            if left <= 0:
+                return
+            batch = batch.slice(0, left)
+            left -= batch.num_rows
+        yield pa.Table.from_batches([batch])
 
 
 def streamed_dataset(p: Plan, batch_rows: int = 65536):
