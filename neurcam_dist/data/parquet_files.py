@@ -13,8 +13,7 @@ from __future__ import annotations
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from .reading import file_tables
-from .sources import Source
+from .sources import Source, file_tables
 
 
 class ParquetFiles(Datasource):

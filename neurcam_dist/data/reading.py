@@ -7,10 +7,9 @@ import os
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from .planning import Plan
-from .sources import PATH_COLUMN, DataError, Source
+from .sources import PATH_COLUMN, DataError, Source, file_tables
 
 
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
@@ -64,19 +63,6 @@ def read_local(src: Source, columns: list[str], *, with_paths: bool = False, bat
             if with_paths:
                 t = t.append_column(PATH_COLUMN, pa.array([f] * t.num_rows, pa.string()))
             yield t
-
-
-def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = 65536, limit: int | None = None):
-    """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
-    all (this process's passes, and a read task of ``parquet_files.ParquetFiles``)."""
-    left = limit
-    for batch in pq.ParquetFile(path, filesystem=filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
-        if left is not None:
-            if left <= 0:
-                return
-            batch = batch.slice(0, left)
-            left -= batch.num_rows
-        yield pa.Table.from_batches([batch])
 
 
 def streamed_dataset(p: Plan, batch_rows: int = 65536):

@@ -237,3 +237,16 @@ def auto_features(schema: pa.Schema, reserved: set[str]) -> list[str]:
 def listing(what: str, items: list[str]) -> str:
     more = f"\n  ... and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else ""
     return f"{len(items)} {what}:\n  " + "\n  ".join(items[:MAX_LISTED]) + more
+
+
+def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = 65536, limit: int | None = None):
+    """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
+    all (``reading.read_local``'s passes, and a read task of ``parquet_files.ParquetFiles``)."""
+    left = limit
+    for batch in pq.ParquetFile(path, filesystem=filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
+        if left is not None:
+            if left <= 0:
+                return
+            batch = batch.slice(0, left)
+            left -= batch.num_rows
+        yield pa.Table.from_batches([batch])
