@@ -66,7 +66,7 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
     assert h["world_size"] == 2
     assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
     assert any(r["phase"] in ("anneal_single", "final") for r in h["epochs"])   # phases with a teacher
-    assert all(r["teacher_batches"] == 0 for r in h["epochs"])
+    assert all(r["teacher_rows"] == 0 for r in h["epochs"])
     assert len({r["rows"] for r in h["epochs"]}) == 1 and 1198 <= h["epochs"][0]["rows"] <= 1200
     card = json.loads((tmp_path / "run" / "representation" / "config.json").read_text())
     losses = [h["loss"] for h in card["history"]]

@@ -89,11 +89,45 @@ def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
     assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est.reference_)
 
 
-def test_streamed_workers_recompute_the_teacher_per_batch(two_workers):
+def test_streamed_workers_run_the_teacher_once_per_row(two_workers):
+    """Streamed rows reach a worker in another order and split every epoch; the frozen model's
+    assignment is kept per row key, so a worker runs it at most once per row (the history is
+    worker 0's), not on every batch of every annealing epoch."""
     h = two_workers.estimator.history_["epochs"]
     assert {r["source"] for r in h} == {"stream"}
-    for r in h:  # a second forward for every batch of an annealing epoch, none before
-        assert (r["teacher_batches"] > 0) == (r["phase"] in ("anneal_single", "anneal_pairs", "final")), r
+    annealing = [r for r in h if r["phase"] in ("anneal_single", "anneal_pairs", "final")]
+    assert len(annealing) >= 3 and all(r["teacher_rows"] == 0 for r in h if r not in annealing)
+    # the first annealing epoch: every row worker 0 sees is new to it (about half of them)
+    assert N_ROWS // 2 - 2 <= annealing[0]["teacher_rows"] <= N_ROWS // 2 + 2
+    assert sum(r["teacher_rows"] for r in annealing) <= N_ROWS < sum(r["rows"] for r in annealing) / 2
+    assert annealing[-1]["teacher_rows"] < annealing[0]["teacher_rows"]
+
+
+def test_row_targets_are_the_teachers_and_computed_once_per_row():
+    from neurcam_dist.distributed.teacher import RowTargets
+    from neurcam_dist.model import TrainingSpec, build_trainer
+    from neurcam_dist.model.fitted import log_assignment
+    spec = TrainingSpec.from_params({**MODEL, "hidden": (16, 16)}, 4)
+    teacher = build_trainer(spec, np.random.default_rng(0).normal(size=(3, 6)).astype(np.float32),
+                            precision="fp32").net.eval()
+    x = torch.randn(100, 4, generator=torch.Generator().manual_seed(1))
+    want = log_assignment(teacher, x)
+    said = []
+    cache = RowTargets(100, 3, torch.device("cpu"), budget=10**6, say=said.append)
+    for epoch in range(3):
+        order = torch.randperm(100, generator=torch.Generator().manual_seed(epoch))
+        for keys in order.split(32 if epoch else 7):  # another order and batch size each epoch
+            torch.testing.assert_close(cache.targets(teacher, x[keys], keys), want[keys], rtol=1e-5, atol=1e-6)
+        assert cache.take_computed() == (100 if epoch == 0 else 0)
+    other = build_trainer(spec, np.zeros((3, 6), np.float32), precision="fp32").net.eval()   # a new teacher: computed afresh
+    torch.testing.assert_close(cache.targets(other, x[:10], torch.arange(10)), log_assignment(other, x[:10]))
+    assert cache.take_computed() == 10 and not said
+    small = RowTargets(100, 3, torch.device("cpu"), budget=1000, say=said.append)   # 1,300 bytes: over
+    for _ in range(2):
+        torch.testing.assert_close(small.targets(teacher, x[:10], torch.arange(10)), want[:10], rtol=1e-5, atol=1e-6)
+    assert small.take_computed() == 20 and len(said) == 1
+    assert said[0].startswith("the frozen model's assignments of all 100 rows would need 0.00 GiB, over this "
+                              "worker's budget") and "computed again for every batch" in said[0]
 
 
 def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_workers, shards, tmp_path, capsys):
@@ -105,7 +139,7 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     h = run.estimator.history_
     assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
     assert any(r["phase"] == "final" for r in h["epochs"])
-    assert all(r["teacher_batches"] == 0 for r in h["epochs"])
+    assert all(r["teacher_rows"] == 0 for r in h["epochs"])
     assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
     assert is_one_hot(run.estimator.net_.single.gates.matrix(run.estimator.temperatures_[0]))
     # the same config again, through the command line: the same model, bit for bit (two workers
@@ -282,6 +316,11 @@ def test_schema_problems_are_named_before_any_training(shards, tmp_path):
         plan(cfg(path=str(empty)))
     with pytest.raises(DataError, match=r"no Parquet files found"):
         plan(cfg(path=str(tmp_path / "nowhere")))
+    own = tmp_path / "own"
+    own.mkdir()
+    pq.write_table(pa.table({"__neurcam_row": [1.0, 2.0], "f0": [0.0, 1.0]}), own / "a.parquet")
+    with pytest.raises(DataError, match=r"\['__neurcam_row'\] have names neurcam-dist uses for its own columns"):
+        plan(cfg(path=str(own)))
 
 
 def test_config_errors_name_the_field(tmp_path):

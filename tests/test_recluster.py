@@ -312,13 +312,22 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     assert ray_side[3]["inertia_champion"] == pytest.approx(here[3]["inertia_champion"], rel=1e-9)
     # the training rows handed to the workers: read here (small data) or by the per-file read tasks
     # of a streamed run, the files' rows in order, as Ray Data's own Parquet reader reads them
+    # (plus each row's key: its place in the files, for the workers' per-row teacher cache)
     streamed = data_mod.read(plan, ordered=True).to_pandas()
     in_memory = data_mod.reading.in_memory_dataset(plan).to_pandas()
     assert len(in_memory) == len(df) == 240
+    assert in_memory.pop(data_mod.ROW_KEY).tolist() == list(range(240))
     pd.testing.assert_frame_equal(in_memory, streamed)
     per_file = data_mod.reading.streamed_dataset(plan, batch_rows=50)   # 2 batches a file
-    pd.testing.assert_frame_equal(per_file.to_pandas(), streamed)
+    per_file_rows = per_file.to_pandas()
+    assert per_file_rows.pop(data_mod.ROW_KEY).tolist() == list(range(240))
+    pd.testing.assert_frame_equal(per_file_rows, streamed)
     assert per_file.limit(130).count() == 130 and per_file.count() == 240
+    # a file that grew after planning would give its rows the next file's keys: refused, by name
+    pd.concat([df.iloc[80:160], df.iloc[:1]]).to_parquet(d / "p1.parquet")
+    with pytest.raises(Exception, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):
+        data_mod.reading.streamed_dataset(plan).to_pandas()
+    df.iloc[80:160].to_parquet(d / "p1.parquet")
     bad = df.iloc[:80].copy()
     bad.loc[bad.index[3], "f1"] = np.inf
     bad.to_parquet(d / "p0.parquet")

@@ -6,7 +6,7 @@ from .planning import Plan, plan
 from .profiling import Profile, profile
 from .reading import matrix, read, read_source, representation
 from .sampling import sample
-from .sources import PATH_COLUMN, DataError, Source, footers, resolve
+from .sources import PATH_COLUMN, ROW_KEY, DataError, Source, footers, resolve
 
-__all__ = ["PATH_COLUMN", "DataError", "Plan", "Profile", "Source", "footers", "join_embeddings", "matrix", "plan", "profile",
+__all__ = ["PATH_COLUMN", "ROW_KEY", "DataError", "Plan", "Profile", "Source", "footers", "join_embeddings", "matrix", "plan", "profile",
            "read", "read_source", "representation", "resolve", "sample"]

@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import DataConfig
-from .sources import (DataError, Source, auto_features, find_vocabulary, footers, is_float_list, is_number, listing,
-                      resolve)
+from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
+                      is_float_list, is_number, listing, resolve)
 
 
 @dataclass
@@ -89,6 +89,9 @@ def plan(cfg: DataConfig) -> Plan:
             for c in cfg.embedding:
                 needed.setdefault(c, "embedding")
             repr_kind, repr_columns, repr_dim = "columns", list(cfg.embedding), len(cfg.embedding)
+    own = sorted(c for c in needed if c in (PATH_COLUMN, ROW_KEY))
+    if own:
+        raise DataError(f"column(s) {own} have names neurcam-dist uses for its own columns: rename them")
     problems = []
     list_sizes = set()
     for f, schema, _ in foot:

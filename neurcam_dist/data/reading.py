@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .planning import Plan
-from .sources import PATH_COLUMN, DataError, Source, file_tables
+from .sources import PATH_COLUMN, DataError, Source, file_tables, with_row_keys
 
 
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
@@ -66,9 +66,9 @@ def read_local(src: Source, columns: list[str], *, with_paths: bool = False, bat
 
 
 def streamed_dataset(p: Plan, batch_rows: int = 65536):
-    """The plan's training columns as a Ray Data dataset with one read task per file, in file
-    order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the files and reads
-    their footers again on every execution, i.e. on every streamed epoch)."""
+    """The plan's training columns and ``ROW_KEY`` as a Ray Data dataset with one read task per
+    file, in file order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the
+    files and reads their footers again on every execution, i.e. on every streamed epoch)."""
     import ray.data
 
     from .parquet_files import ParquetFiles
@@ -81,9 +81,13 @@ def streamed_dataset(p: Plan, batch_rows: int = 65536):
 def in_memory_dataset(p: Plan):
     """The plan's rows read here with pyarrow, file after file, and handed to Ray Data as in-memory
     blocks: for data small enough for ``local_pass``, where Ray Data's read tasks would cost a run
-    seconds of worker start-up for a few MiB."""
+    seconds of worker start-up for a few MiB. With ``ROW_KEY``, as ``streamed_dataset``."""
     import ray.data
-    return ray.data.from_arrow(list(read_local(p.source, list(dict.fromkeys(p.columns)))))
+    tables, first = [], 0
+    for t in read_local(p.source, list(dict.fromkeys(p.columns))):
+        tables.append(with_row_keys(t, first))
+        first += t.num_rows
+    return ray.data.from_arrow(tables)
 
 
 def representation(table: pa.Table, p: Plan) -> np.ndarray:

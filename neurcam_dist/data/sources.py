@@ -6,6 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -15,6 +16,9 @@ from ..validation import is_id_like
 
 VOCABULARY_FILE = "_vocabulary.json"   # written by featurize-text; "_": readers of the shards skip it
 PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away from user columns
+# A training row's place in the plan's files (file offset + row in file): the workers' key for the
+# frozen teacher's cached assignment of a streamed row.
+ROW_KEY = "__neurcam_row"
 MAX_LISTED = 20
 
 
@@ -250,3 +254,8 @@ def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = 655
             batch = batch.slice(0, left)
             left -= batch.num_rows
         yield pa.Table.from_batches([batch])
+
+
+def with_row_keys(table: pa.Table, first: int) -> pa.Table:
+    """``table`` with ``ROW_KEY`` = first, first + 1, ... (a training row's key, see ``ROW_KEY``)."""
+    return table.append_column(ROW_KEY, pa.array(np.arange(first, first + table.num_rows, dtype=np.int64)))

@@ -9,7 +9,8 @@ optimiser moments.
 Device-resident shards (``train.cache: device``, or ``auto`` when the shard fits): the first epoch
 streams the shard and keeps its rows on the worker's device; later epochs reshuffle them there
 with the estimator's own ``shuffled_batches``, and the frozen warm-up model's assignment is
-computed once per row when warm-up ends (no second forward per batch), as in memory.
+computed once per row when warm-up ends (no second forward per batch), as in memory. A shard that
+streams every epoch keeps that assignment per row key (``teacher.RowTargets``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
-from ..data import Plan, matrix, representation
+from ..data import ROW_KEY, Plan, matrix, representation
 from ..model import TrainingSpec, build_trainer
 from ..model.device import resolve_precision
 from ..model.loss import fcm_log_membership, squared_distances
@@ -31,6 +32,7 @@ from ..model.fitted import log_assignment
 from ..model.step import Batch, EpochStats, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
+from .teacher import RowTargets
 
 STATE_FILE = "trainer_state.pt"
 LOG_SECONDS = 20.0  # at most one epoch line this often (phase changes and the last epoch always print)
@@ -61,7 +63,8 @@ class WorkerConfig:
 
 
 class _Collate(ArrowBatchCollateFn):
-    """Arrow batch -> (standardized features, representation) tensors, in Ray's batch thread."""
+    """Arrow batch -> (standardized features, representation, row keys) tensors, in Ray's batch
+    thread."""
 
     def __init__(self, plan: Plan, mean: np.ndarray, scale: np.ndarray):
         self.plan, self.mean, self.scale = plan, mean, scale
@@ -71,7 +74,8 @@ class _Collate(ArrowBatchCollateFn):
         xr = x if self.plan.repr_kind == "features" else representation(table, self.plan)
         if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
             xr = xr.copy()
-        return torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(xr))
+        keys = table[ROW_KEY].to_numpy()
+        return torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(xr)), torch.from_numpy(keys)
 
 
 class _Group:
@@ -128,17 +132,19 @@ def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[di
 
 
 def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, shuffle_buffer: int, seed: int):
-    """This worker's shard read once from Ray Data as (features, representation) tensors on
+    """This worker's shard read once from Ray Data as (features, representation, row key) tensors on
     ``device`` (the training feed; ``benchmarks/scale/run.py --feed-only`` times it alone)."""
     return shard.iter_torch_batches(batch_size=batch_size, collate_fn=collate, device=device,
                                     local_shuffle_buffer_size=shuffle_buffer or None,
                                     local_shuffle_seed=seed if shuffle_buffer else None)
 
 
-def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident"):
+def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident",
+             rows_cache: RowTargets):
     """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
     from the device when the shard is resident, else streamed (and kept, on the first epoch of
-    a resident run); a heartbeat line on long epochs."""
+    a resident run) with the teacher's assignment from ``rows_cache``; a heartbeat line on long
+    epochs."""
     bs = max(1, c.spec.batch_size // group.world)
     if keep.ready:
         yield from shuffled_batches(keep.x, keep.xr, keep.targets if trainer.schedule.uses_teacher else None,
@@ -146,9 +152,10 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
         return
     seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
-    for x, xr in stream(shard, bs, collate, group.device, c.shuffle_buffer, seed):
+    teacher = trainer.teacher if trainer.schedule.annealing else None
+    for x, xr, key in stream(shard, bs, collate, group.device, c.shuffle_buffer, seed):
         keep.add(x, xr)
-        yield Batch(x, xr)
+        yield Batch(x, xr, None if teacher is None else rows_cache.targets(teacher, x, key))
         rows += x.shape[0]
         if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
             last = time.perf_counter()
@@ -287,14 +294,16 @@ def train_loop_per_worker(config: dict) -> None:
                      repr_is_x=c.plan.repr_kind == "features",
                      expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
 
-    teacher_batches = [0]  # batches whose teacher assignment needed a second forward (streamed rows)
+    rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
+                            lambda msg: print(f"[neurcam] {c.tag}worker {group.rank}: {msg}", flush=True)
+                            if group.rank == 0 else None)
 
     def target_fn(batch: Batch) -> torch.Tensor:
+        """The k-means assignment while distilling (the teacher's comes with the batch)."""
         with torch.no_grad():
             if trainer.schedule.phase == "distill":
                 return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
-            teacher_batches[0] += 1
-            return log_assignment(trainer.teacher, batch.x)
+            raise RuntimeError(f"phase {trainer.schedule.phase!r}: a batch came without the frozen model's assignment")
 
     epochs_run, last_line = 0, 0.0
     while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
@@ -305,14 +314,14 @@ def train_loop_per_worker(config: dict) -> None:
         keep.teacher_targets(trainer)  # once, in the first epoch after warm-up (or after a restart)
         if group.distributed:
             with trainer.model.join():
-                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep), target_fn)
+                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep, rows_cache), target_fn)
         else:
-            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep), target_fn)
+            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep, rows_cache), target_fn)
         means = EpochStats.means_of(group.reduce(stats.sums()))
         seconds = time.perf_counter() - t0
         rec, action = trainer.end_epoch(means, seconds)
         rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
-        rec["source"], rec["teacher_batches"], teacher_batches[0] = source, teacher_batches[0], 0
+        rec["source"], rec["teacher_rows"] = source, rows_cache.take_computed()  # this worker's teacher forwards
         records.append(rec)
         if action in ("lock_pairs", "lock_single"):
             group.wrap(trainer)
