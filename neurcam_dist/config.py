@@ -168,8 +168,9 @@ class TrainConfig(_Strict):
                             "never: stream the Parquet files every epoch")
     device_cache_gib: float | None = Field(
         None, gt=0.0, allow_inf_nan=False,
-        description="bytes per worker (GiB) a device-resident shard may take; default half the worker's share "
-                    "of its GPU's memory, or half its node's Ray memory split between the node's workers")
+        description="bytes per worker (GiB) a device-resident shard may take, or else the frozen warm-up model's "
+                    "per-row assignments of a streamed one; default half the worker's share of its GPU's memory, "
+                    "or half its node's Ray memory split between the node's workers")
     gpus_per_worker: float | None = Field(
         None, gt=0.0, le=1.0, allow_inf_nan=False,
         description="GPU share of each worker (with use_gpu; default 1): a fraction such as 0.25 lets Ray Tune "

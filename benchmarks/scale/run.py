@@ -93,17 +93,18 @@ def fresh(name: str) -> str:
 SHUFFLE_BUFFER: int | None = None   # --shuffle-buffer (None: the config's default)
 
 
-def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/neurcam-scale-out"):
+def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/neurcam-scale-out",
+        model: dict | None = None, **train_kw):
     """The paper's hyperparameters (K = 10, k-means init) on ``workers`` one-CPU workers; the
     ``embedding`` column is the representation when the files have one, else the features."""
     import pyarrow.parquet as pq
-    train = {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache}
+    train = {"num_workers": workers, "cpus_per_worker": 1, "kmeans_sample": 50_000, "cache": cache, **train_kw}
     if SHUFFLE_BUFFER is not None:
         train["shuffle_buffer"] = SHUFFLE_BUFFER
     embedding = "embedding" if "embedding" in pq.read_schema(files[0]).names else None
     return parse_config({
         "data": {"path": files, "embedding": embedding, "label": "label", "id": "id"},
-        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0},
+        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0, **(model or {})},
         "train": train,
         "output": out})
 
@@ -208,6 +209,26 @@ def cache_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
     return out
 
 
+def teacher_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
+    """Streamed epochs (``cache: never``) after a one-epoch warm-up, with the frozen model's
+    assignment kept per row key and without it (a budget too small for the table): every epoch's
+    time and the rows the frozen model ran on (worker 0)."""
+    import torch
+    out = []
+    for how, gib in (("kept per row key", None), ("every batch (no budget)", 1e-6)):
+        cfg = job(files, workers, cache="never", model={"warmup_epochs": 1, "early_stopping": False},
+                  device_cache_gib=gib)
+        plan, prof = distributed.prepare(cfg)
+        init = distributed.initial_state(cfg, plan, prof)
+        result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
+                                         fresh(f"scale-teacher-{workers}w"))
+        with result.checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
+        out += [{"teacher": how, "epoch": r["epoch"], "phase": r["phase"], "rows": r["rows"], "seconds": r["seconds"],
+                 "rows_per_s": r["rows_per_s"], "teacher_rows": r["teacher_rows"]} for r in state["records"]]
+    return out
+
+
 def plan_rows(files: list[str]) -> int:
     import pyarrow.parquet as pq
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
@@ -228,7 +249,10 @@ def main() -> None:
     ap.add_argument("--resident", action="store_true", help="a streamed and a resident epoch (cache: device)")
     ap.add_argument("--cache-compare", action="store_true",
                     help="epochs with train.cache always and never (the object store vs the files each epoch)")
-    ap.add_argument("--epochs", type=int, default=2, help="--feed-only: epochs to read; --cache-compare: epochs per mode")
+    ap.add_argument("--teacher-compare", action="store_true",
+                    help="streamed annealing epochs with the frozen model's assignment kept per row and without")
+    ap.add_argument("--epochs", type=int, default=2,
+                    help="--feed-only: epochs to read; --cache-compare, --teacher-compare: epochs per mode")
     ap.add_argument("--shuffle-buffer", type=int, default=None, help="train.shuffle_buffer (default: the config's)")
     args = ap.parse_args()
     global SHUFFLE_BUFFER
@@ -248,8 +272,21 @@ def main() -> None:
              f"{job(files[:1], 1).train.shuffle_buffer:,} rows.", ""]
     picked = files[: args.streaming_files]
     on_disk = sum(Path(f).stat().st_size for f in picked) / GiB
-    if args.feed_only or args.resident or args.cache_compare:
-        if args.cache_compare:
+    if args.feed_only or args.resident or args.cache_compare or args.teacher_compare:
+        if args.teacher_compare:
+            rows = teacher_compare(picked, args.workers, args.epochs)
+            lines += [f"## The frozen model's assignment in streamed epochs: {args.workers} worker(s) x 1 CPU / 1 "
+                      f"thread, paper hyperparameters but a 1-epoch warm-up, `train.cache: never`", "",
+                      "| teacher | epoch | phase | rows | s | rows/s | teacher rows (worker 0) |",
+                      "|---|---|---|---|---|---|---|"]
+            lines += [f"| {r['teacher']} | {r['epoch']} | {r['phase']} | {r['rows']:,} | {r['seconds']:.1f} | "
+                      f"{r['rows_per_s']:,.0f} | {r['teacher_rows']:,} |" for r in rows]
+            kept_s, every_s = (sum(later) / max(len(later), 1) for later in (
+                [r["seconds"] for r in rows if r["teacher"] == how and r["epoch"] > 2]
+                for how in dict.fromkeys(r["teacher"] for r in rows)))
+            lines += ["", f"Mean annealing epoch after the first (epochs 3+): kept per row {kept_s:.1f} s, every "
+                          f"batch {every_s:.1f} s: **{every_s / kept_s:.2f}x**"]
+        elif args.cache_compare:
             rows = cache_compare(picked, args.workers, args.epochs)
             lines += [f"## `train.cache: always` vs `never`: {args.workers} worker(s) x 1 CPU / 1 thread, paper "
                       f"hyperparameters, {args.epochs} epochs each", "",
