@@ -138,10 +138,11 @@ def feed_loop(config: dict) -> None:
     epochs = []
     for epoch in range(config["epochs"]):
         t0, rows, nbytes = time.perf_counter(), 0, 0
-        for x, xr in stream(shard, max(1, c.spec.batch_size // ctx.get_world_size()), collate,
-                            torch.device("cpu"), c.shuffle_buffer, epoch):
+        for x, xr, key in stream(shard, max(1, c.spec.batch_size // ctx.get_world_size()), collate,
+                                 torch.device("cpu"), c.shuffle_buffer, epoch):
             rows += x.shape[0]
-            nbytes += x.numel() * x.element_size() + (0 if xr is x else xr.numel() * xr.element_size())
+            nbytes += (x.numel() * x.element_size() + (0 if xr is x else xr.numel() * xr.element_size())
+                       + key.numel() * key.element_size())
         sums = torch.tensor([rows, nbytes, time.perf_counter() - t0], dtype=torch.float64)
         if ctx.get_world_size() > 1:  # the group's rows and bytes; its slowest worker's seconds
             import torch.distributed as dist
