@@ -327,6 +327,8 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     pd.concat([df.iloc[80:160], df.iloc[:1]]).to_parquet(d / "p1.parquet")
     with pytest.raises(Exception, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):
         data_mod.reading.streamed_dataset(plan).to_pandas()
+    with pytest.raises(DataError, match=r"the files hold 241 rows, 240 when the run was planned"):
+        data_mod.reading.in_memory_dataset(plan)
     df.iloc[80:160].to_parquet(d / "p1.parquet")
     bad = df.iloc[:80].copy()
     bad.loc[bad.index[3], "f1"] = np.inf

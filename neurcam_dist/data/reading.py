@@ -87,6 +87,9 @@ def in_memory_dataset(p: Plan):
     for t in read_local(p.source, list(dict.fromkeys(p.columns))):
         tables.append(with_row_keys(t, first))
         first += t.num_rows
+    if first > p.n_rows:  # keys past the plan's rows would index no cached teacher assignment
+        raise DataError(f"the files hold {first:,} rows, {p.n_rows:,} when the run was planned: they changed "
+                        f"during the run (rewrite data into new files, not in place)")
     return ray.data.from_arrow(tables)
 
 
