@@ -74,7 +74,7 @@ class _Collate(ArrowBatchCollateFn):
         xr = x if self.plan.repr_kind == "features" else representation(table, self.plan)
         if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
             xr = xr.copy()
-        keys = table[ROW_KEY].to_numpy()
+        keys = np.array(table[ROW_KEY].to_numpy(), dtype=np.int64)  # Arrow's view is read-only: torch warns
         return torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(xr)), torch.from_numpy(keys)
 
 
