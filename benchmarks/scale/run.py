@@ -176,37 +176,37 @@ def feed_only(files: list[str], workers: int, epochs: int) -> list[dict]:
             for m in per_epoch]
 
 
-def resident(files: list[str], workers: int) -> list[dict]:
-    """Two epochs with ``train.cache: device``: (source, rows/s) of each."""
-    cfg = job(files, workers, cache="device")
+def epoch_records(cfg, epochs: int, name: str) -> list[dict]:
+    """Prepare, initialise and run ``cfg``'s workers for ``epochs`` epochs; the epoch records of
+    the final checkpoint (worker 0's)."""
+    import torch
     plan, prof = distributed.prepare(cfg)
     init = distributed.initial_state(cfg, plan, prof)
-    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=2),
-                                     fresh(f"scale-resident-{workers}w"))
-    import torch
+    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
+                                     fresh(name))
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
+    return list(state["records"])
+
+
+def resident(files: list[str], workers: int) -> list[dict]:
+    """Two epochs with ``train.cache: device``: (source, rows/s) of each."""
+    records = epoch_records(job(files, workers, cache="device"), 2, f"scale-resident-{workers}w")
     return [{"epoch": r["epoch"], "source": r["source"], "rows": r["rows"], "seconds": r["seconds"],
-             "rows_per_s": r["rows_per_s"]} for r in state["records"]]
+             "rows_per_s": r["rows_per_s"]} for r in records]
 
 
 def cache_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
     """``epochs`` epochs with ``train.cache: always`` (the rows in Ray's object store) and with
     ``never`` (the Parquet files read every epoch): the first epoch and the median of the others."""
     import numpy as np
-    import torch
     out = []
     for cache in ("always", "never"):
-        cfg = job(files, workers, cache=cache)
-        plan, prof = distributed.prepare(cfg)
-        init = distributed.initial_state(cfg, plan, prof)
-        result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
-                                         fresh(f"scale-cache-{cache}-{workers}w"))
-        with result.checkpoint.as_directory() as d:
-            state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
-        secs = [r["seconds"] for r in state["records"]]
-        out.append({"cache": cache, "rows": state["records"][0]["rows"], "epochs": len(secs), "first_s": secs[0],
-                    "median_s": float(np.median(secs[1:])), "rows_per_s": state["records"][0]["rows"] / float(np.median(secs[1:]))})
+        records = epoch_records(job(files, workers, cache=cache), epochs, f"scale-cache-{cache}-{workers}w")
+        secs = [r["seconds"] for r in records]
+        median = float(np.median(secs[1:]))
+        out.append({"cache": cache, "rows": records[0]["rows"], "epochs": len(secs), "first_s": secs[0],
+                    "median_s": median, "rows_per_s": records[0]["rows"] / median})
     return out
 
 
@@ -214,19 +214,13 @@ def teacher_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
     """Streamed epochs (``cache: never``) after a one-epoch warm-up, with the frozen model's
     assignment kept per row key and without it (a budget too small for the table): every epoch's
     time and the rows the frozen model ran on (worker 0)."""
-    import torch
     out = []
     for how, gib in (("kept per row key", None), ("every batch (no budget)", 1e-6)):
         cfg = job(files, workers, cache="never", model={"warmup_epochs": 1, "early_stopping": False},
                   device_cache_gib=gib)
-        plan, prof = distributed.prepare(cfg)
-        init = distributed.initial_state(cfg, plan, prof)
-        result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
-                                         fresh(f"scale-teacher-{workers}w"))
-        with result.checkpoint.as_directory() as d:
-            state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
         out += [{"teacher": how, "epoch": r["epoch"], "phase": r["phase"], "rows": r["rows"], "seconds": r["seconds"],
-                 "rows_per_s": r["rows_per_s"], "teacher_rows": r["teacher_rows"]} for r in state["records"]]
+                 "rows_per_s": r["rows_per_s"], "teacher_rows": r["teacher_rows"]}
+                for r in epoch_records(cfg, epochs, f"scale-teacher-{workers}w")]
     return out
 
 
