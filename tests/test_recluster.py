@@ -273,6 +273,55 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
 
 # ---------------------------------------------------------------- small-data passes
 @pytest.mark.usefixtures("ray_cluster")
+def test_the_sample_is_drawn_by_row_number_and_reads_only_its_rows(tmp_path, monkeypatch):
+    """The k-means sample: n distinct rows, each row equally likely, the same rows for the same
+    seed whatever the files' row groups or the reader (Ray read tasks or this process), and a file
+    that changed since planning is refused by name."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neurcam_dist import data as data_mod
+    from neurcam_dist.config import DataConfig
+    df = pd.DataFrame({"f0": np.arange(300, dtype=float), "f1": np.arange(300, dtype=float) * -2.0})
+    layouts = {}
+    for name, group in (("a", 7), ("b", 1000)):
+        d = tmp_path / name
+        d.mkdir()
+        for i, (lo, hi) in enumerate(((0, 130), (130, 160), (160, 300))):
+            pq.write_table(pa.Table.from_pandas(df.iloc[lo:hi], preserve_index=False), d / f"p{i}.parquet",
+                           row_group_size=group)
+        layouts[name] = data_mod.plan(DataConfig(path=str(d)))
+    assert pq.ParquetFile(tmp_path / "a" / "p0.parquet").metadata.num_row_groups == 19
+
+    got = {}
+    for name, plan in layouts.items():
+        for local in (True, False):
+            monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", str(2**30 if local else 0))
+            t = data_mod.sample(plan, 40, 5, ["f1", "f0"])
+            got[name, local] = t.to_pandas()
+    first = got["a", True]
+    assert first.columns.tolist() == ["f1", "f0"] and len(first) == 40
+    assert first["f0"].is_unique and first["f0"].is_monotonic_increasing   # distinct rows, in file order
+    assert (first["f1"] == -2 * first["f0"]).all()                        # whole rows, not mixed
+    for other in got.values():
+        pd.testing.assert_frame_equal(other, first)
+    assert not data_mod.sample(layouts["a"], 40, 6, ["f0"]).to_pandas()["f0"].equals(first["f0"])
+    assert len(data_mod.sample(layouts["a"], 10_000, 5, ["f0"])) == 300   # capped at the rows there are
+    # each row equally likely: over 3,000 seeds a row is drawn 3,000 * 40/300 = 400 times (sd 19)
+    counts = np.zeros(300)
+    for seed in range(3000):
+        for f, rows in data_mod.sampling.draw(layouts["b"], 40, seed).items():
+            counts[rows + {"p0": 0, "p1": 130, "p2": 160}[f.rsplit("/", 1)[-1][:2]]] += 1
+    assert counts.sum() == 3000 * 40 and 300 < counts.min() and counts.max() < 500
+    # a file rewritten with other rows since planning: the drawn row numbers would be other rows
+    pq.write_table(pa.Table.from_pandas(df.iloc[130:170], preserve_index=False), tmp_path / "a" / "p1.parquet")
+    for local in (True, False):
+        monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", str(2**30 if local else 0))
+        with pytest.raises(Exception, match=r"p1.parquet no longer has the 30 rows it had when the run was planned"):
+            data_mod.sample(layouts["a"], 299, 5, ["f0"])
+
+
+@pytest.mark.usefixtures("ray_cluster")
 def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypatch):
     """The profile, sample, scoring and comparison passes give the same numbers and the same
     errors whether they run in this process (small data) or on Ray Data."""
@@ -303,7 +352,7 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     assert data_mod.reading.local_pass(plan, plan.features)
     here = run()
     for a, b in ((ray_side[0].mean, here[0].mean), (ray_side[0].std, here[0].std), (ray_side[0].lo, here[0].lo)):
-        np.testing.assert_allclose(a, b, rtol=1e-12)
+        np.testing.assert_array_equal(a, b)          # per-file tallies merged in file order on both
     assert ray_side[1].equals(here[1])                       # the same rows in the same order
     for key in ("inertia", "ari", "nmi", "acc"):
         assert ray_side[2][key] == pytest.approx(here[2][key], rel=1e-9)
@@ -323,6 +372,9 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     assert per_file_rows.pop(data_mod.ROW_KEY).tolist() == list(range(240))
     pd.testing.assert_frame_equal(per_file_rows, streamed)
     assert per_file.limit(130).count() == 130 and per_file.count() == 240
+    # blocks of the rows asked for, not merged into one per file (a file per block held 500-700 MiB
+    # of a 4M-row stream in the object store)
+    assert per_file.materialize().num_blocks() == 6
     # a file that grew after planning would give its rows the next file's keys: refused, by name
     pd.concat([df.iloc[80:160], df.iloc[:1]]).to_parquet(d / "p1.parquet")
     with pytest.raises(Exception, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):

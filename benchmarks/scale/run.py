@@ -47,6 +47,7 @@ class MemorySampler(threading.Thread):
     def __init__(self, period: float = 0.5):
         super().__init__(daemon=True)
         self.period, self.peak_rss, self.peak_pss, self.stop_flag = period, 0, 0, False
+        self.shmem_at_peak = 0   # of the peak PSS: shared memory (Ray's object store, mapped by its users)
         self.samples = 0
         self.at_peak: list[tuple[str, int]] = []
 
@@ -66,9 +67,20 @@ class MemorySampler(threading.Thread):
             return title.split()[0]
         return os.path.basename(cmdline[0].split()[0]) if cmdline and cmdline[0] else "?"
 
+    @staticmethod
+    def _pss_shmem(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss_Shmem:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
     def run(self) -> None:
         while not self.stop_flag:
-            rss = pss = 0
+            rss = pss = shmem = 0
             parts = []
             for p in self._ray_processes():
                 try:
@@ -76,10 +88,11 @@ class MemorySampler(threading.Thread):
                     rss += mem.rss
                     pss += getattr(mem, "pss", mem.rss)
                     parts.append((self._label(p.info["cmdline"] or [p.info["name"] or "?"]), getattr(mem, "pss", mem.rss)))
+                    shmem += self._pss_shmem(p.info["pid"])
                 except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                     continue
             if pss > self.peak_pss:
-                self.at_peak = sorted(parts, key=lambda t: -t[1])
+                self.at_peak, self.shmem_at_peak = sorted(parts, key=lambda t: -t[1]), shmem
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.samples += 1
             time.sleep(self.period)
@@ -300,7 +313,8 @@ def main() -> None:
             lines += [f"| {r['epoch']} | {r['rows']:,} | {r['seconds']:.1f} | {r['rows_per_s']:,.0f} | "
                       f"{r['mb_per_s_per_cpu']:.1f} |" for r in rows]
             lines += ["", f"Peak summed RSS {sampler.peak_rss / GiB:.2f} GiB, PSS {sampler.peak_pss / GiB:.2f} GiB "
-                      f"(validate, profile, k-means sample and the feed). At the PSS peak: " + ", ".join(
+                      f"(validate, profile, k-means sample and the feed), of which shared memory (the object "
+                      f"store's pages) {sampler.shmem_at_peak / GiB:.2f} GiB. At the PSS peak: " + ", ".join(
                           f"{name} {pss / 2**20:.0f} MiB" for name, pss in sampler.at_peak[:12])]
         else:
             rows = resident(picked, args.workers)

@@ -8,24 +8,35 @@ each file's row count, so these read tasks start reading at once. One task per f
 of a few very large files is read with that few tasks at a time (Ray's reader splits files by row
 group). Every row carries ``ROW_KEY``, its place in the plan's files, so that a worker can cache
 a value per row (the frozen teacher's assignment) across epochs in which the rows reach it in
-another order. Imports Ray: load it lazily.
+another order. With ``picks`` (row numbers per file) the tasks return only those rows, so a
+sample of a large dataset never puts the whole data into the object store; with ``fold`` each task
+reduces its file to one value (the profile pass's tallies). Imports Ray: load it lazily.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from .sources import DataError, Source, file_tables, with_row_keys
+from .sources import BATCH_ROWS, ROW_KEY, DataError, Source, file_tables, picked_tables, with_row_keys
 
 
 class ParquetFiles(Datasource):
     """The named columns of ``src.files``, each file read in batches of ``batch_rows`` rows, plus
     ``ROW_KEY`` (the file's first row in the plan, counted over the files in order, + the row in
-    the file)."""
+    the file). ``picks``: only these rows of each file (sorted row numbers in the file; a file
+    not named is not read). ``fold``: each task yields one row, column ``fold``: ``fold(the file's
+    tables, path)`` as JSON text."""
 
-    def __init__(self, src: Source, columns: list[str], rows_per_file: dict[str, int], batch_rows: int = 65536):
+    def __init__(self, src: Source, columns: list[str], rows_per_file: dict[str, int], batch_rows: int = BATCH_ROWS,
+                 picks: dict[str, np.ndarray] | None = None, fold: Callable | None = None):
         super().__init__()
         self.src, self.columns, self.rows_per_file, self.batch_rows = src, columns, rows_per_file, batch_rows
+        self.picks, self.fold = picks, fold
 
     def estimate_inmemory_data_size(self):
         return None
@@ -34,9 +45,12 @@ class ParquetFiles(Datasource):
         tasks, first = [], 0
         for path in self.src.files:
             planned = self.rows_per_file[path]
-            tasks.append(ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows, per_task_row_limit,
-                                          first, planned),
-                                  BlockMetadata(num_rows=planned, size_bytes=None, exec_stats=None, input_files=[path])))
+            picks = None if self.picks is None else self.picks.get(path)
+            if self.picks is None or picks is not None and len(picks):
+                tasks.append(ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows,
+                                              per_task_row_limit, first, planned, picks, self.fold),
+                                      BlockMetadata(num_rows=1 if self.fold else planned if picks is None else len(picks),
+                                                    size_bytes=None, exec_stats=None, input_files=[path])))
             first += planned
         return tasks
 
@@ -45,12 +59,29 @@ class _Reader:
     """One file's read task (a plain picklable callable)."""
 
     def __init__(self, path: str, filesystem, columns: list[str], batch_rows: int, limit: int | None,
-                 first_row: int, planned_rows: int):
+                 first_row: int, planned_rows: int, picks: np.ndarray | None = None, fold: Callable | None = None):
         self.path, self.filesystem, self.columns, self.batch_rows, self.limit = (path, filesystem, columns,
                                                                                  batch_rows, limit)
-        self.first_row, self.planned_rows = first_row, planned_rows
+        self.first_row, self.planned_rows, self.picks, self.fold = first_row, planned_rows, picks, fold
 
     def __call__(self):
+        try:
+            if self.fold is not None:
+                tables = file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit)
+                yield pa.table({"fold": [json.dumps(self.fold(tables, self.path))]})
+            else:
+                yield from (self._all() if self.picks is None else self._picked())
+        finally:
+            # Arrow's allocator (mimalloc) keeps what a task freed; the next task in this worker
+            # process may be another operator's, so an idle read worker would hold a file's worth
+            pa.default_memory_pool().release_unused()
+
+    def _picked(self):
+        for table, picks in picked_tables(self.path, self.filesystem, self.columns, self.picks, self.planned_rows,
+                                          self.batch_rows):
+            yield table.append_column(ROW_KEY, pa.array(self.first_row + picks.astype(np.int64)))
+
+    def _all(self):
         done = 0
         for table in file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit):
             n = table.num_rows

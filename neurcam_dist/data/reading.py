@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .planning import Plan
-from .sources import PATH_COLUMN, DataError, Source, file_tables, with_row_keys
+from .sources import BATCH_ROWS, PATH_COLUMN, DataError, Source, file_tables, with_row_keys
 
 
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
@@ -55,7 +55,7 @@ def local_pass(p: Plan, columns: list[str]) -> bool:
     return p.n_rows * width * 8 <= limit
 
 
-def read_local(src: Source, columns: list[str], *, with_paths: bool = False, batch_rows: int = 65536):
+def read_local(src: Source, columns: list[str], *, with_paths: bool = False, batch_rows: int = BATCH_ROWS):
     """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
     after file in order (what an ordered Ray Data read yields)."""
     for f in src.files:
@@ -65,16 +65,44 @@ def read_local(src: Source, columns: list[str], *, with_paths: bool = False, bat
             yield t
 
 
-def streamed_dataset(p: Plan, batch_rows: int = 65536):
+# Bytes per block of the training stream. A read task's output is cut into blocks of about
+# ``DataContext.target_max_block_size`` (tables smaller than it are merged): at Ray's 128 MiB, a
+# whole 62,500-row file of 1 KiB rows was one 65 MiB block, and the stream held 500-700 MiB of
+# them in the object store (4M rows, 2 workers); in 8 MiB blocks, under 420 MiB.
+FEED_BLOCK_BYTES = 8 * 2**20
+
+
+def row_bytes(p: Plan) -> int:
+    """Bytes of one row of the training columns and ``ROW_KEY`` in Arrow (from the first file's
+    schema; the plan checked that every file has the same)."""
+    import pyarrow.parquet as pq
+    schema = pq.read_schema(p.source.files[0], filesystem=p.source.filesystem)
+    width = 8                                                   # ROW_KEY
+    for c in dict.fromkeys(p.columns):
+        t = schema.field(c).type
+        if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+            width += p.repr_dim * max(1, t.value_type.bit_width // 8) + (0 if pa.types.is_fixed_size_list(t) else 8)
+        else:
+            width += max(1, getattr(t, "bit_width", 64) // 8)
+    return width
+
+
+def streamed_dataset(p: Plan, batch_rows: int | None = None):
     """The plan's training columns and ``ROW_KEY`` as a Ray Data dataset with one read task per
     file, in file order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the
-    files and reads their footers again on every execution, i.e. on every streamed epoch)."""
+    files and reads their footers again on every execution, i.e. on every streamed epoch), in
+    blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``)."""
     import ray.data
 
     from .parquet_files import ParquetFiles
+    width = row_bytes(p)
+    batch_rows = batch_rows or int(min(65536, max(256, FEED_BLOCK_BYTES // width)))
     ds = ray.data.read_datasource(ParquetFiles(p.source, list(dict.fromkeys(p.columns)), p.rows_per_file,
                                                batch_rows), override_num_blocks=len(p.source.files))
     ds.context.execution_options.preserve_order = True
+    # a little under one batch: each batch is a block of its own (neither merged with the next,
+    # nor, below 1.5x the target, sliced)
+    ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * width))
     return ds
 
 

@@ -20,6 +20,10 @@ PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away 
 # frozen teacher's cached assignment of a streamed row.
 ROW_KEY = "__neurcam_row"
 MAX_LISTED = 20
+# Rows per Arrow batch when a file is read (a read task's block): a task holds a few of them
+# (`reading.streamed_dataset`), and every pass over a file cuts it the same way, so sums over a
+# file come out the same whichever process reads it.
+BATCH_ROWS = 16384
 
 
 class DataError(ValueError):
@@ -243,17 +247,47 @@ def listing(what: str, items: list[str]) -> str:
     return f"{len(items)} {what}:\n  " + "\n  ".join(items[:MAX_LISTED]) + more
 
 
-def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = 65536, limit: int | None = None):
+def parquet_file(path: str, filesystem) -> pq.ParquetFile:
+    """A file opened for reading in batches: column chunks are read through a 1 MiB buffer, not
+    whole (a 64 MiB embedding chunk would be held beside its decoded batches)."""
+    return pq.ParquetFile(path, filesystem=filesystem, buffer_size=1 << 20)
+
+
+def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BATCH_ROWS, limit: int | None = None):
     """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
     all (``reading.read_local``'s passes, and a read task of ``parquet_files.ParquetFiles``)."""
     left = limit
-    for batch in pq.ParquetFile(path, filesystem=filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
+    for batch in parquet_file(path, filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
         if left is not None:
             if left <= 0:
                 return
             batch = batch.slice(0, left)
             left -= batch.num_rows
         yield pa.Table.from_batches([batch])
+
+
+def changed_rows(path: str, planned: int) -> DataError:
+    return DataError(f"{path} no longer has the {planned:,} rows it had when the run was planned: it changed "
+                     f"during the run (rewrite data into new files, not in place)")
+
+
+def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, planned: int,
+                  batch_rows: int = BATCH_ROWS):
+    """Only the rows numbered ``picks`` (sorted, within the file) of one Parquet file, as
+    ``(table, picks of it)`` pairs in file order. Row groups without a pick are not read, so a
+    small sample of a large file decodes only the groups its rows are in."""
+    f = parquet_file(path, filesystem)
+    meta = f.metadata
+    if meta.num_rows != planned:   # picks are row numbers of the planned file: another file, another sample
+        raise changed_rows(path, planned)
+    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+    for g in np.unique(np.searchsorted(starts, picks, side="right") - 1):
+        done = int(starts[g])
+        for batch in f.iter_batches(batch_size=batch_rows, row_groups=[int(g)], columns=list(columns)):
+            lo, hi = np.searchsorted(picks, [done, done + batch.num_rows])
+            if hi > lo:
+                yield pa.Table.from_batches([batch]).take(pa.array(picks[lo:hi] - done)), picks[lo:hi]
+            done += batch.num_rows
 
 
 def with_row_keys(table: pa.Table, first: int) -> pa.Table:
