@@ -83,7 +83,10 @@ def row_bytes(p: Plan) -> int:
         if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
             width += p.repr_dim * max(1, t.value_type.bit_width // 8) + (0 if pa.types.is_fixed_size_list(t) else 8)
         else:
-            width += max(1, getattr(t, "bit_width", 64) // 8)
+            try:
+                width += max(1, t.bit_width // 8)
+            except ValueError:   # not fixed-width (the plan admits none here): count 8 bytes
+                width += 8
     return width
 
 

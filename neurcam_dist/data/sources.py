@@ -266,11 +266,6 @@ def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BAT
         yield pa.Table.from_batches([batch])
 
 
-def changed_rows(path: str, planned: int) -> DataError:
-    return DataError(f"{path} no longer has the {planned:,} rows it had when the run was planned: it changed "
-                     f"during the run (rewrite data into new files, not in place)")
-
-
 def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, planned: int,
                   batch_rows: int = BATCH_ROWS):
     """Only the rows numbered ``picks`` (sorted, within the file) of one Parquet file, as
@@ -279,7 +274,8 @@ def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, 
     f = parquet_file(path, filesystem)
     meta = f.metadata
     if meta.num_rows != planned:   # picks are row numbers of the planned file: another file, another sample
-        raise changed_rows(path, planned)
+        raise DataError(f"{path} no longer has the {planned:,} rows it had when the run was planned: it changed "
+                        f"during the run (rewrite data into new files, not in place)")
     starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
     for g in np.unique(np.searchsorted(starts, picks, side="right") - 1):
         done = int(starts[g])
