@@ -68,15 +68,16 @@ class MemorySampler(threading.Thread):
         return os.path.basename(cmdline[0].split()[0]) if cmdline and cmdline[0] else "?"
 
     @staticmethod
-    def _pss_shmem(pid: int) -> int:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss_Shmem:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+    def _rollup(pid: int) -> dict[str, int]:
+        """Rss, Pss and Pss_Shmem (the object store's pages it maps) of a process, in bytes: one
+        read of the kernel's summary, not of every mapping (``psutil.memory_full_info``)."""
+        out = {}
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss", "Pss_Shmem"):
+                    out[key] = int(rest.split()[0]) * 1024
+        return out
 
     def run(self) -> None:
         while not self.stop_flag:
@@ -84,13 +85,11 @@ class MemorySampler(threading.Thread):
             parts = []
             for p in self._ray_processes():
                 try:
-                    mem = p.memory_full_info()
-                    rss += mem.rss
-                    pss += getattr(mem, "pss", mem.rss)
-                    parts.append((self._label(p.info["cmdline"] or [p.info["name"] or "?"]), getattr(mem, "pss", mem.rss)))
-                    shmem += self._pss_shmem(p.info["pid"])
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    mem = self._rollup(p.info["pid"])
+                except OSError:   # gone, or not ours to read
                     continue
+                rss, pss, shmem = rss + mem.get("Rss", 0), pss + mem.get("Pss", 0), shmem + mem.get("Pss_Shmem", 0)
+                parts.append((self._label(p.info["cmdline"] or [p.info["name"] or "?"]), mem.get("Pss", 0)))
             if pss > self.peak_pss:
                 self.at_peak, self.shmem_at_peak = sorted(parts, key=lambda t: -t[1]), shmem
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)

@@ -55,6 +55,21 @@ class ParquetFiles(Datasource):
         return tasks
 
 
+def per_file_tables(src: Source, columns: list[str], rows_per_file: dict[str, int], *, here: bool,
+                    picks: dict[str, np.ndarray] | None = None, fold: Callable | None = None) -> list[pa.Table]:
+    """What every file's read task yields (``ParquetFiles``), in file order: run as Ray Data read
+    tasks, or ``here``, in this process (a pass small enough that starting tasks would cost
+    most of it). Both run the same task code, so they give the same tables."""
+    source = ParquetFiles(src, columns, rows_per_file, picks=picks, fold=fold)
+    tasks = source.get_read_tasks(1)
+    if here:
+        return [t for task in tasks for t in task.read_fn() if t.num_rows]
+    import ray.data
+    ds = ray.data.read_datasource(source, override_num_blocks=max(1, len(tasks)))
+    ds.context.execution_options.preserve_order = True
+    return [t for t in ds.iter_batches(batch_format="pyarrow", batch_size=None) if t.num_rows]
+
+
 class _Reader:
     """One file's read task (a plain picklable callable)."""
 

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 from ..numerics import FLOAT32_MAX, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
-from .sources import DataError, file_tables, listing
+from .sources import DataError, listing
 
 
 @dataclass
@@ -133,20 +133,11 @@ def profile(p: Plan) -> Profile:
     finished first, nor on whether the pass ran here or on Ray."""
     cols = list(dict.fromkeys(p.columns + [c for c in (p.label, p.id) if c]))
     tally = _Tally(p)
-    if local_pass(p, cols):
-        per_file = [tally(file_tables(f, p.source.filesystem, cols), f) for f in p.source.files]
-    else:
-        import ray.data
-
-        from .parquet_files import ParquetFiles
-        ds = ray.data.read_datasource(ParquetFiles(p.source, cols, p.rows_per_file, fold=tally),
-                                      override_num_blocks=len(p.source.files))
-        ds.context.execution_options.preserve_order = True
-        per_file = [json.loads(x) for t in ds.iter_batches(batch_format="pyarrow", batch_size=None)
-                    for x in t["fold"].to_pylist()]
+    from .parquet_files import per_file_tables
     acc = tally.zero()
-    for one in per_file:
-        acc = tally.combine(acc, one)
+    for t in per_file_tables(p.source, cols, p.rows_per_file, here=local_pass(p, cols), fold=tally):
+        for one in t["fold"].to_pylist():
+            acc = tally.combine(acc, json.loads(one))
     bad = {tuple(k.split("\0", 1)): v for k, v in json.loads(acc["bad"]).items()}
     if bad:
         items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null"

@@ -55,14 +55,11 @@ def local_pass(p: Plan, columns: list[str]) -> bool:
     return p.n_rows * width * 8 <= limit
 
 
-def read_local(src: Source, columns: list[str], *, with_paths: bool = False, batch_rows: int = BATCH_ROWS):
+def read_local(src: Source, columns: list[str], *, batch_rows: int = BATCH_ROWS):
     """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
     after file in order (what an ordered Ray Data read yields)."""
     for f in src.files:
-        for t in file_tables(f, src.filesystem, columns, batch_rows):
-            if with_paths:
-                t = t.append_column(PATH_COLUMN, pa.array([f] * t.num_rows, pa.string()))
-            yield t
+        yield from file_tables(f, src.filesystem, columns, batch_rows)
 
 
 # Bytes per block of the training stream. A read task's output is cut into blocks of about

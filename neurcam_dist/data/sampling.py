@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from .planning import Plan
 from .reading import local_pass
-from .sources import ROW_KEY, picked_tables
+from .sources import ROW_KEY
 
 
 def draw(p: Plan, n: int, seed: int) -> dict[str, np.ndarray]:
@@ -34,20 +34,9 @@ def sample(p: Plan, n: int, seed: int, columns: list[str]) -> pa.Table:
     its drawn rows (row groups without one are not decoded), so about ``n`` rows reach the object
     store and this process: a Ray Data sample of the whole data would pass every row through the
     store (on 4M rows x 1 KiB it filled a 1 GiB store, spilled, and was the run's memory peak)."""
-    picks = draw(p, n, seed)
+    from .parquet_files import per_file_tables
     columns = list(dict.fromkeys(columns))
-    if local_pass(p, columns):   # few bytes in all: read them here (no task start-up)
-        tables = [t for f, rows in picks.items()
-                  for t, _ in picked_tables(f, p.source.filesystem, columns, rows, p.rows_per_file[f])]
-    else:
-        import ray.data
-
-        from .parquet_files import ParquetFiles
-        ds = ray.data.read_datasource(ParquetFiles(p.source, columns, p.rows_per_file, picks=picks),
-                                      override_num_blocks=max(1, len(picks)))
-        ds.context.execution_options.preserve_order = True
-        tables = [t.drop_columns([ROW_KEY]) for t in ds.iter_batches(batch_format="pyarrow", batch_size=None)
-                  if t.num_rows]
+    tables = per_file_tables(p.source, columns, p.rows_per_file, here=local_pass(p, columns), picks=draw(p, n, seed))
     if not tables:
         raise ValueError(f"the sample of {p.n_rows} rows came back empty")
-    return pa.concat_tables(tables)
+    return pa.concat_tables(tables).drop_columns([ROW_KEY])
