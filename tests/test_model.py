@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from neurcam_dist import NeurCAM
 from neurcam_dist.model import TrainingSpec, build_trainer, log_assignment
 from neurcam_dist.model.gates import SelectionGates, is_one_hot, relaxed_gates
+from neurcam_dist.model.graphs import RerunRecorder, StepGraphs
 from neurcam_dist.model.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
 from neurcam_dist.model.network import NeurCAMNet
 from neurcam_dist.model.schedule import Schedule
@@ -54,8 +55,9 @@ class _HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+@pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_training_step_never_reads_a_device_value(precision):
+def test_training_step_never_reads_a_device_value(precision, captured):
     spec = TrainingSpec.from_params({"n_clusters": 3, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
                                      "init": "kmeans", "random_state": 0}, 5)
     trainer = build_trainer(spec, np.random.default_rng(0).normal(size=(3, 5)), precision=precision)
@@ -66,9 +68,13 @@ def test_training_step_never_reads_a_device_value(precision):
             lock.lock()
         for phase, batch in (("warmup", Batch(x, x)), ("anneal_single", Batch(x, x, target))):
             reads = _HostReads()
+            # captured: warm-up steps, the capture, then replays (graphs.RerunRecorder re-runs the step)
+            graphs = StepGraphs("cpu", RerunRecorder()) if captured else None
             with reads:
-                train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch], phase=phase,
-                            t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision)
+                train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch] * (4 if captured else 1),
+                            phase=phase, t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision, graphs=graphs,
+                            locks=(trainer.net.single.gates.is_locked, trainer.net.pairs.gates.is_locked))
+            assert not captured or graphs.captures == 1
             assert reads.where == [], f"{phase}, locked {lock is not None}: host reads at\n" + "\n".join(reads.where)
 
 

@@ -1,82 +1,356 @@
-"""Training rows/s on one GPU: the shared epoch step (``epoch.train_epoch``) on data resident on
-the device, for a pendigits-size table and a 1M-row table with a 256-dim embedding.
+"""GPU measurements (issue 13), one mode per question, each printing a Markdown table:
 
-    python benchmarks/scale/gpu.py [--out gpu.md] [--epochs 3]
+    python benchmarks/scale/gpu.py step [--out F]               # training step rows/s: eager vs CUDA graph
+    python benchmarks/scale/gpu.py fit  --data-dir D [--out F]  # in-memory pendigits fit per seed
+    python benchmarks/scale/gpu.py repeat --data-dir D          # the same seed twice: reproducible?
+    python benchmarks/scale/gpu.py ray  --data-dir D [--out F]  # neurcam train, 1 GPU worker, vs in memory
+    python benchmarks/scale/gpu.py pack --data-dir D [--out F]  # Ray Tune: 1 trial vs 4 packed on one GPU
 
-This is the per-worker compute of a ``use_gpu: true`` Ray Train run (each worker runs this step on
-its shard); Ray is not needed here, so the script runs on a bare CUDA machine with torch, entmax,
-numpy, scikit-learn and pandas. Paper hyperparameters: hidden (256, 256), 64 bases, batch 512,
-K = 10; also batch 8192, the size at which the GPU, not kernel launches, sets the pace.
+``step`` and ``fit`` need only torch, entmax, numpy, pandas and scikit-learn; ``ray`` and ``pack``
+need Ray too. A GPU host without Ray or network runs them with the kit of ``../shared/gpu/make_kit.sh``
+(``benchmarks/scale/gpu_run.sh`` installs it and runs every mode under its own time limit).
+``--device cpu`` runs the same code on a CPU with tiny sizes (a dry run of the script itself; the
+captured step is then replayed by re-running it, ``graphs.RerunRecorder``).
+
+Paper hyperparameters throughout: hidden (256, 256), 64 bases, K = 10, batch 512.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from neurcam_dist.model import graphs as graphs_mod  # noqa: E402
+from neurcam_dist.model.graphs import ENV_SWITCH, RerunRecorder, StepGraphs  # noqa: E402
 from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
+from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
 
 K, HIDDEN, BASES = 10, (256, 256), 64
 
 
-def run(n: int, d: int, r: int, p: int, precision: str, batch: int, epochs: int, device) -> float:
-    g = torch.Generator(device=device).manual_seed(0)
-    x = torch.randn(n, d, device=device, generator=g)
-    xr = x if r == d else torch.randn(n, r, device=device, generator=g)
-    net = NeurCAMNet(d, K, d, p, HIDDEN, BASES, xr[:K].clone(), seed=0).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=2e-3)
-    target = torch.log_softmax(torch.randn(n, K, device=device, generator=g), 1)
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
 
-    def batches():
-        perm = torch.randperm(n, device=device, generator=g)
-        for i in range(0, n, batch):
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def step_graphs(device: torch.device) -> StepGraphs:
+    return StepGraphs(device, None if device.type == "cuda" else RerunRecorder())
+
+
+class StepBench:
+    """The shared epoch step (``step.train_epoch``) on random data resident on the device, anneal
+    phase (relaxed gates + KL: the slowest), eager or replayed from CUDA graphs."""
+
+    def __init__(self, n: int, d: int, r: int, p: int, device: torch.device, seed: int = 0):
+        g = torch.Generator(device=device).manual_seed(seed)
+        self.n, self.device = n, device
+        self.x = torch.randn(n, d, device=device, generator=g)
+        self.xr = self.x if r == d else torch.randn(n, r, device=device, generator=g)
+        self.target = torch.log_softmax(torch.randn(n, K, device=device, generator=g), 1)
+        self.net = NeurCAMNet(d, K, d, p, HIDDEN, BASES, self.xr[:K].clone(), seed=seed).to(device)
+        lr = torch.tensor(2e-3, device=device) if device.type == "cuda" else 2e-3
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=lr, capturable=device.type == "cuda")
+        self.gen = torch.Generator(device=device).manual_seed(seed + 1)
+
+    def batches(self, batch: int, limit: int | None = None):
+        perm = torch.randperm(self.n, device=self.device, generator=self.gen)
+        for j, i in enumerate(range(0, self.n, batch)):
+            if limit is not None and j >= limit:
+                return
             idx = perm[i:i + batch]
-            yield Batch(x[idx], xr[idx], target[idx])
+            yield Batch(self.x[idx], self.xr[idx], self.target[idx])
 
+    def epoch(self, batch: int, precision: str, graphs: StepGraphs | None, limit: int | None = None):
+        return train_epoch(self.net, self.net.centroids, self.opt, self.batches(batch, limit), phase="anneal_single",
+                           t=0.5, t2=0.5, m=1.05, gamma=1.0, precision=precision, graphs=graphs,
+                           locks=(False, False))
+
+
+def step_rate(n, d, r, p, precision, batch, epochs, device, graphed: bool) -> tuple[float, str]:
+    b = StepBench(n, d, r, p, device)
+    graphs = step_graphs(device) if graphed else None
     times = []
-    for e in range(epochs + 1):  # the first epoch warms up kernels and the allocator
-        torch.cuda.synchronize()
+    # untimed: kernels, the allocator, and each batch shape's warm-up steps and capture (an epoch of
+    # two batches captures in its third epoch)
+    warm = graphs_mod.WARMUP + 1
+    for e in range(epochs + warm):
+        sync(device)
         t = time.perf_counter()
-        train_epoch(net, net.centroids, opt, batches(), phase="anneal_single", t=0.5, t2=0.5, m=1.05, gamma=1.0,
-                    precision=precision)
-        torch.cuda.synchronize()
-        if e:
+        b.epoch(batch, precision, graphs)
+        sync(device)
+        if e >= warm:
             times.append(time.perf_counter() - t)
-    return n / sorted(times)[len(times) // 2]
+    how = "" if graphs is None else (f"capture failed: {graphs.failed}" if graphs.failed else f"{graphs.captures} captures")
+    return n / statistics.median(times), how
+
+
+def host_syncs(device: torch.device) -> str:
+    """Run eager and captured epochs with CUDA's sync debug mode set to error: any host sync in
+    the step (a tensor read by Python, a blocking copy) raises."""
+    if device.type != "cuda":
+        return "not checked (CPU)"
+    out = []
+    for graphed in (False, True):
+        b = StepBench(4096, 16, 16, 4, device)
+        graphs = step_graphs(device) if graphed else None
+        b.epoch(512, "fp32", graphs)   # warm-up and captures, outside the check
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            b.epoch(512, "fp32", graphs)
+            out.append(f"{'graph' if graphed else 'eager'}: none")
+        except RuntimeError as e:
+            out.append(f"{'graph' if graphed else 'eager'}: {str(e).splitlines()[0][:120]}")
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return "; ".join(out)
+
+
+def graph_vs_eager(device: torch.device, precision: str) -> float:
+    """Largest parameter difference after 3 epochs of the same batches, eager vs captured."""
+    states = []
+    for graphed in (False, True):
+        b = StepBench(4096, 16, 16, 4, device)
+        graphs = step_graphs(device) if graphed else None
+        for _ in range(3):
+            b.epoch(512, precision, graphs)
+        states.append(b.net.state_dict())
+    return max(float((a.float() - c.float()).abs().max()) for a, c in zip(states[0].values(), states[1].values())
+               if a.is_floating_point() and a.numel())
+
+
+def mode_step(args, device) -> str:
+    small = device.type == "cpu"
+    cases = [("pendigits-size", 10_992 if not small else 2_048, 16, 16, 0),
+             ("pendigits-size", 10_992 if not small else 2_048, 16, 16, 16)]
+    big = ("1M rows, 256-dim embedding", 1_000_000 if not small else 16_384, 16, 256)
+    rows, failures = [], set()
+    for label, n, d, r, p in cases + [(big[0], big[1], big[2], big[3], 0), (big[0], big[1], big[2], big[3], 16)]:
+        batches = (512, 8192) if n < 100_000 else (8192,)   # eager batch 512 on 1M rows takes minutes
+        for precision in ("fp32", "bf16"):
+            for batch in batches:
+                rates = {}
+                for graphed in (False, True):
+                    t0 = time.perf_counter()
+                    rates[graphed], how = step_rate(n, d, r, p, precision, batch, args.epochs, device, graphed)
+                    print(f"  {label} P={p} {precision} batch {batch} {'graph' if graphed else 'eager'}: "
+                          f"{rates[graphed]:,.0f} rows/s ({time.perf_counter() - t0:.1f} s) {how}", flush=True)
+                    if how.startswith("capture failed"):
+                        failures.add(how)
+                rows.append(f"| {label} | {n:,} | {'Neur2CAM (P=16)' if p else 'NeurCAM'} | {precision} | {batch} "
+                            f"| {rates[False]:,.0f} | {rates[True]:,.0f} | {rates[True] / rates[False]:.2f}x "
+                            f"| {batch / rates[False] * 1e3:.2f} | {batch / rates[True] * 1e3:.2f} |")
+    checks = [*sorted(failures), f"host syncs inside an epoch (CUDA sync debug mode 'error'): {host_syncs(device)}"]
+    for precision in ("fp32", "bf16"):
+        checks.append(f"largest parameter difference, graph vs eager, 3 epochs of the same batches ({precision}): "
+                      f"{graph_vs_eager(device, precision):.3g}")
+    return "\n".join([
+        f"Device: {device_name(device)}; torch {torch.__version__}. The shared epoch step on data resident on "
+        f"the device, anneal phase (relaxed gates + KL, the slowest); rows/s = median of {args.epochs} epochs "
+        f"after {graphs_mod.WARMUP + 1} untimed ones (which hold the captures).", "",
+        "| data | rows | model | precision | batch | eager rows/s | graph rows/s | speed-up | eager ms/step "
+        "| graph ms/step |", "|---|---|---|---|---|---|---|---|---|---|", *rows, "", *[f"- {c}" for c in checks]])
+
+
+def load(args):
+    from common import load_dataset
+    return load_dataset(args.dataset, Path(args.data_dir))
+
+
+def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, device, **extra):
+    from neurcam_dist import NeurCAM
+    from neurcam_dist import metrics
+    os.environ[ENV_SWITCH] = "1" if graphed else "0"
+    est = NeurCAM(n_clusters=K, n_pairs=n_pairs, random_state=seed, precision=precision, device=str(device),
+                  verbose=False, **extra)
+    sync(device)
+    t0 = time.perf_counter()
+    est.fit(df)
+    sync(device)
+    wall = time.perf_counter() - t0
+    secs = [r["seconds"] for r in est.history_["epochs"]]
+    labels = est.predict(df)
+    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
+    return {"seed": seed, "wall": wall, "epochs": len(secs), "epoch_s": statistics.median(secs),
+            "rows_s": len(df) * len(secs) / sum(secs), "inertia": metrics.inertia(x, labels),
+            "ari": metrics.ari(y, labels), "labels": labels, "est": est}
+
+
+def mode_fit(args, device) -> str:
+    from neurcam_dist import metrics
+    df, y = load(args)
+    if device.type == "cpu":
+        df, y = df.iloc[:1500], y[:1500]
+    quick = {"epochs": 12, "warmup_epochs": 4} if device.type == "cpu" else {}
+    fit_once(df.iloc[:600], y[:600], seed=0, n_pairs=0, precision="fp32", graphed=True, device=device,
+             epochs=3, warmup_epochs=2)   # CUDA context, kernels: outside the timings
+    plan = [("NeurCAM", 0, "fp32", True, args.seeds), ("NeurCAM", 0, "fp32", False, [0]),
+            ("NeurCAM", 0, "bf16", True, [0]),
+            ("Neur2CAM (P=16)", 16, "fp32", True, [0]), ("Neur2CAM (P=16)", 16, "bf16", True, [0])]
+    rows, kept = [], {}
+    for label, p, precision, graphed, seeds in plan:
+        for s in seeds:
+            r = fit_once(df, y, seed=s, n_pairs=p, precision=precision, graphed=graphed, device=device, **quick)
+            kept[(label, precision, graphed, s)] = r
+            rows.append(f"| {label} | {precision} | {'graph' if graphed else 'eager'} | {s} | {r['wall']:.1f} "
+                        f"| {r['epochs']} | {r['epoch_s'] * 1e3:.1f} | {r['rows_s']:,.0f} | {r['inertia']:.4g} "
+                        f"| {r['ari']:.3f} |")
+            print(rows[-1], flush=True)
+    notes = []
+    for precision in ("fp32", "bf16"):
+        a, b = kept.get(("NeurCAM", precision, True, 0)), kept.get(("NeurCAM", precision, False, 0))
+        if a and b:
+            diff = max(float((u - v).abs().max()) for u, v in zip(a["est"].net_.state_dict().values(),
+                                                                    b["est"].net_.state_dict().values())
+                       if u.is_floating_point() and u.numel())
+            notes.append(f"seed 0 {precision}, graph vs eager: {a['epochs']} vs {b['epochs']} epochs, largest "
+                         f"parameter difference {diff:.3g}, ARI between their labels "
+                         f"{metrics.ari(a['labels'], b['labels']):.4f}")
+    return "\n".join([
+        f"Device: {device_name(device)}; torch {torch.__version__}. In-memory `NeurCAM(n_clusters=10, "
+        f"device='cuda')` on {args.dataset} ({len(df):,} rows), default schedule and batch 512; wall = the "
+        f"whole `fit` (k-means init included); rows/s = rows x epochs / the epochs' own seconds.", "",
+        "| model | precision | step | seed | fit s | epochs | median ms/epoch | rows/s | inertia | ARI |",
+        "|---|---|---|---|---|---|---|---|---|---|", *rows, "", *[f"- {n}" for n in notes]])
+
+
+def mode_repeat(args, device) -> str:
+    """The same seed twice in one process, captured and eager: is a GPU fit reproducible?"""
+    df, y = load(args)
+    quick = {}
+    if device.type == "cpu":
+        df, y = df.iloc[:1500], y[:1500]
+        quick = {"epochs": 12, "warmup_epochs": 4}
+    fit_once(df.iloc[:600], y[:600], seed=0, n_pairs=0, precision="fp32", graphed=True, device=device,
+             epochs=3, warmup_epochs=2)
+    rows = []
+    for graphed in (True, False):
+        a, b = (fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=graphed, device=device, **quick)
+                for _ in range(2))
+        diff = max(float((u - v).abs().max()) for u, v in zip(a["est"].net_.state_dict().values(),
+                                                                b["est"].net_.state_dict().values())
+                   if u.is_floating_point() and u.numel())
+        rows.append(f"| {'graph' if graphed else 'eager'} | {a['epochs']} / {b['epochs']} | {diff:.3g} "
+                    f"| {a['inertia']:.6g} / {b['inertia']:.6g} |")
+        print(rows[-1], flush=True)
+    return "\n".join([
+        f"Device: {device_name(device)}; torch {torch.__version__}. `NeurCAM(n_clusters=10)` on {args.dataset}, "
+        f"seed 0, fp32, fitted twice in one process.", "",
+        "| step | epochs (1st / 2nd) | largest parameter difference | inertia (1st / 2nd) |", "|---|---|---|---|", *rows])
+
+
+def start_ray(device) -> None:
+    import ray
+    if not ray.is_initialized():
+        cpus = os.cpu_count() if device.type == "cuda" else max(os.cpu_count(), 6)  # a CPU dry run oversubscribes
+        ray.init(num_cpus=cpus, include_dashboard=False,
+                 num_gpus=1 if device.type == "cuda" else 0, log_to_driver=False)
+
+
+def job(args, tmp: str, df, y, **train) -> dict:
+    from neurcam_dist.data.bundled import write_frame_shards
+    data = Path(tmp) / "data"
+    if not data.exists():
+        write_frame_shards(df.assign(label=y), str(data), 4)
+    gpu = {"use_gpu": True} if args.device == "cuda" else {}
+    return {"data": {"path": str(data), "label": "label", "id": "id"},
+            "model": {"n_clusters": K, "random_state": 0, "precision": "fp32", **args.model},
+            "train": {"num_workers": 1, "cpus_per_worker": 2 if gpu else 1, **gpu, **train},
+            "output": f"{tmp}/out-{time.monotonic_ns()}"}
+
+
+def mode_ray(args, device) -> str:
+    from neurcam_dist.distributed import train
+    df, y = load(args)
+    if device.type == "cpu":
+        df, y = df.iloc[:1500], y[:1500]
+        args.model = {"epochs": 12, "warmup_epochs": 4}
+    mem = fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=True, device=device, **args.model)
+    start_ray(device)
+    rows = [f"| in memory (estimator) | {mem['wall']:.1f} | | {mem['epochs']} | {mem['epoch_s'] * 1e3:.1f} | 1.00x "
+            f"| {mem['inertia']:.4g} | {mem['ari']:.3f} |"]
+    with tempfile.TemporaryDirectory() as tmp:
+        for cache in args.caches:
+            t0 = time.perf_counter()
+            res = train(job(args, tmp, df, y, cache=cache))
+            wall = time.perf_counter() - t0
+            secs = [r["seconds"] for r in res.estimator.history_["epochs"]]
+            med = statistics.median(secs)
+            m = res.metrics
+            rows.append(f"| `neurcam train`, 1 worker, cache: {cache} | {wall:.1f} | {m['train_seconds']:.1f} "
+                        f"| {len(secs)} | {med * 1e3:.1f} | {med / mem['epoch_s']:.2f}x | {m.get('inertia', float('nan')):.4g} "
+                        f"| {m.get('ari', float('nan')):.3f} |")
+            print(rows[-1], flush=True)
+    return "\n".join([
+        f"Device: {device_name(device)}; torch {torch.__version__}; Ray with {os.cpu_count()} CPUs. "
+        f"{args.dataset}, NeurCAM seed 0, fp32, default schedule{'' if not args.model else f' {args.model}'}; "
+        f"ms/epoch = median of the workers' epoch seconds (rank 0), the epoch's all-reduce and report included.", "",
+        "| run | wall s | train s | epochs | median ms/epoch | vs in memory | inertia | ARI |",
+        "|---|---|---|---|---|---|---|---|", *rows])
+
+
+def mode_pack(args, device) -> str:
+    from neurcam_dist.distributed.tuner import search
+    df, y = load(args)
+    if device.type == "cpu":
+        df, y = df.iloc[:1500], y[:1500]
+        args.model = {"epochs": 12, "warmup_epochs": 4}
+    if device.type == "cuda":
+        args.model = {"warmup_epochs": 60, "epochs": 120}   # the same bounded schedule in both searches
+    start_ray(device)
+    share = {"gpus_per_worker": 1.0 / args.trials} if device.type == "cuda" else {}
+    rows, walls = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for trials in (1, args.trials):
+            cfg = job(args, tmp, df, y, cache="device", **(share if trials > 1 else {}))
+            cfg["search"] = {"seeds": list(range(trials)), "max_concurrent_trials": trials}
+            t0 = time.perf_counter()
+            res = search(cfg)
+            walls[trials] = time.perf_counter() - t0
+            epochs = [t.metrics.get("epochs") for t in res.trials]
+            rows.append(f"| {trials} | {share.get('gpus_per_worker', 1.0) if trials > 1 else 1.0:g} | {walls[trials]:.1f} "
+                        f"| {walls[trials] / walls[1]:.2f}x | {epochs} | {sum(t.status == 'ok' for t in res.trials)} |")
+            print(rows[-1], flush=True)
+    return "\n".join([
+        f"Device: {device_name(device)}; torch {torch.__version__}; Ray with {os.cpu_count()} CPUs. "
+        f"`neurcam tune` ({{search: seeds}}) on {args.dataset}, NeurCAM fp32, 1 worker x 2 CPUs per trial, "
+        f"cache: device, schedule {args.model}; wall = the whole search (planning, trials, scoring, the winner's run output).", "",
+        "| trials | GPU per trial | wall s | vs 1 trial | epochs per trial | trials ok |",
+        "|---|---|---|---|---|---|", *rows])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--epochs", type=int, default=3)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=("step", "fit", "repeat", "ray", "pack"))
+    ap.add_argument("--out", default=None, help="also write the table here")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--epochs", type=int, default=3, help="step: timed epochs per case")
+    ap.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--dataset", default="pendigits")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fit: seeds of the graph fp32 runs")
+    ap.add_argument("--caches", nargs="+", default=["always"], help="ray: train.cache values")
+    ap.add_argument("--trials", type=int, default=4, help="pack: trials sharing the GPU")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("no CUDA device: this benchmark needs a GPU")
-    device = torch.device("cuda")
-    name = torch.cuda.get_device_name(0)
-    cases = [("pendigits-size", 10_992, 16, 16, 0), ("pendigits-size", 10_992, 16, 16, 16),
-             ("1M rows, 256-dim embedding", 1_000_000, 16, 256, 0),
-             ("1M rows, 256-dim embedding", 1_000_000, 16, 256, 16)]
-    rows = []
-    for label, n, d, r, p in cases:
-        for precision in ("fp32", "bf16"):
-            for batch in (512, 8192):
-                t0 = time.perf_counter()
-                rps = run(n, d, r, p, precision, batch, args.epochs, device)
-                line = (f"| {label} | {n:,} | {'Neur2CAM (P=16)' if p else 'NeurCAM'} | {precision} | {batch} "
-                        f"| {rps:,.0f} |")
-                print(line, f"({time.perf_counter() - t0:.1f} s)", flush=True)
-                rows.append(line)
-    table = "\n".join([f"GPU: {name}; torch {torch.__version__}; one process, data resident on the GPU; "
-                       f"rows/s = median of {args.epochs} epochs (after one warm-up epoch); phase: anneal "
-                       f"(relaxed gates + KL), the slowest.", "",
-                       "| data | rows | model | precision | batch | rows/s |", "|---|---|---|---|---|---|", *rows])
-    print(table)
+    args.model = {}
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: pass --device cpu for a dry run")
+    device = torch.device(args.device)
+    table = {"step": mode_step, "fit": mode_fit, "repeat": mode_repeat, "ray": mode_ray, "pack": mode_pack}[args.mode](args, device)
+    print(table, flush=True)
     if args.out:
         Path(args.out).write_text(table + "\n")
 

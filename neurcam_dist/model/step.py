@@ -36,9 +36,12 @@ class EpochStats:
         self.rows = 0
 
     def add(self, loss: torch.Tensor, clust: torch.Tensor, kl: torch.Tensor, n: int) -> None:
-        v = torch.stack([loss, clust, kl]).detach().double() * n
-        self._sums = v if self._sums is None else self._sums + v
-        self.rows += n
+        self.merge(weighted_sums(loss, clust, kl, n), n)
+
+    def merge(self, sums: torch.Tensor, rows: int) -> None:
+        """Add row-weighted sums over ``rows`` rows (a captured step's sums over the epoch)."""
+        self._sums = sums.clone() if self._sums is None else self._sums + sums
+        self.rows += rows
 
     def sums(self) -> torch.Tensor:
         """(loss, clust, kl, rows) as one float64 tensor."""
@@ -55,6 +58,11 @@ class EpochStats:
         return self.means_of(self.sums())
 
 
+def weighted_sums(loss: torch.Tensor, clust: torch.Tensor, kl: torch.Tensor, n: int) -> torch.Tensor:
+    """(loss, clust, kl) x rows, in float64: what an epoch adds up per batch."""
+    return torch.stack([loss, clust, kl]).detach().double() * n
+
+
 def shuffled_batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | None, batch_size: int,
                      gen: torch.Generator):
     """One epoch of rows held in memory, reshuffled by ``gen``: the in-memory estimator's epochs
@@ -66,9 +74,11 @@ def shuffled_batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | 
 
 
 def autocast_context(precision: str, device: torch.device):
-    """bf16 autocast for the network's matmuls; the loss and softmax stay in fp32."""
+    """bf16 autocast for the network's matmuls; the loss and softmax stay in fp32. Without the
+    cast cache: a captured step (``graphs``) may not keep casts across replays, and each weight is
+    cast once per step anyway."""
     if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
 
 
@@ -88,9 +98,10 @@ def drop_tiny_gradients(logits: torch.Tensor) -> None:
         logits.register_hook(lambda g: g.masked_fill(g.abs() < TINY_GRADIENT, 0.0))
 
 
-def batch_loss(model, centroids: torch.Tensor, batch: Batch, t: float, t2: float, m: float,
+def batch_loss(model, centroids: torch.Tensor, batch: Batch, t, t2, m: float,
                kl_weight: float, precision: str = "fp32"):
-    """(total, clustering, kl) for one batch. ``model`` may be a DDP wrapper of ``NeurCAMNet``."""
+    """(total, clustering, kl) for one batch. ``model`` may be a DDP wrapper of ``NeurCAMNet``;
+    ``t``, ``t2``: floats, or 0-dim device tensors in a captured step."""
     with autocast_context(precision, batch.x.device):
         logits = model(batch.x, t, t2)
     drop_tiny_gradients(logits)
@@ -111,21 +122,39 @@ def kl_weight_for(phase: str, gamma: float) -> float:
     return 0.0
 
 
+def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batch: Batch, t, t2,
+                   m: float, kl_weight: float, precision: str):
+    """One optimiser step on one batch; the body of both the eager and the captured step."""
+    loss, clust, kl = batch_loss(model, centroids, batch, t, t2, m, kl_weight, precision)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss, clust, kl
+
+
 def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batches: Iterable[Batch],
                 *, phase: str, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
-                target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
-    """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums."""
+                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None,
+                locks: tuple[bool, ...] = ()) -> EpochStats:
+    """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums.
+    ``graphs`` (a ``graphs.StepGraphs``): replay the step from CUDA graphs; ``locks`` names the
+    gate state those graphs were captured under."""
     stats = EpochStats()
     kl_weight = kl_weight_for(phase, gamma)
     model.train()
+    if graphs is not None:
+        graphs.begin_epoch(t, t2)
     for batch in batches:
         if kl_weight > 0 and batch.target is None:
             if target_fn is None:
                 raise ValueError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
             batch.target = target_fn(batch)
-        loss, clust, kl = batch_loss(model, centroids, batch, t, t2, m, kl_weight, precision)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if graphs is not None:
+            graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision,
+                        locks=locks)
+            continue
+        loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, t, t2, m, kl_weight, precision)
         stats.add(loss, clust, kl, batch.x.shape[0])
+    if graphs is not None:
+        graphs.end_epoch(stats)
     return stats

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from .graphs import StepGraphs, graphs_enabled
 from .step import Batch, EpochStats, train_epoch
 from .network import NeurCAMNet
 from .schedule import Schedule
@@ -24,15 +25,21 @@ def make_plateau(opt: torch.optim.Optimizer, patience: int):
 
 class Trainer:
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
-                 lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool):
+                 lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
+                 graphs: StepGraphs | None = None):
         self.net = net
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
         self.m, self.gamma, self.lr_patience, self.precision = m, gamma, lr_patience, precision
         # On a GPU the step counters stay on the device (``capturable``): CPU Adam reads its counter
-        # with ``.item()``, which on CUDA would be a host sync in every step.
-        on_gpu = net.centroids.device.type == "cuda"
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=lr, capturable=on_gpu)
+        # with ``.item()``, which on CUDA would be a host sync in every step. The learning rate is
+        # a device tensor there too, so a captured step follows the plateau's halvings.
+        device = net.centroids.device
+        on_gpu = device.type == "cuda"
+        self.optimizer = torch.optim.Adam(net.parameters(), lr=torch.tensor(lr, device=device) if on_gpu else lr,
+                                          capturable=on_gpu)
+        # Captured steps (``graphs``): on CUDA by default; a caller may hand in its own (tests).
+        self.graphs = graphs if graphs is not None else (StepGraphs(device) if graphs_enabled(device) else None)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
         # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
@@ -44,8 +51,10 @@ class Trainer:
 
     def run_epoch(self, batches: Iterable[Batch], target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
         s = self.schedule
+        graphs = self.graphs if self.model is self.net else None  # DDP's all-reduce stays eager
         return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
-                           m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn)
+                           m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn,
+                           graphs=graphs, locks=(self.net.single.gates.is_locked, self.net.pairs.gates.is_locked))
 
     def end_epoch(self, means: dict, seconds: float) -> tuple[dict, str | None]:
         """Advance the schedule with the (globally reduced) epoch means; returns the history record
@@ -53,7 +62,7 @@ class Trainer:
         s = self.schedule
         phase = s.phase
         record = {"epoch": s.epoch + 1, "phase": phase, "loss": means["loss"], "clust_loss": means["clust_loss"],
-                  "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": self.optimizer.param_groups[0]["lr"],
+                  "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": float(self.optimizer.param_groups[0]["lr"]),
                   "seconds": seconds}
         self.plateau.step(means["loss"])
         action = s.end_epoch(means["loss"], lambda t: self.agree(self.net.pairs.gates.one_hot_at(t)),
@@ -76,12 +85,18 @@ class Trainer:
                 "teacher": None if self.teacher is None else self.teacher.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        if self.graphs is not None:
+            self.graphs.reset()
         self.net.load_state_dict(state["net"])
         self.schedule = Schedule.from_state_dict(state["schedule"])
         for kind in (self.net.single, self.net.pairs):
             if kind.gates.is_locked:
                 kind.gates.logits.requires_grad_(False)
         self.optimizer.load_state_dict(state["optimizer"])
+        device = self.net.centroids.device
+        for g in self.optimizer.param_groups:  # a float on the CPU, a device tensor on a GPU (see __init__)
+            lr = float(g["lr"])
+            g["lr"] = torch.tensor(lr, device=device) if device.type == "cuda" else lr
         self.plateau = make_plateau(self.optimizer, self.lr_patience)
         self.plateau.load_state_dict(state["plateau"])
         if state.get("teacher") is not None:

@@ -1,0 +1,172 @@
+"""The training step replayed from a CUDA graph: captured once per phase, replayed for every batch.
+
+At the paper's batch of 512 a GPU finishes a step's arithmetic in a fraction of the time it takes
+the host to launch its few hundred kernels (one H100, pendigits: 5.5 ms a step eager, 0.68 ms
+replayed; ``benchmarks/results/scale_gpu_h100.md``). A graph bakes in every address and every Python number it saw, so whatever changes
+between steps lives in device tensors the graph reads:
+
+- the batch: copied into static input buffers before each replay;
+- the temperatures T and T2: 0-dim device tensors, refilled when the schedule changes them, so
+  annealing needs no new capture;
+- the learning rate: a device tensor in Adam's param group, which ``ReduceLROnPlateau`` fills in
+  place; Adam runs ``capturable`` (its step counters on the device);
+- the epoch sums: accumulated inside the graph, read once at the end of the epoch.
+
+What a graph cannot follow forces a new capture: a phase (the KL term comes or goes), a gate lock
+(the gate becomes a constant and its logits stop training), another batch size (an epoch's last,
+short batch has its own graph; past ``MAX_GRAPHS`` shapes in a phase, the others run eagerly) and
+a restored checkpoint (new optimiser state tensors). The first
+``WARMUP`` steps of each new shape run eagerly on a side stream, so lazily made state (Adam's
+moments, cuBLAS workspaces) exists before the capture, as PyTorch's CUDA-graph notes require.
+Data-parallel (DDP) steps are not captured: their all-reduce runs eagerly.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+from .step import Batch, EpochStats, optimizer_step, weighted_sums
+
+WARMUP = 2          # eager steps of a new shape before its capture
+MAX_GRAPHS = 4      # per phase: a stream's odd batch sizes beyond these run eagerly
+ENV_SWITCH = "NEURCAM_CUDA_GRAPHS"  # "0": every step eager (debugging, comparisons)
+
+
+def graphs_enabled(device: torch.device) -> bool:
+    """Graphs on CUDA unless ``NEURCAM_CUDA_GRAPHS=0``."""
+    return device.type == "cuda" and os.environ.get(ENV_SWITCH, "1").strip() not in ("0", "false", "off", "no")
+
+
+class CudaRecorder:
+    """Captures into a ``torch.cuda.CUDAGraph``; warm-up steps run on a side stream."""
+
+    def warm(self, fn):
+        current = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
+            out = fn()
+        current.wait_stream(side)
+        return out
+
+    def capture(self, fn):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        return graph.replay
+
+
+class RerunRecorder:
+    """Replays by running the captured function again: the graph path's buffers, temperatures and
+    sums on any device (the CPU tests), without CUDA."""
+
+    def warm(self, fn):
+        return fn()
+
+    def capture(self, fn):
+        return fn
+
+
+class _Graph:
+    """One captured step: static inputs, its sums over the epoch, and how to replay it."""
+
+    def __init__(self, batch: Batch):
+        self.x = batch.x.clone()
+        self.xr = batch.xr.clone()
+        self.target = None if batch.target is None else batch.target.clone()
+        self.sums = torch.zeros(3, dtype=torch.float64, device=batch.x.device)
+        self.rows = 0
+        self.replay = None
+
+    def load(self, batch: Batch) -> None:
+        self.x.copy_(batch.x, non_blocking=True)
+        self.xr.copy_(batch.xr, non_blocking=True)
+        if self.target is not None:
+            self.target.copy_(batch.target, non_blocking=True)
+
+
+class StepGraphs:
+    """The captured steps of one ``Trainer``: ``begin_epoch``, ``step`` per batch, ``end_epoch``."""
+
+    def __init__(self, device: torch.device, recorder=None):
+        self.device = torch.device(device)
+        self.recorder = recorder if recorder is not None else CudaRecorder()
+        self.t = torch.ones((), device=self.device)
+        self.t2 = torch.ones((), device=self.device)
+        self._now = (None, None)
+        self._graphs: dict[tuple, _Graph] = {}
+        self._family = None
+        self._eager_steps: dict[tuple, int] = {}
+        self.captures = 0   # how many graphs were captured (tests, benchmarks)
+        self.failed = ""    # why a capture failed; every later step then runs eagerly
+
+    def reset(self) -> None:
+        """Forget every graph (a restored checkpoint replaced the tensors they point at)."""
+        self._graphs.clear()
+        self._eager_steps.clear()
+        self._family = None
+
+    def begin_epoch(self, t: float, t2: float) -> None:
+        if self._now != (t, t2):  # a fill is a kernel with the value as argument: no host sync
+            self.t.fill_(t)
+            self.t2.fill_(t2)
+            self._now = (t, t2)
+        for g in self._graphs.values():
+            g.sums.zero_()
+            g.rows = 0
+
+    def step(self, model, centroids, optimizer, batch: Batch, stats: EpochStats, *, m: float,
+             kl_weight: float, precision: str, locks: tuple[bool, ...]) -> None:
+        if self.failed:
+            loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, self.t, self.t2, m, kl_weight,
+                                             precision)
+            stats.add(loss, clust, kl, batch.x.shape[0])
+            return
+        n = batch.x.shape[0]
+        with_target = batch.target is not None and kl_weight > 0
+        family = (kl_weight, with_target, m, precision, locks, id(optimizer))
+        if family != self._family:  # a new phase or lock: the old graphs can never replay again
+            self.reset()
+            self._family = family
+        key = (n, batch.x.dtype, batch.xr.shape[1], batch.target is not None)
+        graph = self._graphs.get(key)
+        if graph is None:
+            seen = self._eager_steps.get(key, 0)
+            if seen < WARMUP or len(self._graphs) >= MAX_GRAPHS:
+                self._eager_steps[key] = seen + 1
+                loss, clust, kl = self.recorder.warm(lambda: optimizer_step(
+                    model, centroids, optimizer, batch, self.t, self.t2, m, kl_weight, precision))
+                stats.add(loss, clust, kl, n)
+                return
+            graph = self._graphs[key] = _Graph(batch)
+            static = Batch(graph.x, graph.xr, graph.target)
+
+            def fn():
+                loss, clust, kl = optimizer_step(model, centroids, optimizer, static, self.t, self.t2, m,
+                                                 kl_weight, precision)
+                graph.sums.add_(weighted_sums(loss, clust, kl, n))
+
+            optimizer.zero_grad(set_to_none=True)
+            try:
+                graph.replay = self.recorder.capture(fn)
+            except RuntimeError as e:  # train on eagerly rather than fail a run over a speed-up
+                del self._graphs[key]
+                self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                warnings.warn(f"CUDA graph capture of the training step failed ({self.failed}); training "
+                              f"continues with eager steps", RuntimeWarning, stacklevel=2)
+                optimizer.zero_grad(set_to_none=True)
+                loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, self.t, self.t2, m,
+                                                 kl_weight, precision)
+                stats.add(loss, clust, kl, n)
+                return
+            self.captures += 1
+        graph.load(batch)
+        graph.replay()
+        graph.rows += n
+
+    def end_epoch(self, stats: EpochStats) -> None:
+        for g in self._graphs.values():
+            if g.rows:
+                stats.merge(g.sums, g.rows)
