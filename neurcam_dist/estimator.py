@@ -24,6 +24,7 @@ from .model.perf import keep_freed_memory
 from .model.schedule import Schedule
 from .model.step import shuffled_batches
 from .params import HYPERPARAMETERS, check_params_for_data
+from .settings import cuda_graphs_enabled
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
 from .validation import check_matrix, constant_features_note, empty_clusters_note, frame_columns
@@ -147,6 +148,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
                                                 n_init=self.kmeans_n_init, batch_size=spec.batch_size)
         trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
+                                cuda_graphs=cuda_graphs_enabled(),
                                 baseline=standardized_zero(mean, scale))
         net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)

@@ -7,7 +7,8 @@ import torch
 
 from neurcam_dist.model import TrainingSpec, build_trainer, log_assignment
 from neurcam_dist.model import graphs as graphs_mod
-from neurcam_dist.model.graphs import ENV_SWITCH, RerunRecorder, StepGraphs, graphs_enabled
+from neurcam_dist.model.graphs import RerunRecorder, StepGraphs
+from neurcam_dist.settings import CUDA_GRAPHS, cuda_graphs_enabled
 from neurcam_dist.model.step import Batch, shuffled_batches, train_epoch
 
 ROWS, BATCH = 200, 48   # 4 full batches and a short one of 8 rows per epoch
@@ -127,9 +128,13 @@ def test_a_failed_capture_warns_once_and_training_goes_on_eagerly():
         assert torch.equal(p, trainer.net.state_dict()[name]), name
 
 
-def test_graphs_are_for_cuda_and_can_be_switched_off(monkeypatch):
-    monkeypatch.delenv(ENV_SWITCH, raising=False)
-    assert graphs_enabled(torch.device("cuda"))
-    assert not graphs_enabled(torch.device("cpu"))
-    monkeypatch.setenv(ENV_SWITCH, "0")
-    assert not graphs_enabled(torch.device("cuda"))
+def test_graphs_are_on_by_default_and_can_be_switched_off(monkeypatch):
+    monkeypatch.delenv(CUDA_GRAPHS, raising=False)
+    assert cuda_graphs_enabled()
+    for off in ("0", "false", "OFF"):
+        monkeypatch.setenv(CUDA_GRAPHS, off)
+        assert not cuda_graphs_enabled()
+    monkeypatch.setenv(CUDA_GRAPHS, "1")
+    assert cuda_graphs_enabled()
+    trainer, _ = _trainer()
+    assert trainer.graphs is None   # a CPU trainer captures nothing, switched on or not

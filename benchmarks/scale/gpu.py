@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from neurcam_dist.model import graphs as graphs_mod  # noqa: E402
-from neurcam_dist.model.graphs import ENV_SWITCH, RerunRecorder, StepGraphs  # noqa: E402
+from neurcam_dist.model.graphs import RerunRecorder, StepGraphs  # noqa: E402
+from neurcam_dist.settings import CUDA_GRAPHS  # noqa: E402
 from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
 from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
 
@@ -174,7 +175,7 @@ def load(args):
 def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, device, **extra):
     from neurcam_dist import NeurCAM
     from neurcam_dist import metrics
-    os.environ[ENV_SWITCH] = "1" if graphed else "0"
+    os.environ[CUDA_GRAPHS] = "1" if graphed else "0"
     est = NeurCAM(n_clusters=K, n_pairs=n_pairs, random_state=seed, precision=precision, device=str(device),
                   verbose=False, **extra)
     sync(device)

@@ -29,6 +29,7 @@ from ..model.kmeans import kmeans_centroids
 from ..numerics import standardize
 from ..params import check_params_for_data
 from ..redaction import redact
+from ..settings import cuda_graphs_enabled
 from ..storage import write_run_output
 from ..storage.published import local_copy
 from ..uris import as_path, join
@@ -150,7 +151,7 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
                         checkpoint_every=tc.checkpoint_every, threads=tc.cpus_per_worker, max_epochs=max_epochs,
                         resident=tc.cache if tc.cache in ("auto", "device") else "never",
                         resident_budget=None if tc.device_cache_gib is None else int(tc.device_cache_gib * 2**30),
-                        gpu_share=tc.gpu_share or 1.0)
+                        gpu_share=tc.gpu_share or 1.0, cuda_graphs=cuda_graphs_enabled())
 
 
 def training_dataset(cfg: JobConfig, plan: data_mod.Plan):

@@ -58,6 +58,7 @@ class WorkerConfig:
     resident: str = "auto"          # device: keep the shard on the device after epoch 1; auto: when it fits; never
     resident_budget: int | None = None  # bytes per worker for a resident shard (None: from the device's memory)
     gpu_share: float = 1.0          # this worker's fraction of its GPU (train.gpus_per_worker)
+    cuda_graphs: bool = True        # the driver's NEURCAM_CUDA_GRAPHS (workers may not share its environment)
     max_epochs: int | None = None   # cut a run short (benchmarks only)
     tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
 
@@ -275,6 +276,7 @@ def train_loop_per_worker(config: dict) -> None:
     torch.manual_seed(c.spec.seed)
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
+                            cuda_graphs=c.cuda_graphs,
                             allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale))
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)

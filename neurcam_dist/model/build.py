@@ -80,13 +80,15 @@ def build_schedule(spec: TrainingSpec) -> Schedule:
 
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
-                  agree: Callable[[bool], bool] = bool, allowed=None, baseline=None) -> Trainer:
+                  agree: Callable[[bool], bool] = bool, allowed=None, baseline=None,
+                  cuda_graphs: bool = True) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
-    ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce."""
+    ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce;
+    ``cuda_graphs``: replay the step from CUDA graphs on a GPU (``settings.cuda_graphs_enabled``)."""
     net = build_network(spec, centroids, allowed, baseline).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():
                 p.requires_grad_(False)
     return Trainer(net, build_schedule(spec), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
-                   precision=precision, agree=agree)
+                   precision=precision, agree=agree, cuda_graphs=cuda_graphs)

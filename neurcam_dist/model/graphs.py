@@ -22,7 +22,6 @@ Data-parallel (DDP) steps are not captured: their all-reduce runs eagerly.
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
@@ -31,12 +30,6 @@ from .step import Batch, EpochStats, optimizer_step, weighted_sums
 
 WARMUP = 2          # eager steps of a new shape before its capture
 MAX_GRAPHS = 4      # per phase: a stream's odd batch sizes beyond these run eagerly
-ENV_SWITCH = "NEURCAM_CUDA_GRAPHS"  # "0": every step eager (debugging, comparisons)
-
-
-def graphs_enabled(device: torch.device) -> bool:
-    """Graphs on CUDA unless ``NEURCAM_CUDA_GRAPHS=0``."""
-    return device.type == "cuda" and os.environ.get(ENV_SWITCH, "1").strip() not in ("0", "false", "off", "no")
 
 
 class CudaRecorder:

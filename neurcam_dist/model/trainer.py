@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .graphs import StepGraphs, graphs_enabled
+from .graphs import StepGraphs
 from .step import Batch, EpochStats, train_epoch
 from .network import NeurCAMNet
 from .schedule import Schedule
@@ -26,7 +26,7 @@ def make_plateau(opt: torch.optim.Optimizer, patience: int):
 class Trainer:
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
                  lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
-                 graphs: StepGraphs | None = None):
+                 cuda_graphs: bool = True, graphs: StepGraphs | None = None):
         self.net = net
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
@@ -38,8 +38,8 @@ class Trainer:
         on_gpu = device.type == "cuda"
         self.optimizer = torch.optim.Adam(net.parameters(), lr=torch.tensor(lr, device=device) if on_gpu else lr,
                                           capturable=on_gpu)
-        # Captured steps (``graphs``): on CUDA by default; a caller may hand in its own (tests).
-        self.graphs = graphs if graphs is not None else (StepGraphs(device) if graphs_enabled(device) else None)
+        # Captured steps on CUDA unless ``cuda_graphs`` is off; a caller may hand in its own (tests).
+        self.graphs = graphs if graphs is not None else (StepGraphs(device) if cuda_graphs and on_gpu else None)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
         # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
