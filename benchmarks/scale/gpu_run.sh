@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # gpu.py's modes in one call on a GPU host, each under its own time limit (seconds), tables last:
-#   bash benchmarks/scale/gpu_run.sh step:90 fit:120 ray:150 pack:200
+#   bash benchmarks/scale/gpu_run.sh step:90 fit:150                      # 111 s on one H100
+#   bash benchmarks/scale/gpu_run.sh ray:200 pack:230 repeat:90:--deterministic
+# (mode:seconds[:extra arguments, comma-separated]; a mode given twice writes <mode>_2.log and so on)
 # On a host without Ray (the lent GPU machine) the kit of ../shared/gpu/make_kit.sh, built into
 # .gpukit/, is installed first; pendigits.csv.gz is read from $DATA (default .gpudata/).
-# Logs and tables go to $OUT (default /tmp/gpu-out): <mode>.log and gpu_<mode>.md.
+# Logs and tables go to $OUT (default /tmp/gpu-out): <mode>.log and gpu_<mode>.md (a device call brings
+# back at most 8 files: four modes per call).
 set -u
 OUT=${OUT:-/tmp/gpu-out}; DATA=${DATA:-.gpudata}
 mkdir -p "$OUT"
@@ -19,14 +22,18 @@ if ! python3 -c "import ray, entmax, pydantic" 2>/dev/null; then
   export PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,utilization.gpu,clocks.sm --format=csv 2>&1
+names=()
 for spec in "$@"; do
-  mode=${spec%%:*}; limit=${spec#*:}; t0=$SECONDS
-  timeout -k 10 "$limit" python3 benchmarks/scale/gpu.py "$mode" --data-dir "$DATA" --out "$OUT/gpu_$mode.md" \
-    > "$OUT/$mode.log" 2>&1
-  echo "== $mode: rc=$? in $((SECONDS - t0)) s"
+  IFS=: read -r mode limit extra <<< "$spec"
+  name=$mode; i=2
+  while [[ " ${names[*]-} " == *" $name "* ]]; do name=${mode}_$i; i=$((i + 1)); done
+  names+=("$name"); t0=$SECONDS
+  # shellcheck disable=SC2086
+  timeout -k 10 "$limit" python3 benchmarks/scale/gpu.py "$mode" --data-dir "$DATA" --out "$OUT/gpu_$name.md" \
+    ${extra//,/ } > "$OUT/$name.log" 2>&1
+  echo "== $name: rc=$? in $((SECONDS - t0)) s"
 done
-for spec in "$@"; do
-  mode=${spec%%:*}
-  if [ -f "$OUT/gpu_$mode.md" ]; then echo; cat "$OUT/gpu_$mode.md"
-  else echo "== $mode: no table; log tail:"; grep -v "^\s*$" "$OUT/$mode.log" | tail -25; fi
+for name in "${names[@]}"; do
+  if [ -f "$OUT/gpu_$name.md" ]; then echo; cat "$OUT/gpu_$name.md"
+  else echo "== $name: no table; log tail:"; grep -v "^\s*$" "$OUT/$name.log" | tail -25; fi
 done

@@ -46,7 +46,9 @@ class CudaRecorder:
 
     def capture(self, fn):
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: a Ray worker's batch thread may copy the next batch to the GPU meanwhile;
+        # only this thread's calls must keep off the capture
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             fn()
         return graph.replay
 
