@@ -151,7 +151,6 @@ class StepGraphs:
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 warnings.warn(f"CUDA graph capture of the training step failed ({self.failed}); training "
                               f"continues with eager steps", RuntimeWarning, stacklevel=2)
-                optimizer.zero_grad(set_to_none=True)
                 loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, self.t, self.t2, m,
                                                  kl_weight, precision)
                 stats.add(loss, clust, kl, n)
