@@ -97,7 +97,7 @@ def test_odd_batch_sizes_beyond_the_cap_run_eagerly():
     sizes = [8, 9, 10, 11, 12, 13]
     stats = train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer,
                         [Batch(x[:n], x[:n]) for n in sizes * 4], phase="warmup", t=1.0, t2=1.0, m=1.05, gamma=1.0,
-                        graphs=graphs, locks=(False, False))
+                        graphs=graphs)
     assert graphs.captures == graphs_mod.MAX_GRAPHS
     assert stats.rows == 4 * sum(sizes)
 

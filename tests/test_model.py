@@ -72,8 +72,7 @@ def test_training_step_never_reads_a_device_value(precision, captured):
             graphs = StepGraphs("cpu", RerunRecorder()) if captured else None
             with reads:
                 train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch] * (4 if captured else 1),
-                            phase=phase, t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision, graphs=graphs,
-                            locks=(trainer.net.single.gates.is_locked, trainer.net.pairs.gates.is_locked))
+                            phase=phase, t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision, graphs=graphs)
             assert not captured or graphs.captures == 1
             assert reads.where == [], f"{phase}, locked {lock is not None}: host reads at\n" + "\n".join(reads.where)
 

@@ -35,6 +35,7 @@ from neurcam_dist.model.graphs import RerunRecorder, StepGraphs  # noqa: E402
 from neurcam_dist.settings import CUDA_GRAPHS  # noqa: E402
 from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
 from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
+from neurcam_dist.model.trainer import make_optimizer  # noqa: E402
 
 K, HIDDEN, BASES = 10, (256, 256), 64
 
@@ -63,8 +64,7 @@ class StepBench:
         self.xr = self.x if r == d else torch.randn(n, r, device=device, generator=g)
         self.target = torch.log_softmax(torch.randn(n, K, device=device, generator=g), 1)
         self.net = NeurCAMNet(d, K, d, p, HIDDEN, BASES, self.xr[:K].clone(), seed=seed).to(device)
-        lr = torch.tensor(2e-3, device=device) if device.type == "cuda" else 2e-3
-        self.opt = torch.optim.Adam(self.net.parameters(), lr=lr, capturable=device.type == "cuda")
+        self.opt = make_optimizer(self.net.parameters(), 2e-3, device)   # the trainer's own
         self.gen = torch.Generator(device=device).manual_seed(seed + 1)
 
     def batches(self, batch: int, limit: int | None = None):
@@ -77,8 +77,7 @@ class StepBench:
 
     def epoch(self, batch: int, precision: str, graphs: StepGraphs | None, limit: int | None = None):
         return train_epoch(self.net, self.net.centroids, self.opt, self.batches(batch, limit), phase="anneal_single",
-                           t=0.5, t2=0.5, m=1.05, gamma=1.0, precision=precision, graphs=graphs,
-                           locks=(False, False))
+                           t=0.5, t2=0.5, m=1.05, gamma=1.0, precision=precision, graphs=graphs)
 
 
 def step_rate(n, d, r, p, precision, batch, epochs, device, graphed: bool) -> tuple[float, str]:
@@ -130,8 +129,7 @@ def graph_vs_eager(device: torch.device, precision: str) -> float:
         for _ in range(3):
             b.epoch(512, precision, graphs)
         states.append(b.net.state_dict())
-    return max(float((a.float() - c.float()).abs().max()) for a, c in zip(states[0].values(), states[1].values())
-               if a.is_floating_point() and a.numel())
+    return largest_difference(*states)
 
 
 def mode_step(args, device) -> str:
@@ -167,9 +165,26 @@ def mode_step(args, device) -> str:
         "| graph ms/step |", "|---|---|---|---|---|---|---|---|---|---|", *rows, "", *[f"- {c}" for c in checks]])
 
 
-def load(args):
+def load(args, device):
+    """(features, labels, schedule): the whole dataset on a GPU; on a CPU dry run its first 1,500
+    rows and a short schedule."""
     from common import load_dataset
-    return load_dataset(args.dataset, Path(args.data_dir))
+    df, y = load_dataset(args.dataset, Path(args.data_dir))
+    if device.type == "cpu":
+        return df.iloc[:1500], y[:1500], {"epochs": 12, "warmup_epochs": 4}
+    return df, y, {}
+
+
+def warm_up(df, y, device) -> None:
+    """A tiny fit first: CUDA's context and the kernels' first loads stay out of the timings."""
+    fit_once(df.iloc[:600], y[:600], seed=0, n_pairs=0, precision="fp32", graphed=True, device=device,
+             epochs=3, warmup_epochs=2)
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    """Largest absolute difference between two state dicts' floating-point entries."""
+    return max(float((u.float() - v.float()).abs().max()) for u, v in zip(a.values(), b.values())
+               if u.is_floating_point() and u.numel())
 
 
 def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, device, **extra):
@@ -193,12 +208,8 @@ def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, d
 
 def mode_fit(args, device) -> str:
     from neurcam_dist import metrics
-    df, y = load(args)
-    if device.type == "cpu":
-        df, y = df.iloc[:1500], y[:1500]
-    quick = {"epochs": 12, "warmup_epochs": 4} if device.type == "cpu" else {}
-    fit_once(df.iloc[:600], y[:600], seed=0, n_pairs=0, precision="fp32", graphed=True, device=device,
-             epochs=3, warmup_epochs=2)   # CUDA context, kernels: outside the timings
+    df, y, quick = load(args, device)
+    warm_up(df, y, device)
     plan = [("NeurCAM", 0, "fp32", True, args.seeds), ("NeurCAM", 0, "fp32", False, [0]),
             ("NeurCAM", 0, "bf16", True, [0]),
             ("Neur2CAM (P=16)", 16, "fp32", True, [0]), ("Neur2CAM (P=16)", 16, "bf16", True, [0])]
@@ -215,9 +226,7 @@ def mode_fit(args, device) -> str:
     for precision in ("fp32", "bf16"):
         a, b = kept.get(("NeurCAM", precision, True, 0)), kept.get(("NeurCAM", precision, False, 0))
         if a and b:
-            diff = max(float((u - v).abs().max()) for u, v in zip(a["est"].net_.state_dict().values(),
-                                                                    b["est"].net_.state_dict().values())
-                       if u.is_floating_point() and u.numel())
+            diff = largest_difference(a["est"].net_.state_dict(), b["est"].net_.state_dict())
             notes.append(f"seed 0 {precision}, graph vs eager: {a['epochs']} vs {b['epochs']} epochs, largest "
                          f"parameter difference {diff:.3g}, ARI between their labels "
                          f"{metrics.ari(a['labels'], b['labels']):.4f}")
@@ -231,20 +240,13 @@ def mode_fit(args, device) -> str:
 
 def mode_repeat(args, device) -> str:
     """The same seed twice in one process, captured and eager: is a GPU fit reproducible?"""
-    df, y = load(args)
-    quick = {}
-    if device.type == "cpu":
-        df, y = df.iloc[:1500], y[:1500]
-        quick = {"epochs": 12, "warmup_epochs": 4}
-    fit_once(df.iloc[:600], y[:600], seed=0, n_pairs=0, precision="fp32", graphed=True, device=device,
-             epochs=3, warmup_epochs=2)
+    df, y, quick = load(args, device)
+    warm_up(df, y, device)
     rows = []
     for graphed in (True, False):
         a, b = (fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=graphed, device=device, **quick)
                 for _ in range(2))
-        diff = max(float((u - v).abs().max()) for u, v in zip(a["est"].net_.state_dict().values(),
-                                                                b["est"].net_.state_dict().values())
-                   if u.is_floating_point() and u.numel())
+        diff = largest_difference(a["est"].net_.state_dict(), b["est"].net_.state_dict())
         rows.append(f"| {'graph' if graphed else 'eager'} | {a['epochs']} / {b['epochs']} | {diff:.3g} "
                     f"| {a['inertia']:.6g} / {b['inertia']:.6g} |")
         print(rows[-1], flush=True)
@@ -278,10 +280,7 @@ def job(args, tmp: str, df, y, **train) -> dict:
 
 def mode_ray(args, device) -> str:
     from neurcam_dist.distributed import train
-    df, y = load(args)
-    if device.type == "cpu":
-        df, y = df.iloc[:1500], y[:1500]
-        args.model = {"epochs": 12, "warmup_epochs": 4}
+    df, y, args.model = load(args, device)
     mem = fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=True, device=device, **args.model)
     start_ray(device)
     rows = [f"| in memory (estimator) | {mem['wall']:.1f} | | {mem['epochs']} | | {mem['epoch_s'] * 1e3:.1f} | 1.00x "
@@ -308,10 +307,7 @@ def mode_ray(args, device) -> str:
 
 def mode_pack(args, device) -> str:
     from neurcam_dist.distributed.tuner import search
-    df, y = load(args)
-    if device.type == "cpu":
-        df, y = df.iloc[:1500], y[:1500]
-        args.model = {"epochs": 12, "warmup_epochs": 4}
+    df, y, args.model = load(args, device)
     if device.type == "cuda":
         args.model = {"warmup_epochs": 60, "epochs": 120}   # the same bounded schedule in both searches
     start_ray(device)

@@ -113,14 +113,21 @@ class StepGraphs:
             g.rows = 0
 
     def step(self, model, centroids, optimizer, batch: Batch, stats: EpochStats, *, m: float,
-             kl_weight: float, precision: str, locks: tuple[bool, ...]) -> None:
-        if self.failed:
-            loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, self.t, self.t2, m, kl_weight,
-                                             precision)
+             kl_weight: float, precision: str) -> None:
+        """One optimiser step on ``batch``: replayed, or eager while a shape warms up (``model``:
+        the bare ``NeurCAMNet``, whose gates say whether they are locked)."""
+        def run(b: Batch):
+            return optimizer_step(model, centroids, optimizer, b, self.t, self.t2, m, kl_weight, precision)
+
+        def eager(via=lambda f: f()) -> None:
+            loss, clust, kl = via(lambda: run(batch))
             stats.add(loss, clust, kl, batch.x.shape[0])
-            return
+
+        if self.failed:
+            return eager()
         n = batch.x.shape[0]
         with_target = batch.target is not None and kl_weight > 0
+        locks = (model.single.gates.is_locked, model.pairs.gates.is_locked)
         family = (kl_weight, with_target, m, precision, locks, id(optimizer))
         if family != self._family:  # a new phase or lock: the old graphs can never replay again
             self.reset()
@@ -131,17 +138,12 @@ class StepGraphs:
             seen = self._eager_steps.get(key, 0)
             if seen < WARMUP or len(self._graphs) >= MAX_GRAPHS:
                 self._eager_steps[key] = seen + 1
-                loss, clust, kl = self.recorder.warm(lambda: optimizer_step(
-                    model, centroids, optimizer, batch, self.t, self.t2, m, kl_weight, precision))
-                stats.add(loss, clust, kl, n)
-                return
+                return eager(self.recorder.warm)
             graph = self._graphs[key] = _Graph(batch)
             static = Batch(graph.x, graph.xr, graph.target)
 
             def fn():
-                loss, clust, kl = optimizer_step(model, centroids, optimizer, static, self.t, self.t2, m,
-                                                 kl_weight, precision)
-                graph.sums.add_(weighted_sums(loss, clust, kl, n))
+                graph.sums.add_(weighted_sums(*run(static), n))
 
             optimizer.zero_grad(set_to_none=True)
             try:
@@ -151,10 +153,7 @@ class StepGraphs:
                 self.failed = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 warnings.warn(f"CUDA graph capture of the training step failed ({self.failed}); training "
                               f"continues with eager steps", RuntimeWarning, stacklevel=2)
-                loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, self.t, self.t2, m,
-                                                 kl_weight, precision)
-                stats.add(loss, clust, kl, n)
-                return
+                return eager()
             self.captures += 1
         graph.load(batch)
         graph.replay()

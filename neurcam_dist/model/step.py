@@ -134,11 +134,10 @@ def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimi
 
 def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batches: Iterable[Batch],
                 *, phase: str, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
-                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None,
-                locks: tuple[bool, ...] = ()) -> EpochStats:
+                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None) -> EpochStats:
     """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums.
-    ``graphs`` (a ``graphs.StepGraphs``): replay the step from CUDA graphs; ``locks`` names the
-    gate state those graphs were captured under."""
+    ``graphs`` (a ``graphs.StepGraphs``; ``model`` then the bare ``NeurCAMNet``): replay the
+    step from CUDA graphs."""
     stats = EpochStats()
     kl_weight = kl_weight_for(phase, gamma)
     model.train()
@@ -150,8 +149,7 @@ def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer
                 raise ValueError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
             batch.target = target_fn(batch)
         if graphs is not None:
-            graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision,
-                        locks=locks)
+            graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision)
             continue
         loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, t, t2, m, kl_weight, precision)
         stats.add(loss, clust, kl, batch.x.shape[0])

@@ -18,6 +18,14 @@ from .network import NeurCAMNet
 from .schedule import Schedule
 
 
+def make_optimizer(params, lr: float, device: torch.device) -> torch.optim.Adam:
+    """Adam. On a GPU its step counters stay on the device (``capturable``): CPU Adam reads its
+    counter with ``.item()``, which on CUDA would be a host sync in every step. The learning rate
+    is a device tensor there too, so a captured step follows the plateau's halvings."""
+    on_gpu = torch.device(device).type == "cuda"
+    return torch.optim.Adam(params, lr=torch.tensor(lr, device=device) if on_gpu else lr, capturable=on_gpu)
+
+
 def make_plateau(opt: torch.optim.Optimizer, patience: int):
     """Halve the learning rate after ``patience`` epochs without improvement of the epoch loss."""
     return torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=0.5, patience=patience)
@@ -31,15 +39,11 @@ class Trainer:
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
         self.m, self.gamma, self.lr_patience, self.precision = m, gamma, lr_patience, precision
-        # On a GPU the step counters stay on the device (``capturable``): CPU Adam reads its counter
-        # with ``.item()``, which on CUDA would be a host sync in every step. The learning rate is
-        # a device tensor there too, so a captured step follows the plateau's halvings.
         device = net.centroids.device
-        on_gpu = device.type == "cuda"
-        self.optimizer = torch.optim.Adam(net.parameters(), lr=torch.tensor(lr, device=device) if on_gpu else lr,
-                                          capturable=on_gpu)
+        self.optimizer = make_optimizer(net.parameters(), lr, device)
         # Captured steps on CUDA unless ``cuda_graphs`` is off; a caller may hand in its own (tests).
-        self.graphs = graphs if graphs is not None else (StepGraphs(device) if cuda_graphs and on_gpu else None)
+        self.graphs = graphs if graphs is not None else (
+            StepGraphs(device) if cuda_graphs and device.type == "cuda" else None)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
         # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
@@ -54,7 +58,7 @@ class Trainer:
         graphs = self.graphs if self.model is self.net else None  # DDP's all-reduce stays eager
         return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
                            m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn,
-                           graphs=graphs, locks=(self.net.single.gates.is_locked, self.net.pairs.gates.is_locked))
+                           graphs=graphs)
 
     def end_epoch(self, means: dict, seconds: float) -> tuple[dict, str | None]:
         """Advance the schedule with the (globally reduced) epoch means; returns the history record
