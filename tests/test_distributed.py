@@ -384,3 +384,61 @@ def test_reference_rows_are_a_random_subset_of_the_sample():
     rows = est.reference_["f0"].to_numpy()
     assert len(rows) == 100 == len(np.unique(rows))
     assert not np.array_equal(rows, np.arange(100)) and rows.max() > 500  # not the head of the sample
+
+
+def _read_slowly(ds, callback) -> list:
+    from neurcam_dist.data.sources import ROW_KEY
+    """Every row key of ``ds`` through Ray Data's executor in this process, 40 ms a block (a
+    consumer slower than the reader, like a training worker), with ``callback`` as its only
+    execution callback; the callback's instance is kept on its class. The executor may hold 50 kB
+    of blocks: reads wait for the consumer, as a large stream's do for the training workers."""
+    from ray.data import ExecutionResources
+    ds.context.custom_execution_callback_classes = [callback]
+    ds.context.execution_options.resource_limits = ExecutionResources(object_store_memory=50_000)
+    keys = []
+    for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+        keys.extend(batch[ROW_KEY].to_pylist())
+        time.sleep(0.04)
+    return keys
+
+
+def test_the_streams_idle_scheduling_loop_pauses_and_the_stream_is_unchanged(shards, caplog):
+    from ray.data import DataContext
+    from ray.data._internal.execution.execution_callback import ExecutionCallback
+
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import reading
+    from neurcam_dist.data.pacing import IdlePause
+
+    class Counting(ExecutionCallback):      # Ray Data's own loop, counted
+        def __init__(self):
+            self.steps = 0
+            Counting.made = self
+
+        def on_execution_step(self, executor):
+            self.steps += 1
+
+    class Paced(IdlePause):
+        def __init__(self):
+            super().__init__()
+            Paced.made = self
+
+    p = plan(DataConfig(path=str(shards), embedding="embedding", label="label", id="id"))
+    for ds in (reading.streamed_dataset(p), reading.in_memory_dataset(p)):   # both training feeds
+        assert IdlePause in ds.context.custom_execution_callback_classes
+    assert IdlePause not in DataContext.get_current().custom_execution_callback_classes
+
+    unpaced = _read_slowly(reading.streamed_dataset(p, batch_rows=100), Counting)
+    paced = _read_slowly(reading.streamed_dataset(p, batch_rows=100), Paced)
+    assert paced == unpaced and sorted(paced) == list(range(N_ROWS))     # same rows, same order
+    # unpaced, the loop polls flat out while the consumer works (the state the pause is for)
+    assert Counting.made.steps > 300, Counting.made.steps
+    assert Paced.made.pauses > 0 and Paced.made.steps * 2 < Counting.made.steps, \
+        (Paced.made.steps, Counting.made.steps)
+
+    # an executor without the state it reads: the pause switches itself off and says so, once
+    off = IdlePause()
+    with caplog.at_level("WARNING", logger="neurcam_dist.data.pacing"):
+        off.on_execution_step(object())
+        off.on_execution_step(object())
+    assert off.off and caplog.text.count("idle scheduling loop is not paced") == 1

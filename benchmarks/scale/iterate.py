@@ -7,7 +7,8 @@ the workers), with a consumer that does nothing:
 This is the floor of a ``cache: always`` epoch, whatever the device: on a GPU that trains such an
 epoch in about 15 ms (``scale_gpu_h100.md``) it decides the epoch time. Rows: a streaming split of
 one (what a Ray Train worker's shard is), the dataset's own iterator, and ``iter_batches`` in
-Arrow format (no conversion to tensors). Median of the epochs after the first.
+Arrow format (no conversion to tensors), and the streaming split again with the training feeds'
+pacing of Ray Data's idle scheduling loop. Median of the epochs after the first.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def main() -> None:
     import ray
     from common import load_dataset
 
+    from neurcam_dist.data.pacing import pace
     from neurcam_dist.distributed.session import quiet_data_progress
 
     df, _ = load_dataset("pendigits", Path(args.data_dir))
@@ -51,15 +53,19 @@ def main() -> None:
     ray.init(num_cpus=max(os.cpu_count() or 1, 3), include_dashboard=False, log_to_driver=False)
     quiet_data_progress()
     step = -(-table.num_rows // args.files)
-    ds = ray.data.from_arrow([table.slice(i, step) for i in range(0, table.num_rows, step)])
+    blocks = [table.slice(i, step) for i in range(0, table.num_rows, step)]
+    ds = ray.data.from_arrow(blocks)
     split = ds.streaming_split(1)[0]
+    paced = pace(ray.data.from_arrow(blocks)).streaming_split(1)[0]   # what the training feeds use
     plain = ds.iterator()
     cases = [("streaming split of 1, `iter_torch_batches`", 512, lambda: split.iter_torch_batches(batch_size=512)),
+             ("the same, its idle loop paced (`data/pacing.py`)", 512, lambda: paced.iter_torch_batches(batch_size=512)),
              ("streaming split of 1, `iter_torch_batches`, prefetch 4", 512,
               lambda: split.iter_torch_batches(batch_size=512, prefetch_batches=4)),
              ("streaming split of 1, `iter_torch_batches`", 2048, lambda: split.iter_torch_batches(batch_size=2048)),
              ("the dataset's iterator, `iter_torch_batches`", 512, lambda: plain.iter_torch_batches(batch_size=512)),
              ("`Dataset.iter_batches`, Arrow", 512, lambda: ds.iter_batches(batch_size=512, batch_format="pyarrow"))]
+    timed(args.epochs, cases[0][2])   # untimed: the first epochs of a process run slower, whichever case is first
     rows = []
     for label, batch, run in cases:
         med, first, n = timed(args.epochs, run)

@@ -91,9 +91,11 @@ def streamed_dataset(p: Plan, batch_rows: int | None = None):
     """The plan's training columns and ``ROW_KEY`` as a Ray Data dataset with one read task per
     file, in file order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the
     files and reads their footers again on every execution, i.e. on every streamed epoch), in
-    blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``)."""
+    blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``), its idle scheduling loop
+    paced (``pacing``)."""
     import ray.data
 
+    from .pacing import pace
     from .parquet_files import ParquetFiles
     width = row_bytes(p)
     batch_rows = batch_rows or int(min(65536, max(256, FEED_BLOCK_BYTES // width)))
@@ -103,7 +105,7 @@ def streamed_dataset(p: Plan, batch_rows: int | None = None):
     # a little under one batch: each batch is a block of its own (neither merged with the next,
     # nor, below 1.5x the target, sliced)
     ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * width))
-    return ds
+    return pace(ds)
 
 
 def in_memory_dataset(p: Plan):
@@ -111,6 +113,8 @@ def in_memory_dataset(p: Plan):
     blocks: for data small enough for ``local_pass``, where Ray Data's read tasks would cost a run
     seconds of worker start-up for a few MiB. With ``ROW_KEY``, as ``streamed_dataset``."""
     import ray.data
+
+    from .pacing import pace
     tables, first = [], 0
     for t in read_local(p.source, list(dict.fromkeys(p.columns))):
         tables.append(with_row_keys(t, first))
@@ -118,7 +122,7 @@ def in_memory_dataset(p: Plan):
     if first > p.n_rows:  # keys past the plan's rows would index no cached teacher assignment
         raise DataError(f"the files hold {first:,} rows, {p.n_rows:,} when the run was planned: they changed "
                         f"during the run (rewrite data into new files, not in place)")
-    return ray.data.from_arrow(tables)
+    return pace(ray.data.from_arrow(tables))
 
 
 def representation(table: pa.Table, p: Plan) -> np.ndarray:
