@@ -151,6 +151,9 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     one = json.loads((tmp_path / "cli" / "metrics.json").read_text())
     said = capsys.readouterr().out
     assert one["num_workers"] == 1 and "keeps its shard of the 3,000 rows on its device" in said
+    # a worker's line reaches the console once (Train v2's print both logs and prints it)
+    assert said.count("worker 0: 3,000 rows resident on cpu") == 1, said
+    assert len([ln for ln in said.splitlines() if " epoch 1 " in ln and "rows/s" in ln]) == 1, said
     # small data: read in the driver once and handed over in memory (no Ray Data read tasks)
     assert "the 3,000 training rows are small: read here once and handed to the workers in memory" in said
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)

@@ -57,6 +57,14 @@ def verbose() -> bool:
     return os.environ.get("NEURCAM_VERBOSE") == "1"
 
 
+def worker_say(msg: str) -> None:
+    """A ``[neurcam]`` line from a Ray Train worker. Not ``print``: Train v2 replaces it in its
+    workers with one that logs the line and, since Ray wraps the worker's stdout, prints it too,
+    so every line reached the console twice."""
+    sys.stdout.write(f"{OURS} {msg}\n")
+    sys.stdout.flush()
+
+
 def _dispatcher():
     try:
         from ray._private.ray_logging import global_worker_stdstream_dispatcher
@@ -98,7 +106,6 @@ def routed_logs(output, log=print, bars: bool | None = None):
     if dispatcher is not None:
         printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
 
-        last = [None]
         progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
 
         def route(data: dict) -> None:
@@ -107,12 +114,11 @@ def routed_logs(output, log=print, bars: bool | None = None):
                 plain = _ANSI.sub("", line)
                 sink.write(prefix + plain + "\n")
                 mine = plain.strip()
-                if mine.startswith(OURS) and mine != last[0]:  # Train v2 hands a worker's line over twice
+                if mine.startswith(OURS):
                     if progress is not None:
                         progress.show(mine)
                     else:
                         print(mine, flush=True)
-                    last[0] = mine
             sink.flush()
 
         if printer is not None:

@@ -28,6 +28,7 @@ from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..storage import write_dataset
 from ..uris import join
+from .console import worker_say
 from .session import worker_group
 
 DAE_COLUMN = "dae_embedding"
@@ -95,7 +96,7 @@ def dae_loop_per_worker(config: dict) -> None:
         done = epoch == r.epochs or plateau.stale >= r.n_iter_no_change
         if rank == 0 and (done or epoch == 1 or time.perf_counter() - last_log > 20):
             last_log = time.perf_counter()
-            print(f"[neurcam] autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}", flush=True)
+            worker_say(f"autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}")
         if done:
             break
     metrics = {"epochs": len(history), "loss": history[-1]["loss"]}

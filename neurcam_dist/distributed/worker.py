@@ -32,6 +32,7 @@ from ..model.fitted import log_assignment
 from ..model.step import Batch, EpochStats, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
+from .console import worker_say
 from .teacher import RowTargets
 
 STATE_FILE = "trainer_state.pt"
@@ -127,8 +128,7 @@ def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[di
         state = torch.load(os.path.join(d, STATE_FILE), map_location=device, weights_only=True)
     trainer.load_state_dict(state["trainer"])
     if rank == 0:
-        print(f"[neurcam] resumed from checkpoint at epoch {trainer.schedule.epoch} "
-              f"(phase {trainer.schedule.phase})", flush=True)
+        worker_say(f"resumed from checkpoint at epoch {trainer.schedule.epoch} (phase {trainer.schedule.phase})")
     return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
 
 
@@ -160,8 +160,8 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
         rows += x.shape[0]
         if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
             last = time.perf_counter()
-            print(f"[neurcam] {c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
-                  f"rows so far, {rows * group.world / (last - start):,.0f} rows/s", flush=True)
+            worker_say(f"{c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
+                       f"rows so far, {rows * group.world / (last - start):,.0f} rows/s")
     keep.seal()
 
 
@@ -289,15 +289,15 @@ def train_loop_per_worker(config: dict) -> None:
     expected = expected_shard_bytes(c, group.world)
     wanted = c.resident == "device" or (c.resident == "auto" and expected <= budget)
     if group.rank == 0 and c.resident != "never" and not wanted:
-        print(f"[neurcam] {c.tag}the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident "
-              f"budget of {budget / 2**30:.2f} GiB: streaming every epoch", flush=True)
+        worker_say(f"{c.tag}the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident "
+                   f"budget of {budget / 2**30:.2f} GiB: streaming every epoch")
     keep = _Resident(wanted, budget, c.spec.seed, group.rank,
-                     lambda msg: print(f"[neurcam] {c.tag}worker {group.rank}: {msg}", flush=True),
+                     lambda msg: worker_say(f"{c.tag}worker {group.rank}: {msg}"),
                      repr_is_x=c.plan.repr_kind == "features",
                      expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
 
     rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
-                            lambda msg: print(f"[neurcam] {c.tag}worker {group.rank}: {msg}", flush=True)
+                            lambda msg: worker_say(f"{c.tag}worker {group.rank}: {msg}")
                             if group.rank == 0 else None)
 
     def target_fn(batch: Batch) -> torch.Tensor:
@@ -331,8 +331,8 @@ def train_loop_per_worker(config: dict) -> None:
         if group.rank == 0 and (time.monotonic() - last_line >= LOG_SECONDS or s.phase != phase_before
                                 or trainer.finished):
             last_line = time.monotonic()
-            print(f"[neurcam] {c.tag}epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
-                  f"loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s", flush=True)
+            worker_say(f"{c.tag}epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
+                       f"loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s")
         cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
         if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:
             _report(trainer, rec, {"records": records, "resumes": resumes, "precision": precision,
