@@ -142,7 +142,8 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
         f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
     t0 = time.perf_counter()
-    dataset = data_mod.read(plan, plan.features, ordered=True).materialize()
+    from ..data.pacing import pace
+    dataset = pace(data_mod.read(plan, plan.features, ordered=True).materialize())
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
                            **worker_group(tc),
                            run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
