@@ -390,12 +390,13 @@ def test_reference_rows_are_a_random_subset_of_the_sample():
 
 
 def _read_slowly(ds, callback) -> list:
-    from neurcam_dist.data.sources import ROW_KEY
     """Every row key of ``ds`` through Ray Data's executor in this process, 40 ms a block (a
     consumer slower than the reader, like a training worker), with ``callback`` as its only
     execution callback; the callback's instance is kept on its class. The executor may hold 50 kB
     of blocks: reads wait for the consumer, as a large stream's do for the training workers."""
     from ray.data import ExecutionResources
+
+    from neurcam_dist.data.sources import ROW_KEY
     ds.context.custom_execution_callback_classes = [callback]
     ds.context.execution_options.resource_limits = ExecutionResources(object_store_memory=50_000)
     keys = []
