@@ -135,8 +135,8 @@ def initial_state(cfg: JobConfig, plan: data_mod.Plan, prof: data_mod.Profile) -
                                  f"{m.n_clusters}: raise train.kmeans_sample")
     centroids, info = kmeans_centroids(xr_sample, m.n_clusters, m.random_state, method=m.kmeans,
                                        n_init=m.kmeans_n_init, batch_size=m.batch_size)
-    log(f"k-means init ({info['method']}, {info['n_init']} restarts) on a {len(xr_sample):,}-row sample "
-        f"in {info['seconds']:.1f} s")
+    log(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}) on a "
+        f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
                         allowed=~prof.constant)
 
