@@ -44,6 +44,14 @@ def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
 
 
+def report(device: torch.device, caption: str, columns: list[str], rows: list[str], notes=(),
+           ray: bool = False) -> str:
+    """A mode's result: the device line and caption, the table, then notes as a list."""
+    head = f"Device: {device_name(device)}; torch {torch.__version__}" + (f"; Ray with {os.cpu_count()} CPUs" if ray else "")
+    return "\n".join([f"{head}. {caption}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+                      *rows, *(["", *[f"- {n}" for n in notes]] if notes else [])])
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -157,12 +165,11 @@ def mode_step(args, device) -> str:
     for precision in ("fp32", "bf16"):
         checks.append(f"largest parameter difference, graph vs eager, 3 epochs of the same batches ({precision}): "
                       f"{graph_vs_eager(device, precision):.3g}")
-    return "\n".join([
-        f"Device: {device_name(device)}; torch {torch.__version__}. The shared epoch step on data resident on "
-        f"the device, anneal phase (relaxed gates + KL, the slowest); rows/s = median of {args.epochs} epochs "
-        f"after {graphs_mod.WARMUP + 1} untimed ones (which hold the captures).", "",
-        "| data | rows | model | precision | batch | eager rows/s | graph rows/s | speed-up | eager ms/step "
-        "| graph ms/step |", "|---|---|---|---|---|---|---|---|---|---|", *rows, "", *[f"- {c}" for c in checks]])
+    return report(device, f"The shared epoch step on data resident on the device, anneal phase (relaxed gates + KL, "
+                          f"the slowest); rows/s = median of {args.epochs} epochs after {graphs_mod.WARMUP + 1} untimed "
+                          f"ones (which hold the captures).",
+                  ["data", "rows", "model", "precision", "batch", "eager rows/s", "graph rows/s", "speed-up",
+                   "eager ms/step", "graph ms/step"], rows, checks)
 
 
 def load(args, device):
@@ -230,12 +237,11 @@ def mode_fit(args, device) -> str:
             notes.append(f"seed 0 {precision}, graph vs eager: {a['epochs']} vs {b['epochs']} epochs, largest "
                          f"parameter difference {diff:.3g}, ARI between their labels "
                          f"{metrics.ari(a['labels'], b['labels']):.4f}")
-    return "\n".join([
-        f"Device: {device_name(device)}; torch {torch.__version__}. In-memory `NeurCAM(n_clusters=10, "
-        f"device='cuda')` on {args.dataset} ({len(df):,} rows), default schedule and batch 512; wall = the "
-        f"whole `fit` (k-means init included); rows/s = rows x epochs / the epochs' own seconds.", "",
-        "| model | precision | step | seed | fit s | epochs | median ms/epoch | rows/s | inertia | ARI |",
-        "|---|---|---|---|---|---|---|---|---|---|", *rows, "", *[f"- {n}" for n in notes]])
+    return report(device, f"In-memory `NeurCAM(n_clusters=10, device='cuda')` on {args.dataset} ({len(df):,} rows), "
+                          f"default schedule and batch 512; wall = the whole `fit` (k-means init included); rows/s = "
+                          f"rows x epochs / the epochs' own seconds.",
+                  ["model", "precision", "step", "seed", "fit s", "epochs", "median ms/epoch", "rows/s", "inertia",
+                   "ARI"], rows, notes)
 
 
 def mode_repeat(args, device) -> str:
@@ -250,12 +256,9 @@ def mode_repeat(args, device) -> str:
         rows.append(f"| {'graph' if graphed else 'eager'} | {a['epochs']} / {b['epochs']} | {diff:.3g} "
                     f"| {a['inertia']:.6g} / {b['inertia']:.6g} |")
         print(rows[-1], flush=True)
-    return "\n".join([
-        f"Device: {device_name(device)}; torch {torch.__version__}. `NeurCAM(n_clusters=10)` on {args.dataset}, "
-        f"seed 0, fp32, fitted twice in one process"
-        f"{'; torch.use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=:4096:8' if args.deterministic else ''}.",
-        "",
-        "| step | epochs (1st / 2nd) | largest parameter difference | inertia (1st / 2nd) |", "|---|---|---|---|", *rows])
+    det = "; torch.use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=:4096:8" if args.deterministic else ""
+    return report(device, f"`NeurCAM(n_clusters=10)` on {args.dataset}, seed 0, fp32, fitted twice in one process{det}.",
+                  ["step", "epochs (1st / 2nd)", "largest parameter difference", "inertia (1st / 2nd)"], rows)
 
 
 def start_ray(device) -> None:
@@ -297,12 +300,11 @@ def mode_ray(args, device) -> str:
                         f"| {len(secs)} | {secs[0] * 1e3:.1f} | {med * 1e3:.1f} | {med / mem['epoch_s']:.2f}x "
                         f"| {m.get('inertia', float('nan')):.4g} | {m.get('ari', float('nan')):.3f} |")
             print(rows[-1], flush=True)
-    return "\n".join([
-        f"Device: {device_name(device)}; torch {torch.__version__}; Ray with {os.cpu_count()} CPUs. "
-        f"{args.dataset}, NeurCAM seed 0, fp32, default schedule{'' if not args.model else f' {args.model}'}; "
-        f"ms/epoch = median of the worker's epoch seconds after the first (rank 0, the epoch's reduce included).", "",
-        "| run | wall s | train s | epochs | epoch 1 ms | median ms/epoch | vs in memory | inertia | ARI |",
-        "|---|---|---|---|---|---|---|---|---|", *rows])
+    return report(device, f"{args.dataset}, NeurCAM seed 0, fp32, default schedule"
+                          f"{'' if not args.model else f' {args.model}'}; ms/epoch = median of the worker's epoch "
+                          f"seconds after the first (rank 0, the epoch's reduce included).",
+                  ["run", "wall s", "train s", "epochs", "epoch 1 ms", "median ms/epoch", "vs in memory", "inertia",
+                   "ARI"], rows, ray=True)
 
 
 def mode_pack(args, device) -> str:
@@ -324,12 +326,10 @@ def mode_pack(args, device) -> str:
             rows.append(f"| {trials} | {share.get('gpus_per_worker', 1.0) if trials > 1 else 1.0:g} | {walls[trials]:.1f} "
                         f"| {walls[trials] / walls[1]:.2f}x | {epochs} | {sum(t.status == 'ok' for t in res.trials)} |")
             print(rows[-1], flush=True)
-    return "\n".join([
-        f"Device: {device_name(device)}; torch {torch.__version__}; Ray with {os.cpu_count()} CPUs. "
-        f"`neurcam tune` ({{search: seeds}}) on {args.dataset}, NeurCAM fp32, 1 worker x 2 CPUs per trial, "
-        f"cache: device, schedule {args.model}; wall = the whole search (planning, trials, scoring, the winner's run output).", "",
-        "| trials | GPU per trial | wall s | vs 1 trial | epochs per trial | trials ok |",
-        "|---|---|---|---|---|---|", *rows])
+    return report(device, f"`neurcam tune` ({{search: seeds}}) on {args.dataset}, NeurCAM fp32, 1 worker x 2 CPUs per "
+                          f"trial, cache: device, schedule {args.model}; wall = the whole search (planning, trials, "
+                          f"scoring, the winner's run output).",
+                  ["trials", "GPU per trial", "wall s", "vs 1 trial", "epochs per trial", "trials ok"], rows, ray=True)
 
 
 def main() -> None:
