@@ -43,7 +43,7 @@ def test_a_computed_representation_excludes_a_given_one():
 
 
 def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
-        ray_cluster, mlflow_server, tmp_path):
+        ray_cluster, mlflow_server, tmp_path, monkeypatch):
     import mlflow
 
     from neurcam_dist import service
@@ -57,11 +57,14 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
            "train": {"num_workers": 2},
            "tracking": {"uri": mlflow_server, "experiment": "dae-test"},
            "output": str(tmp_path / "run")}
+    # every pass through Ray Data, as for data too large to read in the driver: the workers stream
+    # their first epoch (small data would come from the held rows, test_distributed.py)
+    monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
     res = service.train(cfg)
     assert res.metrics["repr_dim"] == 3 and res.plan.repr_columns == ["dae_embedding"]
-    # two workers, cache: auto: each keeps its shard after the first epoch and trains from memory,
-    # the teacher's assignment cached per row (no second forward); the same rows every epoch (an
-    # equal split may drop < 2)
+    # two workers, cache: auto: each keeps its streamed shard after the first epoch and trains from
+    # memory, the teacher's assignment cached per row (no second forward); the same rows every epoch
+    # (an equal split may drop < 2)
     h = res.estimator.history_
     assert h["world_size"] == 2
     assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)

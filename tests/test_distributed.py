@@ -131,19 +131,18 @@ def test_row_targets_are_the_teachers_and_computed_once_per_row():
 
 
 def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_workers, shards, tmp_path, capsys):
-    """cache: auto keeps a shard that fits on the worker's device: the first epoch streams, later
-    epochs reshuffle the kept rows, and the frozen model's assignment is computed once per row (no
-    second forward). One worker reads the files in order, so the same seed gives the same model.
-    (Two workers' resident shards: ``test_dae.py``'s run.)"""
+    """cache: auto keeps a shard that fits on the worker's device: the first epoch takes the rows
+    (small data: from the held table), later epochs reshuffle the kept rows, and the frozen model's
+    assignment is computed once per row (no second forward). The same seed gives the same model.
+    (Two workers' resident shards: ``test_dae.py``'s run, streamed, and the held-rows test.)"""
     run = train(job(shards, tmp_path / "out1", workers=1))
     h = run.estimator.history_
-    assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
+    assert [r["source"] for r in h["epochs"]] == ["held"] + ["resident"] * (h["n_epochs"] - 1)
     assert any(r["phase"] == "final" for r in h["epochs"])
     assert all(r["teacher_rows"] == 0 for r in h["epochs"])
     assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
     assert is_one_hot(run.estimator.net_.single.gates.matrix(run.estimator.temperatures_[0]))
-    # the same config again, through the command line: the same model, bit for bit (two workers
-    # split the stream as they ask for blocks, so their rows can differ between runs)
+    # the same config again, through the command line: the same model, bit for bit
     capsys.readouterr()
     config = tmp_path / "one.yaml"
     config.write_text(yaml.safe_dump(job(shards, tmp_path / "cli", workers=1)))
@@ -184,6 +183,48 @@ def test_a_shard_over_its_resident_budget_is_dropped_with_a_message():
     same.add(x, x)
     same.seal()
     assert same.xr is same.x and same.bytes == 160  # features as the representation: held once
+
+
+def test_held_rows_are_sliced_between_workers_the_same_way_every_run(shards, tmp_path):
+    """Small data that the workers keep resident comes from one Arrow table in the object store,
+    not a Ray Data shard: each of two workers takes a fixed slice, every row once, so (unlike a
+    split stream) two runs give the same model bit for bit. Past its resident budget a worker
+    trains from its held slice every epoch, the frozen model's assignment kept by row key."""
+    a, b = (train(job(shards, tmp_path / name, workers=2)) for name in ("a", "b"))
+    h = a.estimator.history_
+    assert h["world_size"] == 2
+    assert [r["source"] for r in h["epochs"]] == ["held"] + ["resident"] * (h["n_epochs"] - 1)
+    assert all(r["rows"] == N_ROWS for r in h["epochs"])   # no row dropped to even out the split
+    sa, sb = a.estimator.net_.state_dict(), b.estimator.net_.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    tight = train(job(shards, tmp_path / "c", workers=2, device_cache_gib=1e-6))
+    epochs = tight.estimator.history_["epochs"]
+    assert {r["source"] for r in epochs} == {"held"} and all(r["rows"] == N_ROWS for r in epochs)
+    annealing = [r for r in epochs if r["phase"] in ("anneal_single", "anneal_pairs", "final")]
+    assert annealing and all(r["teacher_rows"] == N_ROWS // 2 for r in annealing)  # worker 0's half, per batch
+    est = tight.estimator
+    assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
+    assert tight.metrics["inertia"] == pytest.approx(a.metrics["inertia"], rel=0.05)
+
+
+def test_a_held_shard_is_one_slice_of_every_row_in_batches():
+    from neurcam_dist.distributed.worker import HeldShard
+    table = pa.table({"key": np.arange(10, dtype=np.int64), "v": np.arange(10, dtype=np.float64) * 2})
+
+    def collate(t):
+        v = torch.from_numpy(np.array(t["v"]))
+        return v[:, None], -v[:, None], torch.from_numpy(np.array(t["key"]))
+
+    shards = [HeldShard(table, rank, 3, collate) for rank in range(3)]
+    keys = [s.keys.tolist() for s in shards]
+    assert keys == [[0, 1, 2], [3, 4, 5], [6, 7, 8, 9]]      # contiguous, disjoint, every row once
+    ordered = list(shards[2].batches(3, torch.device("cpu"), shuffle=False, seed=0))
+    assert [k.tolist() for _, _, k in ordered] == [[6, 7, 8], [9]]
+    assert all(torch.equal(x[:, 0], 2.0 * k) and torch.equal(xr, -x) for x, xr, k in ordered)  # rows stay whole
+    one, again, other = ([k.tolist() for _, _, k in HeldShard(table, 0, 1, collate).batches(4, torch.device("cpu"),
+                                                                                        True, seed)]
+                         for seed in (1, 1, 2))
+    assert one == again != other and sorted(sum(one, [])) == list(range(10)) and [len(b) for b in one] == [4, 4, 2]
 
 
 def _train_workers():

@@ -7,6 +7,7 @@ logging is the caller's (``neurcam_dist.service``, the CLI, ``jobs/``).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -155,13 +156,17 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
 
 
 def training_dataset(cfg: JobConfig, plan: data_mod.Plan):
-    """The dataset the workers' shards come from (a search builds it once for all its trials).
-    Small data (``reading.local_pass``) is read here and handed over as in-memory blocks, unless
-    ``train.cache: never`` asks for the files to be streamed every epoch; larger data is read by
-    Ray Data (``reading.streamed_dataset``), and held in the object store with ``train.cache: always``."""
+    """What the workers' shards come from (a search builds it once for all its trials). Small data
+    (``reading.local_pass``) is read here once, unless ``train.cache: never`` asks for the files to
+    be streamed every epoch: held in the object store for the workers to slice (``HeldRows``)
+    when they keep their shards resident (``cache: auto`` or ``device``), else handed to Ray Data
+    as in-memory blocks. Larger data is read by Ray Data (``reading.streamed_dataset``), and held
+    in the object store with ``train.cache: always``."""
     tc = cfg.train
     if tc.cache != "never" and data_mod.reading.local_pass(plan, plan.columns):
         log(f"the {plan.n_rows:,} training rows are small: read here once and handed to the workers in memory")
+        if tc.cache in ("auto", "device"):
+            return data_mod.reading.held_rows(plan)
         return data_mod.reading.in_memory_dataset(plan)
     dataset = data_mod.reading.streamed_dataset(plan)
     if tc.cache == "always":
@@ -170,11 +175,9 @@ def training_dataset(cfg: JobConfig, plan: data_mod.Plan):
     return dataset
 
 
-def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, callbacks=None,
-                dataset=None):
+def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_name: str, dataset=None):
     """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
-    ``callbacks``: Ray Train callbacks (a Tune trial passes Tune's report callback); ``dataset``:
-    ``training_dataset``'s, when the caller built it already."""
+    ``dataset``: ``training_dataset``'s, when the caller built it already."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
@@ -185,13 +188,16 @@ def run_workers(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, run_nam
         log(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
             f"the first epoch{' when it fits' if tc.cache == 'auto' else ''} (about "
             f"{expected_shard_bytes(wcfg, tc.num_workers) / 2**20:,.1f} MiB per worker)")
+    held = isinstance(dataset, data_mod.reading.HeldRows)
+    if held:
+        wcfg = dataclasses.replace(wcfg, held=dataset)
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config={"worker": wcfg},
         **worker_group(tc),
         run_config=RunConfig(name=run_name, storage_path=cfg.storage_path(),
                              failure_config=FailureConfig(max_failures=tc.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=callbacks),
-        datasets={"train": dataset},
+                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+        datasets={} if held else {"train": dataset},
     )
     log(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} "
         f"in {cfg.storage_path()}")

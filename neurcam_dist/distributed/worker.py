@@ -11,6 +11,9 @@ streams the shard and keeps its rows on the worker's device; later epochs reshuf
 with the estimator's own ``shuffled_batches``, and the frozen warm-up model's assignment is
 computed once per row when warm-up ends (no second forward per batch), as in memory. A shard that
 streams every epoch keeps that assignment per row key (``teacher.RowTargets``).
+
+Small data that the workers keep resident comes as ``HeldRows`` (one Arrow table in the object
+store) instead of a Ray Data shard: each worker slices its rows from it (``HeldShard``).
 """
 from __future__ import annotations
 
@@ -62,6 +65,7 @@ class WorkerConfig:
     cuda_graphs: bool = True        # the driver's NEURCAM_CUDA_GRAPHS (workers may not share its environment)
     max_epochs: int | None = None   # cut a run short (benchmarks only)
     tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
+    held: object = None             # data.reading.HeldRows: small rows to slice, instead of a Ray Data shard
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -118,6 +122,22 @@ class _Group:
         trainer.model = DistributedDataParallel(trainer.net, device_ids=ids)
 
 
+class HeldShard:
+    """This worker's contiguous slice of ``HeldRows``, collated once on the host: every epoch
+    yields it in batches, as a stream would, reshuffled (a seeded permutation; in order with
+    ``train.shuffle_buffer: 0``). The workers' slices cover every row once."""
+
+    def __init__(self, table, rank: int, world: int, collate: "_Collate"):
+        lo, hi = table.num_rows * rank // world, table.num_rows * (rank + 1) // world
+        self.x, self.xr, self.keys = collate(table.slice(lo, hi - lo))
+
+    def batches(self, batch_size: int, device: torch.device, shuffle: bool, seed: int):
+        n = self.keys.shape[0]
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)) if shuffle else torch.arange(n)
+        for idx in order.split(batch_size):
+            yield self.x[idx].to(device), self.xr[idx].to(device), self.keys[idx].to(device)
+
+
 def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[dict], list[int]]:
     """Resume from Ray Train's latest checkpoint, if any: (history records, resume epochs)."""
     import ray.train
@@ -143,9 +163,9 @@ def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, sh
 def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident",
              rows_cache: RowTargets):
     """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
-    from the device when the shard is resident, else streamed (and kept, on the first epoch of
-    a resident run) with the teacher's assignment from ``rows_cache``; a heartbeat line on long
-    epochs."""
+    from the device when the shard is resident, else streamed or taken from the held rows (and
+    kept, on the first epoch of a resident run) with the teacher's assignment from
+    ``rows_cache``; a heartbeat line on long epochs."""
     bs = max(1, c.spec.batch_size // group.world)
     if keep.ready:
         yield from shuffled_batches(keep.x, keep.xr, keep.targets if trainer.schedule.uses_teacher else None,
@@ -154,7 +174,11 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
     seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
     teacher = trainer.teacher if trainer.schedule.annealing else None
-    for x, xr, key in stream(shard, bs, collate, group.device, c.shuffle_buffer, seed):
+    if isinstance(shard, HeldShard):
+        feed = shard.batches(bs, group.device, c.shuffle_buffer > 0, seed)
+    else:
+        feed = stream(shard, bs, collate, group.device, c.shuffle_buffer, seed)
+    for x, xr, key in feed:
         keep.add(x, xr)
         yield Batch(x, xr, None if teacher is None else rows_cache.targets(teacher, x, key))
         rows += x.shape[0]
@@ -281,7 +305,11 @@ def train_loop_per_worker(config: dict) -> None:
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
     collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))
-    shard = ray.train.get_dataset_shard("train")
+    if c.held is None:
+        shard = ray.train.get_dataset_shard("train")
+    else:
+        import ray
+        shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate)
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
     local_world = ray.train.get_context().get_local_world_size()
@@ -290,7 +318,8 @@ def train_loop_per_worker(config: dict) -> None:
     wanted = c.resident == "device" or (c.resident == "auto" and expected <= budget)
     if group.rank == 0 and c.resident != "never" and not wanted:
         worker_say(f"{c.tag}the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident "
-                   f"budget of {budget / 2**30:.2f} GiB: streaming every epoch")
+                   f"budget of {budget / 2**30:.2f} GiB: "
+                   + ("taken from the held rows" if c.held is not None else "streaming") + " every epoch")
     keep = _Resident(wanted, budget, c.spec.seed, group.rank,
                      lambda msg: worker_say(f"{c.tag}worker {group.rank}: {msg}"),
                      repr_is_x=c.plan.repr_kind == "features",
@@ -312,7 +341,7 @@ def train_loop_per_worker(config: dict) -> None:
         epochs_run += 1
         t0 = time.perf_counter()
         phase_before = trainer.schedule.phase
-        source = "resident" if keep.ready else "stream"
+        source = "resident" if keep.ready else ("held" if c.held is not None else "stream")
         keep.teacher_targets(trainer)  # once, in the first epoch after warm-up (or after a restart)
         if group.distributed:
             with trainer.model.join():
