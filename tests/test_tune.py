@@ -41,7 +41,7 @@ def nested_runs(client, parent_id):
 
 
 def test_two_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, mlflow_server, ray_cluster,
-                                                              monkeypatch):
+                                                              monkeypatch, capsys):
     import mlflow
 
     from neurcam_dist.explain import Explanation
@@ -52,6 +52,10 @@ def test_two_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, ml
                               {"uri": mlflow_server, "experiment": "tune-test", "model_name": "tuned"}))
     assert [t.status for t in res.trials] == ["ok"] * 2
     assert sorted(int(t.params["random_state"]) for t in res.trials) == [0, 1]
+    # one trial at a time (search.max_concurrent_trials defaults to 1): each finishes before the next starts
+    events = [("started" if " started: " in ln else "finished") for ln in capsys.readouterr().out.splitlines()
+              if ln.startswith("[neurcam] trial ") and (" started: " in ln or " finished (" in ln)]
+    assert events == ["started", "finished"] * 2
     assert res.best.inertia == min(t.inertia for t in res.trials)
 
     # MLflow: a parent run, one nested run per trial with per-epoch metrics; exactly one version,

@@ -2,8 +2,10 @@
 hyperparameter setting, and the lowest hard inertia wins.
 
 Every trial is a Tune function trainable that drives a Ray Train ``TorchTrainer`` (the pattern
-Ray Train V2 documents): Tune's ``TuneReportCallback`` forwards the workers' reports, and the
-trial ends with a Ray Data pass that scores the whole dataset. The driver validates and profiles
+Ray Train V2 documents) and ends by scoring the whole dataset; it reports that final result to
+Tune itself. (Tune's ``TuneReportCallback`` would also forward every worker report, through a
+queue actor that the trial polls all the time: 1.3% of a core on a 2-core machine, and a
+2-thread epoch pays for such background work more than its share.) The driver validates and profiles
 the data once, fits the k-means initialisation once per seed, and afterwards picks the winner,
 writes it like ``neurcam train`` does (plus the explanation report and ``search.json``) and
 measures how consistent the best runs' explanations are. It returns what tracking needs
@@ -109,7 +111,6 @@ def trial_model(cfg: JobConfig, params: dict) -> ModelConfig:
 def _trial(params: dict, job: dict) -> None:
     """A Tune trial: one distributed training (``TorchTrainer``) then the full-data scoring pass."""
     from ray import tune
-    from ray.tune.integration.ray_train import TuneReportCallback
 
     quiet_data_progress()
     cfg: JobConfig = job["config"]
@@ -125,7 +126,7 @@ def _trial(params: dict, job: dict) -> None:
     wcfg = dataclasses.replace(worker_config(tcfg, plan, init), tag=f"trial {trial_id}: ")
     run_name = f"{job['name']}-{trial_id}"
     t0 = time.perf_counter()
-    result = run_workers(tcfg, plan, wcfg, run_name, callbacks=[TuneReportCallback()], dataset=job["dataset"])
+    result = run_workers(tcfg, plan, wcfg, run_name, dataset=job["dataset"])
     est, metrics = finish_run(tcfg, plan, wcfg, init, result, time.perf_counter() - t0, run_name)
     metrics["trial_id"] = trial_id
     metrics["params"] = params
@@ -236,7 +237,9 @@ def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) 
     trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
         trainable, param_space=param_space(s),
-        tune_config=tune.TuneConfig(num_samples=s.num_samples, max_concurrent_trials=s.max_concurrent_trials,
+        # the generator limits concurrency (TuneConfig's max_concurrent_trials would only warn that it
+        # ignores itself beside a SearchGenerator)
+        tune_config=tune.TuneConfig(num_samples=s.num_samples,
                                     search_alg=BasicVariantGenerator(random_state=s.sampler_seed,
                                                                      max_concurrent=s.max_concurrent_trials)),
         run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
