@@ -362,11 +362,15 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     # the training rows handed to the workers: read here (small data) or by the per-file read tasks
     # of a streamed run, the files' rows in order, as Ray Data's own Parquet reader reads them
     # (plus each row's key: its place in the files, for the workers' per-row teacher cache)
-    streamed = data_mod.read(plan, ordered=True).to_pandas()
-    in_memory = data_mod.reading.in_memory_dataset(plan).to_pandas()
+    import ray
+    streamed_ds = data_mod.read(plan, ordered=True)
+    streamed = streamed_ds.to_pandas()
+    held = ray.get(data_mod.reading.held_rows(plan).table)   # the table the workers slice
+    assert held.schema.remove(held.schema.get_field_index(data_mod.ROW_KEY)) == streamed_ds.schema().base_schema
+    in_memory = held.to_pandas()
     assert len(in_memory) == len(df) == 240
     assert in_memory.pop(data_mod.ROW_KEY).tolist() == list(range(240))
-    pd.testing.assert_frame_equal(in_memory, streamed)
+    pd.testing.assert_frame_equal(in_memory, streamed, check_dtype=False)   # pandas' dtypes differ: Ray Data's are ArrowDtype
     per_file = data_mod.reading.streamed_dataset(plan, batch_rows=50)   # 2 batches a file
     per_file_rows = per_file.to_pandas()
     assert per_file_rows.pop(data_mod.ROW_KEY).tolist() == list(range(240))
@@ -380,7 +384,7 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     with pytest.raises(Exception, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):
         data_mod.reading.streamed_dataset(plan).to_pandas()
     with pytest.raises(DataError, match=r"the files hold 241 rows, 240 when the run was planned"):
-        data_mod.reading.in_memory_dataset(plan)
+        data_mod.reading.local_tables(plan)
     df.iloc[80:160].to_parquet(d / "p1.parquet")
     bad = df.iloc[:80].copy()
     bad.loc[bad.index[3], "f1"] = np.inf

@@ -203,6 +203,8 @@ def test_a_featurized_dataset_trains_with_its_terms_and_predicts_raw_documents(f
            "train": {"num_workers": 1, "cache": "always"}}
     res = train(cfg)
     assert res.metrics["n_features"] == len(vocab["columns"])
+    # cache: always on small data: every epoch from the rows held in the object store, none resident
+    assert {r["source"] for r in res.estimator.history_["epochs"]} == {"held"}
     est = NeurCAM.load(tmp_path / "run" / "model")
     assert est.text_["terms"] == vocab["terms"] and est.text_["text_columns"] == ["title", "body"]
     # documents as Parquet: featurized with the model's vocabulary, scored like the term columns

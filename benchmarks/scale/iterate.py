@@ -1,14 +1,15 @@
 """What one epoch of Ray Data's iterator costs on its own, on a small dataset held in the object
-store (pendigits, 10,992 rows x 16 float32, as ``train.cache: always`` or a small run hands it to
-the workers), with a consumer that does nothing:
+store (pendigits, 10,992 rows x 16 float32, as small runs handed it to the workers until they
+took it from the held rows), against the held rows' own batches (``worker.HeldShard``, what a
+small run's worker now iterates), with a consumer that does nothing:
 
     python benchmarks/scale/iterate.py [--data-dir ../shared/data] [--epochs 6]
 
 This is the floor of a ``cache: always`` epoch, whatever the device: on a GPU that trains such an
 epoch in about 15 ms (``scale_gpu_h100.md``) it decides the epoch time. Rows: a streaming split of
 one (what a Ray Train worker's shard is), the dataset's own iterator, and ``iter_batches`` in
-Arrow format (no conversion to tensors), and the streaming split again with the training feeds'
-pacing of Ray Data's idle scheduling loop. Median of the epochs after the first.
+Arrow format (no conversion to tensors), the streaming split again with the training feeds'
+pacing of Ray Data's idle scheduling loop, and the held rows. Median of the epochs after the first.
 """
 from __future__ import annotations
 
@@ -58,13 +59,24 @@ def main() -> None:
     split = ds.streaming_split(1)[0]
     paced = pace(ray.data.from_arrow(blocks)).streaming_split(1)[0]   # what the training feeds use
     plain = ds.iterator()
+    import numpy as np
+    import torch
+
+    from neurcam_dist.distributed.worker import HeldShard
+
+    def collate(t):   # the rows as the worker's collate leaves them: float32 features, int64 keys
+        x = torch.from_numpy(np.column_stack([c.to_numpy() for c in t.columns]))
+        return x, x, torch.arange(t.num_rows)
+    held = HeldShard(ray.get(ray.put(table)), 0, 1, collate)
     cases = [("streaming split of 1, `iter_torch_batches`", 512, lambda: split.iter_torch_batches(batch_size=512)),
              ("the same, its idle loop paced (`data/pacing.py`)", 512, lambda: paced.iter_torch_batches(batch_size=512)),
              ("streaming split of 1, `iter_torch_batches`, prefetch 4", 512,
               lambda: split.iter_torch_batches(batch_size=512, prefetch_batches=4)),
              ("streaming split of 1, `iter_torch_batches`", 2048, lambda: split.iter_torch_batches(batch_size=2048)),
              ("the dataset's iterator, `iter_torch_batches`", 512, lambda: plain.iter_torch_batches(batch_size=512)),
-             ("`Dataset.iter_batches`, Arrow", 512, lambda: ds.iter_batches(batch_size=512, batch_format="pyarrow"))]
+             ("`Dataset.iter_batches`, Arrow", 512, lambda: ds.iter_batches(batch_size=512, batch_format="pyarrow")),
+             ("the held rows (`HeldShard.batches`, reshuffled)", 512,
+              lambda: held.batches(512, torch.device("cpu"), True, 0))]
     timed(args.epochs, cases[0][2])   # untimed: the first epochs of a process run slower, whichever case is first
     rows = []
     for label, batch, run in cases:

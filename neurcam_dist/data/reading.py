@@ -122,20 +122,12 @@ def local_tables(p: Plan) -> list[pa.Table]:
     return tables
 
 
-def in_memory_dataset(p: Plan):
-    """``local_tables`` handed to Ray Data as in-memory blocks, where Ray Data's read tasks would
-    cost a run seconds of worker start-up for a few MiB."""
-    import ray.data
-
-    from .pacing import pace
-    return pace(ray.data.from_arrow(local_tables(p)))
-
-
 @dataclass(frozen=True)
 class HeldRows:
     """Small training rows held in Ray's object store as one Arrow table, with ``ROW_KEY``: each
     worker takes its own slice of them. No Ray Data execution feeds such a run: starting one cost
-    a trial 3.4 s on pendigits before its first batch, five epochs of its training."""
+    a trial 3.4 s on pendigits before its first batch, five epochs of its training, and Ray Data's
+    iterator took 65 ms of a 79 ms GPU epoch over these rows."""
 
     table: object   # ray.ObjectRef of a pyarrow.Table
 

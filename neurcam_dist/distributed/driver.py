@@ -157,17 +157,14 @@ def worker_config(cfg: JobConfig, plan: data_mod.Plan, init: InitialState,
 
 def training_dataset(cfg: JobConfig, plan: data_mod.Plan):
     """What the workers' shards come from (a search builds it once for all its trials). Small data
-    (``reading.local_pass``) is read here once, unless ``train.cache: never`` asks for the files to
-    be streamed every epoch: held in the object store for the workers to slice (``HeldRows``)
-    when they keep their shards resident (``cache: auto`` or ``device``), else handed to Ray Data
-    as in-memory blocks. Larger data is read by Ray Data (``reading.streamed_dataset``), and held
-    in the object store with ``train.cache: always``."""
+    (``reading.local_pass``) is read here once and held in the object store for the workers to
+    slice (``HeldRows``), unless ``train.cache: never`` asks for the files to be streamed every
+    epoch. Larger data is read by Ray Data (``reading.streamed_dataset``), and held in the object
+    store with ``train.cache: always``."""
     tc = cfg.train
     if tc.cache != "never" and data_mod.reading.local_pass(plan, plan.columns):
         log(f"the {plan.n_rows:,} training rows are small: read here once and handed to the workers in memory")
-        if tc.cache in ("auto", "device"):
-            return data_mod.reading.held_rows(plan)
-        return data_mod.reading.in_memory_dataset(plan)
+        return data_mod.reading.held_rows(plan)
     dataset = data_mod.reading.streamed_dataset(plan)
     if tc.cache == "always":
         log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")

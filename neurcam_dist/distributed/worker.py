@@ -12,8 +12,9 @@ with the estimator's own ``shuffled_batches``, and the frozen warm-up model's as
 computed once per row when warm-up ends (no second forward per batch), as in memory. A shard that
 streams every epoch keeps that assignment per row key (``teacher.RowTargets``).
 
-Small data that the workers keep resident comes as ``HeldRows`` (one Arrow table in the object
-store) instead of a Ray Data shard: each worker slices its rows from it (``HeldShard``).
+Small data comes as ``HeldRows`` (one Arrow table in the object store) instead of a Ray Data
+shard: each worker slices its rows from it (``HeldShard``) and, when it does not keep them
+resident, takes them from there every epoch.
 """
 from __future__ import annotations
 
