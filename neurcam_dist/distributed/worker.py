@@ -289,6 +289,7 @@ def expected_shard_bytes(c: WorkerConfig, world: int) -> int:
 
 def train_loop_per_worker(config: dict) -> None:
     """The Ray Train entry point: build, restore, then epochs until the schedule finishes."""
+    import ray
     import ray.train
     import ray.train.torch
 
@@ -309,7 +310,6 @@ def train_loop_per_worker(config: dict) -> None:
     if c.held is None:
         shard = ray.train.get_dataset_shard("train")
     else:
-        import ray
         shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate)
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
