@@ -76,7 +76,7 @@ def main() -> None:
              ("the dataset's iterator, `iter_torch_batches`", 512, lambda: plain.iter_torch_batches(batch_size=512)),
              ("`Dataset.iter_batches`, Arrow", 512, lambda: ds.iter_batches(batch_size=512, batch_format="pyarrow")),
              ("the held rows (`HeldShard.batches`, reshuffled)", 512,
-              lambda: held.batches(512, torch.device("cpu"), True, 0))]
+              lambda: held.batches(512, torch.device("cpu"), 0))]
     timed(args.epochs, cases[0][2])   # untimed: the first epochs of a process run slower, whichever case is first
     rows = []
     for label, batch, run in cases:

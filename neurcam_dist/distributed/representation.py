@@ -21,6 +21,7 @@ import pyarrow as pa
 import torch
 
 from .. import data as data_mod
+from ..data.pacing import pace
 from ..config import JobConfig, RepresentationConfig
 from ..model import dae
 from ..model.dae import DenoisingAutoencoder
@@ -142,7 +143,6 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
         f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
     t0 = time.perf_counter()
-    from ..data.pacing import pace
     dataset = pace(data_mod.read(plan, plan.features, ordered=True).materialize())
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
                            **worker_group(tc),

@@ -33,7 +33,7 @@ from ..model.device import resolve_precision
 from ..model.loss import fcm_log_membership, squared_distances
 from ..model.perf import keep_freed_memory
 from ..model.fitted import log_assignment
-from ..model.step import Batch, EpochStats, shuffled_batches
+from ..model.step import Batch, EpochStats, batch_indices, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
 from .console import worker_say
@@ -128,15 +128,29 @@ class HeldShard:
     yields it in batches, as a stream would, reshuffled (a seeded permutation; in order with
     ``train.shuffle_buffer: 0``). The workers' slices cover every row once."""
 
-    def __init__(self, table, rank: int, world: int, collate: "_Collate"):
+    source = "held"
+
+    def __init__(self, table, rank: int, world: int, collate: "_Collate", shuffle: bool = True):
         lo, hi = table.num_rows * rank // world, table.num_rows * (rank + 1) // world
         self.x, self.xr, self.keys = collate(table.slice(lo, hi - lo))
+        self.shuffle = shuffle
 
-    def batches(self, batch_size: int, device: torch.device, shuffle: bool, seed: int):
-        n = self.keys.shape[0]
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)) if shuffle else torch.arange(n)
-        for idx in order.split(batch_size):
+    def batches(self, batch_size: int, device: torch.device, seed: int):
+        gen = torch.Generator().manual_seed(seed) if self.shuffle else None
+        for idx in batch_indices(self.keys.shape[0], batch_size, gen):
             yield self.x[idx].to(device), self.xr[idx].to(device), self.keys[idx].to(device)
+
+
+class StreamedShard:
+    """This worker's Ray Data shard, read through ``stream`` every epoch."""
+
+    source = "stream"
+
+    def __init__(self, shard, collate: "_Collate", shuffle_buffer: int):
+        self.shard, self.collate, self.shuffle_buffer = shard, collate, shuffle_buffer
+
+    def batches(self, batch_size: int, device: torch.device, seed: int):
+        return stream(self.shard, batch_size, self.collate, device, self.shuffle_buffer, seed)
 
 
 def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[dict], list[int]]:
@@ -161,7 +175,7 @@ def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, sh
                                     local_shuffle_seed=seed if shuffle_buffer else None)
 
 
-def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _Collate, keep: "_Resident",
+def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer, group: _Group, keep: "_Resident",
              rows_cache: RowTargets):
     """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
     from the device when the shard is resident, else streamed or taken from the held rows (and
@@ -175,11 +189,7 @@ def _batches(shard, c: WorkerConfig, trainer: Trainer, group: _Group, collate: _
     seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
     teacher = trainer.teacher if trainer.schedule.annealing else None
-    if isinstance(shard, HeldShard):
-        feed = shard.batches(bs, group.device, c.shuffle_buffer > 0, seed)
-    else:
-        feed = stream(shard, bs, collate, group.device, c.shuffle_buffer, seed)
-    for x, xr, key in feed:
+    for x, xr, key in shard.batches(bs, group.device, seed):
         keep.add(x, xr)
         yield Batch(x, xr, None if teacher is None else rows_cache.targets(teacher, x, key))
         rows += x.shape[0]
@@ -308,9 +318,9 @@ def train_loop_per_worker(config: dict) -> None:
     group.wrap(trainer)
     collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))
     if c.held is None:
-        shard = ray.train.get_dataset_shard("train")
+        shard = StreamedShard(ray.train.get_dataset_shard("train"), collate, c.shuffle_buffer)
     else:
-        shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate)
+        shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate, shuffle=c.shuffle_buffer > 0)
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
     local_world = ray.train.get_context().get_local_world_size()
@@ -342,13 +352,13 @@ def train_loop_per_worker(config: dict) -> None:
         epochs_run += 1
         t0 = time.perf_counter()
         phase_before = trainer.schedule.phase
-        source = "resident" if keep.ready else ("held" if c.held is not None else "stream")
+        source = "resident" if keep.ready else shard.source
         keep.teacher_targets(trainer)  # once, in the first epoch after warm-up (or after a restart)
         if group.distributed:
             with trainer.model.join():
-                stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep, rows_cache), target_fn)
+                stats = trainer.run_epoch(_batches(shard, c, trainer, group, keep, rows_cache), target_fn)
         else:
-            stats = trainer.run_epoch(_batches(shard, c, trainer, group, collate, keep, rows_cache), target_fn)
+            stats = trainer.run_epoch(_batches(shard, c, trainer, group, keep, rows_cache), target_fn)
         means = EpochStats.means_of(group.reduce(stats.sums()))
         seconds = time.perf_counter() - t0
         rec, action = trainer.end_epoch(means, seconds)

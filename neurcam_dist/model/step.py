@@ -63,13 +63,18 @@ def weighted_sums(loss: torch.Tensor, clust: torch.Tensor, kl: torch.Tensor, n: 
     return torch.stack([loss, clust, kl]).detach().double() * n
 
 
+def batch_indices(n: int, batch_size: int, gen: torch.Generator | None, device=None) -> tuple[torch.Tensor, ...]:
+    """The row indices of one epoch's batches over ``n`` rows: a permutation drawn from ``gen``, or
+    in order without one."""
+    order = torch.randperm(n, generator=gen) if gen is not None else torch.arange(n)
+    return order.to(device).split(batch_size)
+
+
 def shuffled_batches(x: torch.Tensor, xr: torch.Tensor, targets: torch.Tensor | None, batch_size: int,
                      gen: torch.Generator):
     """One epoch of rows held in memory, reshuffled by ``gen``: the in-memory estimator's epochs
     and a worker's device-resident shard. The teacher's cached log-assignment travels with its rows."""
-    perm = torch.randperm(x.shape[0], generator=gen).to(x.device)
-    for i in range(0, x.shape[0], batch_size):
-        idx = perm[i:i + batch_size]
+    for idx in batch_indices(x.shape[0], batch_size, gen, x.device):
         yield Batch(x[idx], xr[idx], None if targets is None else targets[idx])
 
 
