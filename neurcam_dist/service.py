@@ -15,6 +15,7 @@ from .config import JobConfig, coerce_config
 from .distributed import SearchResult, TrainResult
 from .distributed import search as _search
 from .distributed import train as _train
+from .distributed.console import library_logs
 from .distributed.driver import log
 from .redaction import redact
 
@@ -50,7 +51,8 @@ def _train_and_log(cfg: JobConfig, name: str | None) -> TrainResult:
     if cfg.tracking is not None:
         from . import tracking
         try:
-            result.tracking = tracking.log_training(result, cfg)
+            with _mlflow_lines(cfg):
+                result.tracking = tracking.log_training(result, cfg)
         except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
             raise tracking.tracking_failed(cfg, result.output, exc, "the run") from exc
         _say_logged(cfg, result.tracking, "run")
@@ -73,12 +75,21 @@ def _search_and_log(cfg: JobConfig, name: str | None, prepare_winner=None) -> Se
     if cfg.tracking is not None:
         from . import tracking
         try:
-            result.tracking = tracking.log_search(result, result.search_config)
+            with _mlflow_lines(cfg):
+                result.tracking = tracking.log_search(result, result.search_config)
         except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
             raise tracking.tracking_failed(cfg, result.output, exc,
                                            "the search's parent run, its trial runs") from exc
         _say_logged(cfg, result.tracking, "parent run")
     return result
+
+
+def _mlflow_lines(cfg: JobConfig):
+    """MLflow's own lines (database set-up, model validation, "Successfully registered model")
+    go to the run's ``logs/`` beside Ray's; the console keeps the service's line that says what
+    was logged."""
+    import mlflow  # noqa: F401 - its logger gets its handlers on import: route them after
+    return library_logs(cfg.output, ("mlflow",), "MLflow's", log)
 
 
 def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:

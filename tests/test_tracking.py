@@ -1,4 +1,5 @@
 """MLflow: a real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store)."""
+import logging
 import os
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def test_embedded_local_store_needs_no_server(fitted, data, tmp_path, monkeypatc
         mlflow.pyfunc.load_model(info.model_uri).predict(pd.DataFrame({"nope": [1.0]}))
 
 
-def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_cluster, tmp_path, monkeypatch):
+def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_cluster, tmp_path, monkeypatch, capsys):
     import json
 
     import mlflow
@@ -73,6 +74,7 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
     from neurcam_dist.data.synthetic import write_shards
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
     write_shards(tmp_path / "data", 1500, n_features=4, repr_dim=6, n_clusters=3, n_files=3, seed=1)
     job = {"data": {"path": str(tmp_path / "data"), "embedding": "embedding", "label": "label", "id": "id"},
            "model": {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3, "distill_epochs": 1,
@@ -80,8 +82,19 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
            "train": {"num_workers": 1},
            "tracking": {"uri": mlflow_server, "experiment": "train-test", "model_name": "trained"},
            "output": str(tmp_path / "out")}
+    capsys.readouterr()
+    handlers = list(logging.getLogger("mlflow").handlers)
     result = train(job)
     t = result.tracking
+    # MLflow's own lines (its logger's and its prints) go to the run's logs/; ours say what was logged
+    said = capsys.readouterr()
+    assert "Successfully registered model" not in said.err + said.out and "Created version" not in said.err + said.out
+    assert f"registered trained version {t['version']} (alias candidate)" in said.out
+    mlflow_log = next((tmp_path / "out" / "logs").glob("mlflow-*.log"))
+    assert f"MLflow's own log lines go to {mlflow_log}" in said.out
+    text = mlflow_log.read_text()
+    assert " INFO mlflow." in text and "Successfully registered model 'trained'." in text
+    assert logging.getLogger("mlflow").handlers == handlers  # put back
     mlflow.set_tracking_uri(mlflow_server)
     client = mlflow.MlflowClient()
     run = client.get_run(t["run_id"])

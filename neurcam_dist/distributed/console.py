@@ -16,7 +16,7 @@ import re
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 
 from ..storage.published import put_file
@@ -74,16 +74,10 @@ def _dispatcher():
 
 
 @contextmanager
-def routed_logs(output, log=print, bars: bool | None = None):
-    """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
-    docstring); ``bars``: progress bars for the trials' epoch lines (default: on a terminal)."""
-    if verbose():
-        yield None
-        return
-    import ray.data  # noqa: F401 - their loggers exist once imported; route them too
-    import ray.train  # noqa: F401
-    import ray.tune  # noqa: F401
-    name = f"ray-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
+    """A file ``output/logs/STEM-TIME-PID.log`` that the named loggers (and their children) write
+    to instead of the console within the block; yields ``(path, sink)``."""
+    name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     # on an object store the log is written locally and copied to OUTPUT/logs/ at the end
     remote = join(output, "logs", name) if is_uri(output) else None
     path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(output)) / "logs") / name
@@ -92,55 +86,21 @@ def routed_logs(output, log=print, bars: bool | None = None):
     handler = logging.StreamHandler(sink)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
-    for name in ["ray", *sorted(n for n in logging.root.manager.loggerDict if n.startswith("ray."))]:
+    children = tuple(f"{n}." for n in loggers)
+    for name in [*loggers, *sorted(n for n in logging.root.manager.loggerDict if n.startswith(children))]:
         lg = logging.getLogger(name)
         streams = [h for h in lg.handlers if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-        if streams or name == "ray":
+        if streams or name in loggers:
             saved.append((lg, streams, lg.propagate))
             for h in streams:
                 lg.removeHandler(h)
             lg.addHandler(handler)
             lg.propagate = False
-    dispatcher = _dispatcher()
-    printer = None
-    if dispatcher is not None:
-        printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
-
-        progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
-
-        def route(data: dict) -> None:
-            prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
-            for line in data.get("lines", []):
-                plain = _ANSI.sub("", line)
-                sink.write(prefix + plain + "\n")
-                mine = plain.strip()
-                if mine.startswith(OURS):
-                    if progress is not None:
-                        progress.show(mine)
-                    else:
-                        print(mine, flush=True)
-            sink.flush()
-
-        if printer is not None:
-            dispatcher.remove_handler("ray_print_logs")
-        dispatcher.add_handler("neurcam_route", route)
-    air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's banner, TensorBoard hint and status tables: off
-    log(f"Ray's own log lines go to {path}" + (f" (copied to {remote} at the end)" if remote else "")
+    log(f"{owners} own log lines go to {path}" + (f" (copied to {remote} at the end)" if remote else "")
         + " (--verbose shows them here)")
     try:
-        yield path
+        yield path, sink
     finally:
-        if air_output is None:
-            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
-        else:
-            os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
-        if dispatcher is not None:
-            dispatcher.remove_handler("neurcam_route")
-            if progress is not None:
-                progress.close()
-            if printer is not None:
-                dispatcher.add_handler("ray_print_logs", printer)
         for lg, streams, propagate in saved:
             lg.removeHandler(handler)
             for h in streams:
@@ -152,3 +112,66 @@ def routed_logs(output, log=print, bars: bool | None = None):
                 put_file(path, remote)
             except OSError as exc:
                 log(f"could not copy the log to {remote}: {exc}; it stays in {path}")
+
+
+@contextmanager
+def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
+    """Within the block, the named libraries' log lines (``owners``, e.g. "MLflow's") go to
+    ``output/logs/``, as Ray's do in ``routed_logs``, and so does what is printed to stderr
+    (MLflow prints some lines there past its logger); ``--verbose`` leaves them on the console."""
+    if verbose():
+        yield None
+        return
+    with _log_file(output, loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
+        yield path
+
+
+@contextmanager
+def routed_logs(output, log=print, bars: bool | None = None):
+    """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
+    docstring); ``bars``: progress bars for the trials' epoch lines (default: on a terminal)."""
+    if verbose():
+        yield None
+        return
+    import ray.data  # noqa: F401 - their loggers exist once imported; route them too
+    import ray.train  # noqa: F401
+    import ray.tune  # noqa: F401
+    with _log_file(output, "ray", ("ray",), log, "Ray's") as (path, sink):
+        dispatcher = _dispatcher()
+        printer = None
+        if dispatcher is not None:
+            printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
+
+            progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
+
+            def route(data: dict) -> None:
+                prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
+                for line in data.get("lines", []):
+                    plain = _ANSI.sub("", line)
+                    sink.write(prefix + plain + "\n")
+                    mine = plain.strip()
+                    if mine.startswith(OURS):
+                        if progress is not None:
+                            progress.show(mine)
+                        else:
+                            print(mine, flush=True)
+                sink.flush()
+
+            if printer is not None:
+                dispatcher.remove_handler("ray_print_logs")
+            dispatcher.add_handler("neurcam_route", route)
+        air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's banner, TensorBoard hint and status tables: off
+        try:
+            yield path
+        finally:
+            if air_output is None:
+                os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+            else:
+                os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
+            if dispatcher is not None:
+                dispatcher.remove_handler("neurcam_route")
+                if progress is not None:
+                    progress.close()
+                if printer is not None:
+                    dispatcher.add_handler("ray_print_logs", printer)

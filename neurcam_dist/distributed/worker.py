@@ -28,6 +28,7 @@ import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
 from ..data import ROW_KEY, Plan, matrix, representation
+from ..data.reading import HeldRows
 from ..model import TrainingSpec, build_trainer
 from ..model.device import resolve_precision
 from ..model.loss import fcm_log_membership, squared_distances
@@ -66,7 +67,7 @@ class WorkerConfig:
     cuda_graphs: bool = True        # the driver's NEURCAM_CUDA_GRAPHS (workers may not share its environment)
     max_epochs: int | None = None   # cut a run short (benchmarks only)
     tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
-    held: object = None             # data.reading.HeldRows: small rows to slice, instead of a Ray Data shard
+    held: HeldRows | None = None    # small rows to slice, instead of a Ray Data shard
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -140,6 +141,10 @@ class HeldShard:
         for idx in batch_indices(self.keys.shape[0], batch_size, gen):
             yield self.x[idx].to(device), self.xr[idx].to(device), self.keys[idx].to(device)
 
+    def release(self) -> None:
+        """Once the rows are resident, the host slice is a second copy nobody reads."""
+        self.x = self.xr = self.keys = None
+
 
 class StreamedShard:
     """This worker's Ray Data shard, read through ``stream`` every epoch."""
@@ -151,6 +156,9 @@ class StreamedShard:
 
     def batches(self, batch_size: int, device: torch.device, seed: int):
         return stream(self.shard, batch_size, self.collate, device, self.shuffle_buffer, seed)
+
+    def release(self) -> None:
+        pass  # a stream holds no rows between epochs
 
 
 def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[dict], list[int]]:
@@ -198,6 +206,8 @@ def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer
             worker_say(f"{c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
                        f"rows so far, {rows * group.world / (last - start):,.0f} rows/s")
     keep.seal()
+    if keep.ready:
+        shard.release()
 
 
 def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> int:
