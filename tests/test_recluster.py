@@ -259,13 +259,25 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
         print("[neurcam] epoch 3 loss=1.0", flush=True)
         return 1
 
+    from ray._private import ray_constants
+    from ray._private.ray_logging import global_worker_stdstream_dispatcher
+    from ray.autoscaler.v2.utils import is_autoscaler_v2
+    assert not is_autoscaler_v2()  # the monitor's lines below are autoscaler v1's
+    status = ["======== Autoscaler status: 2026-11-28 01:12:39.317535 ========", "Node status",
+              "---------------------------------------------------------------", " 1 node_0123456789abcdef",
+              "INFO autoscaler.py:147 -- The autoscaler took 0.0 seconds to fetch the list of non-terminated nodes."]
+    event = f"INFO monitor.py:1 -- {ray_constants.LOG_PREFIX_EVENT_SUMMARY}Adding 1 node(s) of type worker."
     with routed_logs(tmp_path, log=print) as path:
         assert ray_cluster.get(chatty.remote()) == 1
         deadline = time.time() + 20
         while "[neurcam] epoch 3" not in path.read_text() and time.time() < deadline:
             time.sleep(0.2)
+        global_worker_stdstream_dispatcher.emit({"pid": "autoscaler", "ip": "127.0.0.1", "is_err": False,
+                                                 "lines": [*status, event]})
     text = path.read_text()
     assert "Dataset execution finished (noise)" in text and "[neurcam] epoch 3 loss=1.0" in text
+    # the autoscaler's events are kept, its status table every 5 s is not (as Ray's own printer does)
+    assert "Adding 1 node(s) of type worker." in text and not any(line in text for line in status)
     out = capsys.readouterr().out
     assert "[neurcam] epoch 3 loss=1.0" in out and "(noise)" not in out
     assert f"Ray's own log lines go to {path}" in out

@@ -73,6 +73,16 @@ def _dispatcher():
         return None
 
 
+def _autoscaler_events(lines: list[str]):
+    """The autoscaler's events among its lines, as Ray's own printer keeps them: the rest is a
+    cluster status table every 5 s (most of a log file otherwise)."""
+    try:
+        from ray._private.worker import filter_autoscaler_events
+    except ImportError:  # a Ray without it: keep every line
+        return lines
+    return filter_autoscaler_events(lines)
+
+
 @contextmanager
 def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
     """A file ``output/logs/STEM-TIME-PID.log`` that the named loggers (and their children) write
@@ -146,7 +156,8 @@ def routed_logs(output, log=print, bars: bool | None = None):
 
             def route(data: dict) -> None:
                 prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
-                for line in data.get("lines", []):
+                lines = data.get("lines", [])
+                for line in _autoscaler_events(lines) if data.get("pid") == "autoscaler" else lines:
                     plain = _ANSI.sub("", line)
                     sink.write(prefix + plain + "\n")
                     mine = plain.strip()
