@@ -1,5 +1,6 @@
 """Ray Data + Ray Train: a real local Ray, real Parquet shards on disk, two DDP workers."""
 import json
+import os
 import threading
 import time
 
@@ -427,6 +428,23 @@ def test_gpu_shares_are_checked_before_anything_starts(shards, tmp_path):
                                          r"the cluster has 0"):
         train(job(shards, out, workers=1, use_gpu=True, gpus_per_worker=0.25))
     assert not out.exists()
+
+
+def test_a_wrong_path_or_column_fails_before_ray_starts_and_writes_nothing(shards, tmp_path):
+    """In a fresh process (no Ray running): the data is planned from the footers first."""
+    import subprocess
+    import sys
+    for i, (command, data, expected) in enumerate((("train", tmp_path / "nowhere", "no Parquet files found at"),
+                                                   ("train", shards, "no column 'f9' (feature)"),
+                                                   ("tune", shards, "no column 'f9' (feature)"))):
+        out = tmp_path / f"out{i}"
+        cfg = {**job(data, out), "model": {**MODEL}}
+        cfg["data"]["features"] = ["f0", "f9"]
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+        proc = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", command, "--config", str(tmp_path / "c.yaml")],
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""})
+        assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
+        assert "Started a local Ray instance" not in proc.stderr + proc.stdout and not out.exists()
 
 
 def test_sample_is_uniform_over_every_file_and_seeded(shards):

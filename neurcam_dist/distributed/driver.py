@@ -80,14 +80,25 @@ def text_run(cfg: JobConfig) -> JobConfig:
     return cfg
 
 
-def prepare(cfg: JobConfig) -> tuple[data_mod.Plan, data_mod.Profile]:
-    """Everything that must pass before a worker starts: join, schema, values, sizes."""
+def planned_early(cfg: JobConfig) -> data_mod.Plan | None:
+    """The data's plan from the Parquet footers before Ray starts or anything is written, so that
+    a wrong path, a missing column or a wrong type fails at once with nothing left behind. None
+    for data that a step before training writes or joins (``text:``, ``representation:``, a
+    features/embeddings join): ``prepare`` checks those after that step."""
+    if cfg.text is not None or cfg.representation is not None or cfg.data.embeddings is not None:
+        return None
+    return data_mod.plan(cfg.data)
+
+
+def prepare(cfg: JobConfig, planned: data_mod.Plan | None = None) -> tuple[data_mod.Plan, data_mod.Profile]:
+    """Everything that must pass before a worker starts: join, schema, values, sizes. ``planned``:
+    ``planned_early``'s plan of the same ``data:``, not made again."""
     data_cfg = cfg.data
     if data_cfg.embeddings is not None:
         staging = join(cfg.storage_path(), "staging")
         log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
         data_cfg = data_mod.join_embeddings(data_cfg, staging)
-    plan = data_mod.plan(data_cfg)
+    plan = planned if planned is not None and data_cfg.embeddings is None else data_mod.plan(data_cfg)
     try:  # the hyperparameters against the data's size, from the footers alone
         check_params_for_data(cfg.model.estimator_params(), plan.n_rows, len(plan.features))
     except ValueError as exc:
@@ -216,12 +227,13 @@ def train(config, *, name: str | None = None) -> TrainResult:
     cfg = coerce_config(config)
     t_start = time.perf_counter()
     tc = cfg.train
-    ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
-    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
     if cfg.search is not None:
         log("the config's search: section is for neurcam tune; this trains one run with the model: section")
+    planned = planned_early(cfg)
+    ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
+    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
     with routed_logs(cfg.output, log):
-        return _train(cfg, name, t_start)
+        return _train(cfg, name, t_start, planned)
 
 
 def computed_representation(cfg: JobConfig) -> JobConfig:
@@ -234,9 +246,9 @@ def computed_representation(cfg: JobConfig) -> JobConfig:
     return cfg
 
 
-def _train(cfg: JobConfig, name: str | None, t_start: float) -> TrainResult:
+def _train(cfg: JobConfig, name: str | None, t_start: float, planned: data_mod.Plan | None = None) -> TrainResult:
     cfg = computed_representation(cfg)
-    plan, prof = prepare(cfg)
+    plan, prof = prepare(cfg, planned)
     with unchanged_input(plan):
         init = initial_state(cfg, plan, prof)
         wcfg = worker_config(cfg, plan, init)

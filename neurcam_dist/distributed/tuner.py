@@ -29,7 +29,7 @@ from ..estimator import NeurCAM
 from ..params import check_params_for_data
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
-from .driver import (InitialState, computed_representation, finish_run, initial_state, log, prepare,
+from .driver import (InitialState, computed_representation, finish_run, initial_state, log, planned_early, prepare,
                      representation_dirs, run_workers, set_reference, training_dataset, worker_config)
 from .driver import unchanged_input, write_run
 from .console import routed_logs
@@ -172,6 +172,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     cfg = cfg.model_copy(update={"search": s})
     t_start = time.perf_counter()
     tc = cfg.train
+    planned = planned_early(cfg)
     ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
     check_search_resources(s, tc)
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
@@ -179,13 +180,14 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
     with routed_logs(cfg.output, log):
-        return _search(cfg, s, name, t_start, prepare_winner)
+        return _search(cfg, s, name, t_start, prepare_winner, planned)
 
 
-def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_winner) -> SearchResult:
+def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_winner,
+            planned=None) -> SearchResult:
     tc = cfg.train
     cfg = computed_representation(cfg)
-    plan, prof = prepare(cfg)
+    plan, prof = prepare(cfg, planned)
     with unchanged_input(plan):
         inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
             update={"random_state": seed})}), plan, prof) for seed in s.seeds}
