@@ -430,16 +430,19 @@ def test_gpu_shares_are_checked_before_anything_starts(shards, tmp_path):
     assert not out.exists()
 
 
-def test_a_wrong_path_or_column_fails_before_ray_starts_and_writes_nothing(shards, tmp_path):
+def test_a_wrong_path_column_or_size_fails_before_ray_starts_and_writes_nothing(shards, tmp_path):
     """In a fresh process (no Ray running): the data is planned from the footers first."""
     import subprocess
     import sys
-    for i, (command, data, expected) in enumerate((("train", tmp_path / "nowhere", "no Parquet files found at"),
-                                                   ("train", shards, "no column 'f9' (feature)"),
-                                                   ("tune", shards, "no column 'f9' (feature)"))):
+    for i, (command, data, features, model, expected) in enumerate((
+            ("train", tmp_path / "nowhere", ["f0", "f9"], {}, "no Parquet files found at"),
+            ("train", shards, ["f0", "f9"], {}, "no column 'f9' (feature)"),
+            ("tune", shards, ["f0", "f9"], {}, "no column 'f9' (feature)"),
+            ("train", shards, ["f0", "f1"], {"n_clusters": 10**6},
+             f"model: n_clusters=1000000 is larger than the number of rows ({N_ROWS})"))):
         out = tmp_path / f"out{i}"
-        cfg = {**job(data, out), "model": {**MODEL}}
-        cfg["data"]["features"] = ["f0", "f9"]
+        cfg = job(data, out, model=model)
+        cfg["data"]["features"] = features
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
         proc = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", command, "--config", str(tmp_path / "c.yaml")],
                               capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""})

@@ -87,7 +87,17 @@ def planned_early(cfg: JobConfig) -> data_mod.Plan | None:
     features/embeddings join): ``prepare`` checks those after that step."""
     if cfg.text is not None or cfg.representation is not None or cfg.data.embeddings is not None:
         return None
-    return data_mod.plan(cfg.data)
+    plan = data_mod.plan(cfg.data)
+    _check_params(cfg, plan)
+    return plan
+
+
+def _check_params(cfg: JobConfig, plan: data_mod.Plan) -> None:
+    """The hyperparameters against the data's size, from the footers alone."""
+    try:
+        check_params_for_data(cfg.model.estimator_params(), plan.n_rows, len(plan.features))
+    except ValueError as exc:
+        raise data_mod.DataError(f"model: {exc}") from None
 
 
 def prepare(cfg: JobConfig, planned: data_mod.Plan | None = None) -> tuple[data_mod.Plan, data_mod.Profile]:
@@ -99,10 +109,7 @@ def prepare(cfg: JobConfig, planned: data_mod.Plan | None = None) -> tuple[data_
         log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
         data_cfg = data_mod.join_embeddings(data_cfg, staging)
     plan = planned if planned is not None and data_cfg.embeddings is None else data_mod.plan(data_cfg)
-    try:  # the hyperparameters against the data's size, from the footers alone
-        check_params_for_data(cfg.model.estimator_params(), plan.n_rows, len(plan.features))
-    except ValueError as exc:
-        raise data_mod.DataError(f"model: {exc}") from None
+    _check_params(cfg, plan)
     log(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(cfg.output, plan.source)
     t0 = time.perf_counter()
