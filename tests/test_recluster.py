@@ -274,10 +274,17 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
             time.sleep(0.2)
         global_worker_stdstream_dispatcher.emit({"pid": "autoscaler", "ip": "127.0.0.1", "is_err": False,
                                                  "lines": [*status, event]})
+        same = "Failed to query Ray Train Controller actor state. Continuing to monitor."
+        for lines in ([same, same], [same], [same, same, "cleaned up"], [same]):
+            global_worker_stdstream_dispatcher.emit({"pid": 4242, "actor_name": "PlacementGroupCleaner",
+                                                     "ip": "127.0.0.1", "is_err": True, "lines": lines})
     text = path.read_text()
     assert "Dataset execution finished (noise)" in text and "[neurcam] epoch 3 loss=1.0" in text
     # the autoscaler's events are kept, its status table every 5 s is not (as Ray's own printer does)
     assert "Adding 1 node(s) of type worker." in text and not any(line in text for line in status)
+    # a process's run of one repeated line: written once, then with its count when the run ends
+    cleaner = [line for line in text.splitlines() if line.startswith("(PlacementGroupCleaner pid=4242) ")]
+    assert [line.split(") ", 1)[1] for line in cleaner] == [same, f"[repeated 4x] {same}", "cleaned up", same]
     out = capsys.readouterr().out
     assert "[neurcam] epoch 3 loss=1.0" in out and "(noise)" not in out
     assert f"Ray's own log lines go to {path}" in out

@@ -53,6 +53,35 @@ class _Bars:
             bar.close()
 
 
+class _Repeats:
+    """Worker lines into the log file, where a process's run of one repeated line is written once
+    and then with its count ("[repeated 92x]", as Ray marks lines repeated across processes):
+    Ray Train's PlacementGroupCleaner says the same line every second or two when Ray runs
+    without its dashboard, as a local Ray here does."""
+
+    def __init__(self, sink):
+        self.sink, self.last = sink, {}
+
+    def write(self, source: str, line: str) -> None:
+        prev = self.last.get(source)
+        if prev is not None and prev[0] == line:
+            prev[1] += 1
+            return
+        self._end(source)
+        self.sink.write(source + line + "\n")
+        self.last[source] = [line, 0]
+
+    def _end(self, source: str) -> None:
+        prev = self.last.get(source)
+        if prev is not None and prev[1]:
+            self.sink.write(f"{source}[repeated {prev[1]}x] {prev[0]}\n")
+
+    def close(self) -> None:
+        for source in self.last:
+            self._end(source)
+        self.last.clear()
+
+
 def verbose() -> bool:
     return os.environ.get("NEURCAM_VERBOSE") == "1"
 
@@ -153,13 +182,14 @@ def routed_logs(output, log=print, bars: bool | None = None):
             printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
 
             progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
+            written = _Repeats(sink)
 
             def route(data: dict) -> None:
                 prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
                 lines = data.get("lines", [])
                 for line in _autoscaler_events(lines) if data.get("pid") == "autoscaler" else lines:
                     plain = _ANSI.sub("", line)
-                    sink.write(prefix + plain + "\n")
+                    written.write(prefix, plain)
                     mine = plain.strip()
                     if mine.startswith(OURS):
                         if progress is not None:
@@ -182,6 +212,7 @@ def routed_logs(output, log=print, bars: bool | None = None):
                 os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
             if dispatcher is not None:
                 dispatcher.remove_handler("neurcam_route")
+                written.close()
                 if progress is not None:
                     progress.close()
                 if printer is not None:
