@@ -370,8 +370,15 @@ def test_schema_problems_are_named_before_any_training(shards, tmp_path):
     def cfg(**data):
         return parse_config({"data": {"path": str(shards), **data}, "model": {"n_clusters": 2},
                              "output": str(tmp_path)}).data
-    with pytest.raises(DataError, match=r"part-00000.parquet: no column 'nope' \(feature\)"):
+    with pytest.raises(DataError, match=r"part-00000.parquet and 3 other file\(s\) of 4: no column 'nope' \(feature\); "
+                                        r"columns: \['id', 'f0', 'f1', 'f2', 'f3', 'embedding', 'label'\]$"):
         plan(cfg(features=["f0", "nope"]))
+    # one line per missing column, not one per file; the nearest name for a typo or a case slip
+    with pytest.raises(DataError) as info:
+        plan(cfg(features=["F1x", "f0"], label="Label"))
+    msg = str(info.value)
+    assert msg.startswith("2 schema problem(s):") and msg.count("no column") == 2
+    assert "no column 'F1x' (feature); did you mean 'f1'?" in msg and "no column 'Label' (label); did you mean 'label'?" in msg
     with pytest.raises(DataError, match=r"column 'f1' \(embedding\) has type float, expected list<float>"):
         plan(cfg(embedding="f1"))
     p = plan(cfg(embedding="embedding", label="label", id="id"))

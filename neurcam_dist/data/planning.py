@@ -93,12 +93,13 @@ def plan(cfg: DataConfig) -> Plan:
     if own:
         raise DataError(f"column(s) {own} have names neurcam-dist uses for its own columns: rename them")
     problems = []
+    missing: dict[tuple[str, str], list] = {}   # (column, role) -> [(file, schema)]: one line each
     list_sizes = set()
     for f, schema, _ in foot:
         for col, role in needed.items():
             idx = schema.get_field_index(col)
             if idx < 0:
-                problems.append(f"{f}: no column {col!r} ({role}); columns: {schema.names}")
+                missing.setdefault((col, role), []).append((f, schema))
                 continue
             t = schema.field(idx).type
             if role == "feature" or (role == "embedding" and repr_kind == "columns"):
@@ -109,8 +110,9 @@ def plan(cfg: DataConfig) -> Plan:
                     problems.append(f"{f}: column {col!r} (embedding) has type {t}, expected list<float>")
                 elif pa.types.is_fixed_size_list(t):
                     list_sizes.add(t.list_size)
+    problems = [_missing_column(col, role, where, len(foot)) for (col, role), where in missing.items()] + problems
     if problems:
-        raise DataError(listing("schema problems", problems))
+        raise DataError(listing("schema problem(s)", problems))
     if repr_kind == "list" and len(list_sizes) > 1:
         raise DataError(f"embedding column {cfg.embedding!r} has different fixed lengths across files: "
                         f"{sorted(list_sizes)}")
@@ -120,6 +122,21 @@ def plan(cfg: DataConfig) -> Plan:
     return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
                 label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
                 schema_hash=h, text=_vocabulary_only(text, features))
+
+
+def _missing_column(col: str, role: str, where: list, n_files: int, shown: int = 40) -> str:
+    """One line for a column missing from some files: the first file, how many more, the nearest
+    name (a typo, a case slip) and the first file's columns, so that a wide dataset of many files
+    does not bury the answer in a column list per file."""
+    import difflib
+    f, schema = where[0]
+    names = schema.names
+    others = f" and {len(where) - 1} other file(s) of {n_files}" if len(where) > 1 else ""
+    folded = {n.lower(): n for n in reversed(names)}   # case-blind; the first of names that fold alike
+    near = difflib.get_close_matches(col.lower(), list(folded), n=1)
+    hint = f"; did you mean {folded[near[0]]!r}?" if near else ""
+    listed = str(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    return f"{f}{others}: no column {col!r} ({role}){hint}; columns: {listed}"
 
 
 def _vocabulary_only(text: dict | None, features: list[str]) -> dict | None:
