@@ -24,7 +24,7 @@ from .estimator import NeurCAM
 from .storage import atomic_directory
 from .redaction import redact
 from .uris import is_uri, join
-from .validation import is_id_like
+from .validation import is_id_like, missing_columns_note
 from .version import __version__
 
 
@@ -61,11 +61,11 @@ def _numeric_or_error(df: pd.DataFrame, col) -> None:
 def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False):
     """Features (named, or every numeric column that is not index-, id- or key-like) and labels."""
     if label is not None and label not in df.columns:
-        raise ValueError(f"label column {label!r} is not in the data (columns: {list(df.columns)})")
+        raise ValueError(f"label column {label!r} is not in the data{missing_columns_note([label], list(df.columns))}")
     if features:
         missing = [f for f in features if f not in df.columns]
         if missing:
-            raise ValueError(f"feature columns {missing} are not in the data")
+            raise ValueError(f"feature columns {missing} are not in the data{missing_columns_note(missing, list(df.columns))}")
         cols = list(features)
     else:
         candidates = [c for c in df.columns if c != label and not is_id_like(c)]

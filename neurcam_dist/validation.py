@@ -21,6 +21,22 @@ def is_id_like(name) -> bool:
     return bool(_NOT_A_FEATURE.search(name) or _CAMEL_ID.search(name))
 
 
+def missing_columns_note(missing: list, names: list, shown: int = 40) -> str:
+    """What to say after "no column X": the nearest existing name for each missing one (a typo, a
+    case slip) and the columns there are, the first ``shown`` of them."""
+    import difflib
+    names = [str(n) for n in names]
+    folded = {n.lower(): n for n in reversed(names)}   # case-blind; the first of names that fold alike
+    near = {}
+    for col in missing:
+        match = difflib.get_close_matches(str(col).lower(), list(folded), n=1)
+        if match:
+            near[col] = folded[match[0]]
+    hint = "; did you mean " + ", ".join(f"{v!r}" + (f" for {k!r}" if len(missing) > 1 else "")
+                                         for k, v in near.items()) + "?" if near else ""
+    return f"{hint}; columns: {names[:shown]}" + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def _describe_bad(values: np.ndarray, names: list[str]) -> str:
     bad = ~np.isfinite(values)
     counts = bad.sum(axis=0)

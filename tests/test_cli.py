@@ -47,6 +47,10 @@ def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
     assert rc == 2
     assert "label column 'truth' is not in the data" in capsys.readouterr().err
     assert not out.exists()
+    rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--features", "F0", "f1", "f2x", "--quiet"])
+    assert rc == 2 and not out.exists()
+    assert ("feature columns ['F0', 'f2x'] are not in the data; did you mean 'f0' for 'F0', 'f2' for 'f2x'?; "
+            f"columns: {[str(c) for c in X.columns]}") in capsys.readouterr().err
     X.assign(f2=X.f2.astype(str).where(X.index != 3, "unknown")).to_csv(csv, index=False)
     rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--features", "f0", "f2", "--quiet"])
     assert rc == 2

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import DataConfig
+from ..validation import missing_columns_note
 from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
                       is_float_list, is_number, listing, resolve)
 
@@ -124,19 +125,13 @@ def plan(cfg: DataConfig) -> Plan:
                 schema_hash=h, text=_vocabulary_only(text, features))
 
 
-def _missing_column(col: str, role: str, where: list, n_files: int, shown: int = 40) -> str:
-    """One line for a column missing from some files: the first file, how many more, the nearest
-    name (a typo, a case slip) and the first file's columns, so that a wide dataset of many files
-    does not bury the answer in a column list per file."""
-    import difflib
+def _missing_column(col: str, role: str, where: list, n_files: int) -> str:
+    """One line for a column missing from some files (the first file, how many more, the nearest
+    name and the first file's columns), so that a wide dataset of many files does not bury the
+    answer in a column list per file."""
     f, schema = where[0]
-    names = schema.names
     others = f" and {len(where) - 1} other file(s) of {n_files}" if len(where) > 1 else ""
-    folded = {n.lower(): n for n in reversed(names)}   # case-blind; the first of names that fold alike
-    near = difflib.get_close_matches(col.lower(), list(folded), n=1)
-    hint = f"; did you mean {folded[near[0]]!r}?" if near else ""
-    listed = str(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
-    return f"{f}{others}: no column {col!r} ({role}){hint}; columns: {listed}"
+    return f"{f}{others}: no column {col!r} ({role}){missing_columns_note([col], schema.names)}"
 
 
 def _vocabulary_only(text: dict | None, features: list[str]) -> dict | None:

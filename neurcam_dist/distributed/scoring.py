@@ -26,6 +26,7 @@ from ..explain import rows_from_contributions
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
+from ..validation import missing_columns_note
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
@@ -221,7 +222,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
                 hint += (f" (the model reads text: give it its term columns, or the document column(s) "
                          f"{est.text_['text_columns']})")
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
-            raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}; columns: {schema.names}")
+            raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
+                                     f"{missing_columns_note(missing[:20], schema.names)}")
     ds = data_mod.read_source(src, list(dict.fromkeys(wanted)), with_paths=True)
     ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, fitted=fitted, id_column=id_column,
                                           carry=list(carry or []), text=text)
