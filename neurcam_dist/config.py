@@ -385,11 +385,33 @@ def coerce_config(config) -> JobConfig:
     return load_config(config)
 
 
+def _section_keys(path: tuple) -> list[str]:
+    """The keys of the config section at ``path`` (field names, and their aliases)."""
+    import typing
+    model = JobConfig
+    for part in path:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        inner = [a for a in (field.annotation, *typing.get_args(field.annotation))
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not inner:
+            return []
+        model = inner[0]
+    return [k for name, f in model.model_fields.items() for k in (name, f.alias) if k]
+
+
+def _unknown_key(loc: tuple) -> str:
+    import difflib
+    near = difflib.get_close_matches(str(loc[-1]), _section_keys(loc[:-1]), n=1)
+    return "unknown key (not a setting of this section" + (f"; did you mean {near[0]!r}?)" if near else ")")
+
+
 def _format_errors(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        msg = "unknown key (not a setting of this section)" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = _unknown_key(err["loc"]) if err["type"] == "extra_forbidden" else err["msg"]
         msg = msg.removeprefix("Value error, ")
         # cross-field checks name their own field path in the message
         lines.append(f"  {loc}: {msg}" if loc and not msg.startswith(f"{loc}.") else f"  {msg}")

@@ -407,8 +407,17 @@ def test_config_errors_name_the_field(tmp_path):
     assert parse_config(good).model.n_clusters == 3
     with pytest.raises(ConfigError, match=r"model\.n_clusters: Input should be greater than or equal to 2"):
         parse_config({**good, "model": {**good["model"], "n_clusters": 1}})
-    with pytest.raises(ConfigError, match=r"train\.num_wrkers: unknown key"):
+    with pytest.raises(ConfigError, match=r"train\.num_wrkers: unknown key \(not a setting of this section; "
+                                          r"did you mean 'num_workers'\?\)"):
         parse_config({**good, "train": {"num_wrkers": 2}})
+    with pytest.raises(ConfigError) as info:   # every section, nested ones included; no guess when none is near
+        parse_config({**good, "model": {**good["model"], "epoch": 5}, "search": {"seed": [1]},
+                      "tracking": {"experimnt": "x"}, "zzzz": 1})
+    for line in ("model.epoch: unknown key (not a setting of this section; did you mean 'epochs'?)",
+                 "search.seed: unknown key (not a setting of this section; did you mean 'seeds'?)",
+                 "tracking.experimnt: unknown key (not a setting of this section; did you mean 'experiment'?)",
+                 "zzzz: unknown key (not a setting of this section)\n"):
+        assert line in str(info.value) + "\n"
     with pytest.raises(ConfigError, match=r"output: Field required"):
         parse_config({k: v for k, v in good.items() if k != "output"})
     f = tmp_path / "c.yaml"
