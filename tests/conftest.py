@@ -1,3 +1,4 @@
+import json
 import socket
 import subprocess
 import sys
@@ -172,3 +173,17 @@ def s3_server(tmp_path_factory, s3_settings):
     except subprocess.TimeoutExpired:
         proc.kill()
     log.close()
+
+
+def checkpoint_registered(snapshots) -> bool:
+    """Whether Ray Train's controller has registered a checkpoint, from the texts of its
+    ``checkpoint_manager_snapshot.json`` files: a restarted worker group is given only a registered
+    one. A checkpoint directory in storage is not enough: the worker writes it, and the controller
+    takes the report at its next poll (every 2 s), so a worker killed in between loses it."""
+    for text in snapshots:
+        try:
+            if json.loads(text).get("latest_checkpoint_result"):
+                return True
+        except ValueError:   # being written
+            continue
+    return False

@@ -23,6 +23,8 @@ from neurcam_dist.distributed import predict_parquet
 from neurcam_dist.data.synthetic import write_shards
 from neurcam_dist.distributed.worker import _Resident
 
+from .conftest import checkpoint_registered
+
 pytestmark = pytest.mark.usefixtures("ray_cluster")
 
 N_ROWS = 3000
@@ -280,9 +282,9 @@ def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):
     th = threading.Thread(target=run)
     th.start()
     deadline = time.time() + 240
-    # two checkpoints on disk: the first is then surely registered with the controller (a
-    # checkpoint directory appears while it is still being reported)
-    while time.time() < deadline and len(list(out.glob("_ray/*/checkpoint_*/trainer_state.pt"))) < 2:
+    # a checkpoint registered with the controller (its snapshot says so), not just written
+    while time.time() < deadline and not checkpoint_registered(
+            p.read_text() for p in out.glob("_ray/*/checkpoint_manager_snapshot.json")):
         assert th.is_alive(), box.get("error")
         time.sleep(0.2)
     victims = _train_workers()

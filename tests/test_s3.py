@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from .conftest import SMALL, blobs, free_port
+from .conftest import SMALL, blobs, checkpoint_registered, free_port
 from neurcam_dist import NeurCAM
 from neurcam_dist.storage import atomic_directory, published
 from neurcam_dist.uris import filesystem
@@ -314,8 +314,9 @@ def test_killed_worker_resumes_from_an_s3_checkpoint(s3_env, tmp_path):
                             text=True, cwd=tmp_path)
     try:
         deadline = time.time() + 240
-        # two checkpoints in the bucket: the first is then surely registered with the controller
-        while len([p for p in _objects(f"{out}/_ray") if p.endswith("trainer_state.pt")]) < 2:
+        # a checkpoint registered with the controller (its snapshot in the bucket says so), not just written
+        while not checkpoint_registered(published.read_text(f"{out}/_ray/{p}") for p in _objects(f"{out}/_ray")
+                                        if p.endswith("checkpoint_manager_snapshot.json")):
             assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
             time.sleep(0.5)
         mine = {c.pid for c in psutil.Process(proc.pid).children(recursive=True)}
