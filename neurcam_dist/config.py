@@ -16,6 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 from .params import HYPERPARAMETERS
 from .redaction import redact
 from .uris import is_uri, join, local
+from .validation import nearest_name
 
 
 class ConfigError(ValueError):
@@ -402,9 +403,8 @@ def _section_keys(path: tuple) -> list[str]:
 
 
 def _unknown_key(loc: tuple) -> str:
-    import difflib
-    near = difflib.get_close_matches(str(loc[-1]), _section_keys(loc[:-1]), n=1)
-    return "unknown key (not a setting of this section" + (f"; did you mean {near[0]!r}?)" if near else ")")
+    near = nearest_name(loc[-1], _section_keys(loc[:-1]))
+    return "unknown key (not a setting of this section" + (f"; did you mean {near!r}?)" if near else ")")
 
 
 def _format_errors(exc: ValidationError) -> str:

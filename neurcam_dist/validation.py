@@ -21,17 +21,19 @@ def is_id_like(name) -> bool:
     return bool(_NOT_A_FEATURE.search(name) or _CAMEL_ID.search(name))
 
 
-def missing_columns_note(missing: list, names: list, shown: int = 40) -> str:
-    """What to say after "no column X": the nearest existing name for each missing one (a typo, a
-    case slip) and the columns there are, the first ``shown`` of them."""
+def nearest_name(name, names) -> str | None:
+    """The existing name a wrong one most likely meant (a typo, a case slip), or None."""
     import difflib
+    folded = {str(n).lower(): str(n) for n in reversed(list(names))}   # the first of names that fold alike
+    match = difflib.get_close_matches(str(name).lower(), list(folded), n=1)
+    return folded[match[0]] if match else None
+
+
+def missing_columns_note(missing: list, names: list, shown: int = 40) -> str:
+    """What to say after "no column X": the nearest existing name for each missing one and the
+    columns there are, the first ``shown`` of them."""
     names = [str(n) for n in names]
-    folded = {n.lower(): n for n in reversed(names)}   # case-blind; the first of names that fold alike
-    near = {}
-    for col in missing:
-        match = difflib.get_close_matches(str(col).lower(), list(folded), n=1)
-        if match:
-            near[col] = folded[match[0]]
+    near = {col: n for col in missing if (n := nearest_name(col, names)) is not None}
     hint = "; did you mean " + ", ".join(f"{v!r}" + (f" for {k!r}" if len(missing) > 1 else "")
                                          for k, v in near.items()) + "?" if near else ""
     return f"{hint}; columns: {names[:shown]}" + (f" and {len(names) - shown} more" if len(names) > shown else "")
