@@ -108,8 +108,8 @@ def prepare(cfg: JobConfig, planned: data_mod.Plan | None = None) -> tuple[data_
         staging = join(cfg.storage_path(), "staging")
         log(f"joining features and embeddings on {data_cfg.embeddings.key!r} into {staging}/joined")
         data_cfg = data_mod.join_embeddings(data_cfg, staging)
-    plan = planned if planned is not None and data_cfg.embeddings is None else data_mod.plan(data_cfg)
-    _check_params(cfg, plan)
+    plan = planned if planned is not None else data_mod.plan(data_cfg)
+    _check_params(cfg, plan)  # again: a text dataset's model defaults are filled in after the early plan
     log(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(cfg.output, plan.source)
     t0 = time.perf_counter()
