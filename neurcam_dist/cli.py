@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -249,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
     pred.add_argument("--batch-size", type=int, default=4096)
     pred.add_argument("--concurrency", type=int, default=2, help="scoring actors")
+    pred.add_argument("--log-dir", default=None,
+                      help="where Ray's own lines go when the input is scored with Ray Data (default: the "
+                           "config's OUTPUT/logs, else TMPDIR/neurcam-logs; --verbose keeps them on the console)")
     rec = sub.add_parser("recluster", help="re-cluster the newest data snapshot, compare with the registered "
                                            "champion, keep cluster ids stable, promote by the config's policy")
     rec.add_argument("--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
@@ -408,8 +412,10 @@ def _predict_defaults(args) -> None:
         if missing:
             raise ValueError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
         args.id = args.id or "id"
+        args.log_dir = args.log_dir or os.path.join(tempfile.gettempdir(), "neurcam-logs")
         return
     cfg = _load_config(args)
+    args.log_dir = args.log_dir or join(cfg.output, "logs")
     if args.model is None:
         args.model = (f"models:/{cfg.tracking.model_name}@champion" if cfg.tracking and cfg.tracking.model_name
                       else join(cfg.output, "model"))
@@ -427,12 +433,12 @@ def _predict_defaults(args) -> None:
 
 
 def _predict(args) -> None:
-    from .distributed import ensure_ray, predict_parquet
+    from .distributed import predict_parquet
     _predict_defaults(args)
     est = _load_model(args.model)
-    ensure_ray(min_cpus=args.concurrency + 1)   # the scoring actors, plus a CPU for the reads
     summary = predict_parquet(est, args.input, args.output, id_column=None if args.no_id else args.id,
-                              carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency)
+                              carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency,
+                              log_dir=args.log_dir, log=lambda m: print(f"[neurcam] {m}", flush=True))
     print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {redact(args.output)}/ "
           f"in {summary['seconds']} s")
 

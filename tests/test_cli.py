@@ -38,6 +38,41 @@ def test_fit_then_predict_from_files(data, tmp_path, capsys, ray_cluster):
     np.testing.assert_allclose(res[[f"proba_{k}" for k in range(3)]].sum(1), 1.0, atol=1e-9)
 
 
+def test_predict_prints_its_own_lines_and_ray_s_go_to_the_log(fitted, data, tmp_path):
+    """Fresh processes, no Ray running: small input is scored in the process without starting Ray;
+    through Ray Data (forced), Ray's lines (its C++ core's too, written to fd 2) go to --log-dir."""
+    import os
+    X, _ = data
+    fitted.save(tmp_path / "model")
+    (tmp_path / "in").mkdir()
+    for i, part in enumerate((X.iloc[:100], X.iloc[100:])):
+        part.assign(id=np.arange(len(part)) + 100 * i).to_parquet(tmp_path / "in" / f"p{i}.parquet")
+    runs = {}
+    for where, limit in (("here", None), ("ray", "0")):
+        env = {**os.environ, "RAY_ADDRESS": "", "NEURCAM_VERBOSE": ""}
+        env.pop("NEURCAM_LOCAL_PASS_BYTES", None)
+        if limit is not None:
+            env["NEURCAM_LOCAL_PASS_BYTES"] = limit
+        runs[where] = proc = subprocess.run(
+            [sys.executable, "-m", "neurcam_dist.cli", "predict", "--model", str(tmp_path / "model"),
+             "--input", str(tmp_path / "in"), "--output", str(tmp_path / where), "--log-dir", str(tmp_path / "logs")],
+            capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr == "", proc.stderr
+        res = pd.read_parquet(tmp_path / where).sort_values("id")
+        assert res["id"].tolist() == list(range(len(X)))
+        assert np.array_equal(res["cluster"].to_numpy(), fitted.predict(X))
+    here, ray = runs["here"].stdout.splitlines(), runs["ray"].stdout.splitlines()
+    assert here[0] == "[neurcam] scoring 240 rows from 2 file(s) in this process (small input: Ray not needed)"
+    assert len(here) == 2 and here[1].startswith(f"wrote 240 rows in 2 Parquet file(s) to {tmp_path / 'here'}/")
+    logs = list((tmp_path / "logs").glob("predict-*.log"))
+    assert len(logs) == 1   # only the Ray run writes one
+    assert ray[0] == f"[neurcam] Ray's own log lines go to {logs[0]} (--verbose shows them here)"
+    assert ray[1].startswith("[neurcam] scoring 240 rows from 2 file(s) with Ray Data, ")
+    assert len(ray) == 3 and ray[2].startswith("wrote 240 rows in ")
+    assert "Started a local Ray instance" in logs[0].read_text()
+
+
 def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
     X, _ = data
     csv = tmp_path / "t.csv"

@@ -304,12 +304,19 @@ def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):
     assert is_one_hot(est.net_.single.gates.matrix(est.temperatures_[0]))
 
 
-def test_predict_writes_every_row_exactly_once(two_workers, shards, tmp_path):
+def test_predict_writes_every_row_exactly_once(two_workers, shards, tmp_path, monkeypatch):
+    """With Ray Data (forced) and in this process (small input): the same rows, to the bit."""
+    monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
+    summary = predict_parquet(two_workers.estimator, str(shards), tmp_path / "by_ray", id_column="id", batch_size=100)
+    monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
     out = tmp_path / "scored"
-    summary = predict_parquet(two_workers.estimator, str(shards), out, id_column="id", batch_size=100)
-    assert summary["n_rows"] == N_ROWS
+    here = predict_parquet(two_workers.estimator, str(shards), out, id_column="id", batch_size=100)
+    assert (summary["where"], here["where"]) == ("ray", "here")
+    assert summary["n_rows"] == here["n_rows"] == N_ROWS and here["files"] == 4   # one output file per input file
+    by_ray = pd.read_parquet(tmp_path / "by_ray").sort_values("id").reset_index(drop=True)
     res = pd.read_parquet(out)
-    assert len(res) == N_ROWS and sorted(res["id"]) == list(range(N_ROWS))
+    assert len(res) == N_ROWS and res["id"].tolist() == list(range(N_ROWS))   # in input order
+    pd.testing.assert_frame_equal(res, by_ray, check_exact=True)
     df = table_of(shards)
     res = res.sort_values("id").reset_index(drop=True)
     est = two_workers.estimator

@@ -349,8 +349,11 @@ def test_a_nan_inside_an_embedding_is_counted_once(messy):
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path):
+@pytest.mark.parametrize("where", ["ray", "here"])
+def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monkeypatch, where):
     from neurcam_dist.distributed import predict_parquet
+    if where == "ray":
+        monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
     X, _ = data
     df = X.assign(id=np.arange(len(X)))
     (tmp_path / "in").mkdir()
@@ -358,7 +361,7 @@ def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path):
     bad = df.iloc[120:].copy()
     bad.loc[bad.index[5], "f3"] = np.nan
     bad.to_parquet(tmp_path / "in" / "b.parquet")
-    with pytest.raises(DataError, match=r"b.parquet: column 'f3' has a null, NaN or infinite value"):
+    with pytest.raises(DataError, match=r"b.parquet: column 'f3' has a null, NaN or infinite value \(value nan\)"):
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "out", batch_size=50)
     assert not (tmp_path / "out").exists()
     with pytest.raises(DataError, match="is inside the input directory"):
@@ -418,3 +421,21 @@ def test_constant_features_on_ray_are_named_once_or_refused(messy, tmp_path, cap
     cfg["model"]["constant_features"] = "error"
     with pytest.raises(DataError, match=r"data: 1 constant feature\(s\) \['k'\] \(constant_features='error'\)"):
         prepare(parse_config(cfg))
+
+
+def test_long_text_is_not_taken_for_small_input(tmp_path):
+    """Whether a pass runs in-process is decided on the bytes the columns take: numbers and
+    fixed-size lists at 8 bytes a value, text at its uncompressed size (the footers)."""
+    from neurcam_dist.data import footers, resolve
+    from neurcam_dist.data.reading import small_enough
+    from neurcam_dist.data.sources import column_bytes
+    n = 2000
+    emb = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(n * 4, np.float32)), 4)
+    pq.write_table(pa.table({"a": np.arange(n, dtype=np.int32), "emb": emb,
+                             "doc": [f"{i} " + "word " * 400 for i in range(n)]}), tmp_path / "t.parquet")
+    src = resolve(str(tmp_path))
+    schema = footers(src)[0][1]
+    assert column_bytes(src, schema, n, ["a", "emb"]) == n * 8 * (1 + 4)
+    text = column_bytes(src, schema, n, ["a", "doc"])
+    assert text >= n * 8 + n * 2000    # 2,000 characters a document, however well they compress on disk
+    assert small_enough(text) and not small_enough(text * 100)

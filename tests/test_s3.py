@@ -204,21 +204,32 @@ def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, 
     assert np.array_equal(NeurCAM.load(f"{out}/model").predict(X), est.predict(X))
 
 
-def test_predict_from_and_to_s3(ray_cluster, s3_env, fitted, tmp_path):
-    """Ray Data reads the bucket and writes a new version there; in-process on the session's Ray."""
+def test_predict_from_and_to_s3(ray_cluster, s3_env, fitted, tmp_path, monkeypatch):
+    """Ray Data (forced) reads the bucket and writes a new version there, in-process on the
+    session's Ray; small input scored in this process gives the same rows."""
     from neurcam_dist.cli import main
     df = _upload_blobs(f"{BUCKET}/score-data")
     est = fitted
     X = df[["f0", "f1", "f2", "f3"]]
     est.save(f"{BUCKET}/runs/p1/model")
     preds = f"{BUCKET}/scored"
+    monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
     assert main(["predict", "--model", f"{BUCKET}/runs/p1/model", "--input", f"{BUCKET}/score-data",
-                 "--output", preds]) == 0
+                 "--output", preds, "--log-dir", f"{BUCKET}/runs/p1/logs"]) == 0
+    monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
     from neurcam_dist.data import resolve
-    src = resolve(preds)          # the product's readers go through the manifest
-    got = pd.concat([pq.read_table(f, filesystem=src.filesystem).to_pandas() for f in src.files])
-    got = got.sort_values("id").reset_index(drop=True)
+    from neurcam_dist.distributed import predict_parquet
+    assert resolve(f"{BUCKET}/runs/p1/logs", suffixes=(".log",)).files   # Ray's lines, copied to the bucket
+    assert predict_parquet(est, f"{BUCKET}/score-data", f"{BUCKET}/scored-here")["where"] == "here"
+
+    def rows(uri):
+        src = resolve(uri)          # the product's readers go through the manifest
+        got = pd.concat([pq.read_table(f, filesystem=src.filesystem).to_pandas() for f in src.files])
+        return got.sort_values("id").reset_index(drop=True)
+    got = rows(preds)
     assert len(got) == len(df) and np.array_equal(got["cluster"].to_numpy(), est.predict(X))
+    pd.testing.assert_frame_equal(rows(f"{BUCKET}/scored-here"), got, check_exact=True)
+    src = resolve(preds)
     good = published.read_manifest(preds)
 
     # a failed run leaves the previous output readable: a scoring input without a feature column

@@ -189,7 +189,7 @@ def test_featurize_text_names_a_missing_column(featurized, tmp_path, capsys):
     assert not (tmp_path / "feats").exists()
 
 
-def test_a_featurized_dataset_trains_with_its_terms_and_predicts_raw_documents(featurized, tmp_path):
+def test_a_featurized_dataset_trains_with_its_terms_and_predicts_raw_documents(featurized, tmp_path, monkeypatch):
     from neurcam_dist.distributed import predict_parquet, train
     d, docs = featurized
     data = {"path": str(d / "feats"), "id": "doc_id", "label": "label", "embedding": "embedding"}
@@ -211,8 +211,10 @@ def test_a_featurized_dataset_trains_with_its_terms_and_predicts_raw_documents(f
     raw = tmp_path / "raw"
     raw.mkdir()
     docs.to_parquet(raw / "docs.parquet", index=False)
-    predict_parquet(est, str(raw), str(tmp_path / "p_raw"), id_column="doc_id")
-    predict_parquet(est, str(d / "feats"), str(tmp_path / "p_terms"), id_column="doc_id")
+    monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")   # the documents through Ray Data's actors
+    assert predict_parquet(est, str(raw), str(tmp_path / "p_raw"), id_column="doc_id")["where"] == "ray"
+    monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
+    assert predict_parquet(est, str(d / "feats"), str(tmp_path / "p_terms"), id_column="doc_id")["where"] == "here"
     a = pd.read_parquet(tmp_path / "p_raw").sort_values("doc_id").reset_index(drop=True)
     b = pd.read_parquet(tmp_path / "p_terms").sort_values("doc_id").reset_index(drop=True)
     assert len(a) == len(docs) and a["cluster"].tolist() == b["cluster"].tolist()

@@ -36,11 +36,16 @@ def map_with_actors(ds, cls, batch_size: int, concurrency: int, *, num_gpus: flo
     """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each),
     leaving at least one CPU for the read tasks that feed them (an object-store read starts with a
     listing task: with every CPU held by an actor it would wait forever)."""
-    import ray
     from ray.data import ActorPoolStrategy
-    size = max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 2)) - 1))
     return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size, batch_format="pyarrow",
-                          compute=ActorPoolStrategy(size=size), num_cpus=1, num_gpus=num_gpus or None)
+                          compute=ActorPoolStrategy(size=pool_size(concurrency)), num_cpus=1,
+                          num_gpus=num_gpus or None)
+
+
+def pool_size(concurrency: int) -> int:
+    """``concurrency`` actors, fewer where the cluster has no more CPUs than that (see ``map_with_actors``)."""
+    import ray
+    return max(1, min(concurrency, int(ray.cluster_resources().get("CPU", 2)) - 1))
 
 
 # A whole-data pass (profile, scoring, comparison) over at most this many bytes of the columns it
@@ -49,11 +54,15 @@ def map_with_actors(ds, cls, batch_size: int, concurrency: int, *, num_gpus: flo
 LOCAL_PASS_BYTES = 64 * 2**20
 
 
+def small_enough(n_bytes: int) -> bool:
+    """Whether a pass over ``n_bytes`` of column data runs in this process (``LOCAL_PASS_BYTES``)."""
+    return n_bytes <= int(os.environ.get("NEURCAM_LOCAL_PASS_BYTES", LOCAL_PASS_BYTES))
+
+
 def local_pass(p: Plan, columns: list[str]) -> bool:
     """Whether a pass over ``columns`` of the plan is small enough to run in this process."""
-    limit = int(os.environ.get("NEURCAM_LOCAL_PASS_BYTES", LOCAL_PASS_BYTES))
     width = sum(p.repr_dim if (p.repr_kind == "list" and c == p.repr_columns[0]) else 1 for c in set(columns))
-    return p.n_rows * width * 8 <= limit
+    return small_enough(p.n_rows * width * 8)
 
 
 def read_local(src: Source, columns: list[str], *, batch_rows: int = BATCH_ROWS):

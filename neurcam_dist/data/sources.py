@@ -227,6 +227,29 @@ def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
         return list(pool.map(read, src.files))
 
 
+def column_bytes(src: Source, schema: pa.Schema, n_rows: int, columns: list[str]) -> int:
+    """Bytes the named columns take in memory: 8 a value for numbers and fixed-size lists (how the
+    passes hold them), the files' uncompressed sizes (from the footers) for the rest (text)."""
+    fixed, varying = 0, set()
+    for c in columns:
+        t = schema.field(c).type
+        if is_number(t):
+            fixed += 8
+        elif pa.types.is_fixed_size_list(t):
+            fixed += 8 * t.list_size
+        else:
+            varying.add(c)
+    if not varying:
+        return n_rows * fixed
+
+    def read(f):
+        meta = pq.read_metadata(f, filesystem=src.filesystem)
+        return sum(rg.column(j).total_uncompressed_size for rg in (meta.row_group(g) for g in range(meta.num_row_groups))
+                   for j in range(rg.num_columns) if rg.column(j).path_in_schema.split(".")[0] in varying)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return n_rows * fixed + sum(pool.map(read, src.files))
+
+
 def is_number(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
 

@@ -112,15 +112,33 @@ def _autoscaler_events(lines: list[str]):
     return filter_autoscaler_events(lines)
 
 
+def _log_path(folder, stem: str) -> tuple[Path, str | None]:
+    """``FOLDER/STEM-TIME-PID.log``, and its URI when ``folder`` is on an object store: such a log
+    is written locally and copied there at the end."""
+    name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    remote = join(folder, name) if is_uri(folder) else None
+    path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(folder))) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path, remote
+
+
+def _copy_out(path: Path, remote: str | None, log) -> None:
+    if remote:
+        try:
+            put_file(path, remote)
+        except OSError as exc:
+            log(f"could not copy the log to {remote}: {exc}; it stays in {path}")
+
+
+def _where(path: Path, remote: str | None) -> str:
+    return f"{path}" + (f" (copied to {remote} at the end)" if remote else "") + " (--verbose shows them here)"
+
+
 @contextmanager
 def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
     """A file ``output/logs/STEM-TIME-PID.log`` that the named loggers (and their children) write
     to instead of the console within the block; yields ``(path, sink)``."""
-    name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    # on an object store the log is written locally and copied to OUTPUT/logs/ at the end
-    remote = join(output, "logs", name) if is_uri(output) else None
-    path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(output)) / "logs") / name
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path, remote = _log_path(join(output, "logs"), stem)
     sink = open(path, "a", encoding="utf-8")
     handler = logging.StreamHandler(sink)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -135,8 +153,7 @@ def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
                 lg.removeHandler(h)
             lg.addHandler(handler)
             lg.propagate = False
-    log(f"{owners} own log lines go to {path}" + (f" (copied to {remote} at the end)" if remote else "")
-        + " (--verbose shows them here)")
+    log(f"{owners} own log lines go to {_where(path, remote)}")
     try:
         yield path, sink
     finally:
@@ -146,11 +163,35 @@ def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
                 lg.addHandler(h)
             lg.propagate = propagate
         sink.close()
-        if remote:
-            try:
-                put_file(path, remote)
-            except OSError as exc:
-                log(f"could not copy the log to {remote}: {exc}; it stays in {path}")
+        _copy_out(path, remote, log)
+
+
+@contextmanager
+def stderr_to_log(folder, stem: str, owners: str, log=print):
+    """Within the block, everything this process writes to stderr goes to
+    ``FOLDER/STEM-TIME-PID.log``: Python's lines (loggers, warnings) and those Ray's C++ core
+    writes to file descriptor 2 itself, which no logger reaches. For a command whose only
+    output is its result (``neurcam predict``); ``--verbose`` leaves them on the console."""
+    if verbose():
+        yield None
+        return
+    path, remote = _log_path(folder, stem)
+    log(f"{owners} own log lines go to {_where(path, remote)}")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    sink = open(path, "a", encoding="utf-8", buffering=1)
+    try:
+        os.dup2(fd, 2)
+        with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture) too
+            yield path
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+        sink.close()
+        _copy_out(path, remote, log)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ import os
 import pickle
 import re
 import time
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +28,8 @@ from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
 from ..validation import missing_columns_note
+from .console import stderr_to_log
+from .session import ensure_ray
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
@@ -60,6 +63,18 @@ class _Evaluator:
         return {"acc": np.array([pickle.dumps(acc)], dtype=object)}
 
 
+@contextmanager
+def in_process(cls, **kwargs):
+    """``cls(**kwargs)``, the callable a Ray Data actor holds, built in this process for a pass
+    over small data; the thread count the actors pin to one is put back afterwards."""
+    import torch
+    threads = torch.get_num_threads()
+    try:
+        yield cls(**kwargs)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_size: int, concurrency: int, /,
                 **kwargs):
     """``cls(**kwargs)`` applied to every batch of ``columns``, each batch's pickled partial
@@ -67,15 +82,10 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
     the data is small (``data.reading.local_pass``)."""
     total = None
     if data_mod.reading.local_pass(plan, columns):
-        import torch
-        threads = torch.get_num_threads()   # the actors pin one thread each; this process keeps its own
-        try:
-            fn = cls(**kwargs)
+        with in_process(cls, **kwargs) as fn:
             for table in data_mod.reading.read_local(plan.source, columns, batch_rows=batch_size):
                 for blob in fn(table)["acc"]:
                     total = combine(total, pickle.loads(blob))
-        finally:
-            torch.set_num_threads(threads)
         return total
     ds = data_mod.reading.map_with_actors(data_mod.read(plan, columns), cls, batch_size, concurrency, **kwargs)
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
@@ -124,7 +134,7 @@ def _refuse_non_finite(x: np.ndarray, table: pa.Table, names: list[str]) -> None
         where = table[data_mod.PATH_COLUMN][row].as_py() if data_mod.PATH_COLUMN in table.column_names else "input"
         counts = {names[j]: int(n) for j, n in enumerate(bad.sum(0)) if n}
         raise data_mod.DataError(f"{where}: column {names[col]!r} has a null, NaN or infinite value "
-                                 f"(value {x[row, col]!r}); missing or non-finite values per column in "
+                                 f"(value {float(x[row, col])!r}); missing or non-finite values per column in "
                                  f"this batch: {counts}. Nothing was written")
 
 
@@ -197,13 +207,35 @@ def _raw_text(est, schema: pa.Schema) -> dict | None:
     return text if all(schema.get_field_index(c) >= 0 for c in text["text_columns"]) else None
 
 
+def _score_here(scorer: _Scorer, src, columns: list[str], batch_size: int, root: str, fs) -> None:
+    """The scoring pass over small input in this process: one output file per non-empty input
+    file, rows in input order (a Ray Data pass costs seconds to start its actors)."""
+    n = 0
+    for f in src.files:
+        writer = None
+        try:
+            for table in data_mod.sources.file_tables(f, src.filesystem, columns, batch_size):
+                table = table.append_column(data_mod.PATH_COLUMN, pa.array([f] * table.num_rows, pa.string()))
+                out = scorer(table)
+                if writer is None:
+                    writer = pq.ParquetWriter(fs.open_output_stream(f"{root}/part-{n:05d}.parquet"), out.schema)
+                    n += 1
+                writer.write_table(out)
+        finally:
+            if writer is not None:
+                writer.close()
+
+
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
-                    carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2) -> dict:
-    """Score Parquet input with Ray Data into Parquet shards under ``output`` (atomically: the
-    directory appears complete or not at all; a previous output is replaced only on success). On an
-    object store (``output`` a URI) the shards go under a new version prefix and a manifest makes
-    them the output (``storage.published``). ``est``: a fitted ``NeurCAM`` (only its
-    ``scoring_model()`` is shipped to the actors)."""
+                    carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
+                    log_dir=None, log=lambda msg: None) -> dict:
+    """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
+    complete or not at all; a previous output is replaced only on success). On an object store
+    (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
+    output (``storage.published``). ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()``
+    is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
+    scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
+    if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
@@ -213,7 +245,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
     text = _raw_text(est, footers[0][1])
     inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
-    wanted = inputs + ([id_column] if id_column else []) + list(carry or [])
+    wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
     for f, schema, _ in footers:
         missing = [c for c in wanted if schema.get_field_index(c) < 0]
         if missing:
@@ -224,31 +256,47 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
-    ds = data_mod.read_source(src, list(dict.fromkeys(wanted)), with_paths=True)
-    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, fitted=fitted, id_column=id_column,
-                                          carry=list(carry or []), text=text)
+    here = data_mod.reading.small_enough(data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted))
+    kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
     t0 = time.perf_counter()
     summary = {}
 
     def write(root: str, fs) -> None:
         """Shards into ``root`` (a folder or prefix in the pyarrow file system ``fs``), checked, then
         the marker."""
-        try:
-            ds.write_parquet(root, filesystem=fs)
-        except Exception as exc:
-            msg = _data_error_in(exc)
-            if msg is None:
-                raise
-            raise data_mod.DataError(msg) from None
+        if here:
+            with in_process(_Scorer, **kwargs) as scorer:
+                _score_here(scorer, src, wanted, batch_size, root, fs)
+        else:
+            _score_with_ray(src, wanted, batch_size, concurrency, kwargs, root, fs)
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
             raise RuntimeError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
         summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
-                       input=redact(str(input_path)))
+                       input=redact(str(input_path)), where="here" if here else "ray")
         with fs.open_output_stream(f"{root}/{MARKER}") as f:
             f.write(json.dumps(summary, indent=1).encode())
 
-    write_dataset(output, write, marker=MARKER)
+    if here:
+        log(f"scoring {n_rows:,} rows from {len(footers)} file(s) in this process (small input: Ray not needed)")
+        write_dataset(output, write, marker=MARKER)
+        return summary
+    with stderr_to_log(log_dir, "predict", "Ray's", log) if log_dir is not None else nullcontext():
+        ensure_ray(min_cpus=concurrency + 1)   # the scoring actors, plus a CPU for the reads
+        log(f"scoring {n_rows:,} rows from {len(footers)} file(s) with Ray Data, "
+            f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")
+        write_dataset(output, write, marker=MARKER)
     return summary
 
+
+def _score_with_ray(src, wanted: list[str], batch_size: int, concurrency: int, kwargs: dict, root: str, fs) -> None:
+    ds = data_mod.read_source(src, wanted, with_paths=True)
+    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs)
+    try:
+        ds.write_parquet(root, filesystem=fs)
+    except Exception as exc:
+        msg = _data_error_in(exc)
+        if msg is None:
+            raise
+        raise data_mod.DataError(msg) from None
