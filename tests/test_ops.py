@@ -157,6 +157,10 @@ def test_two_reclusterings_at_once_promote_exactly_one(ray_head, mlflow_server, 
                                       stderr=subprocess.STDOUT, text=True))
     logs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(x[-3000:] for x in logs)
+    for i, console in enumerate(logs):   # Ray's connection line: in the run's Ray log, not on the console
+        assert "Connecting to existing Ray cluster" not in console, console
+        assert "Connecting to existing Ray cluster" in "".join(
+            f.read_text() for f in (tmp_path / f"out{i}" / "logs").glob("ray-*.log"))
     records = [json.loads((tmp_path / f"out{i}" / "recluster.json").read_text()) for i in range(2)]
     assert sorted(r["promoted"] for r in records) == [False, True], records
     won, lost = sorted(records, key=lambda r: not r["promoted"])

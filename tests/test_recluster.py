@@ -290,6 +290,29 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
     assert f"Ray's own log lines go to {path}" in out
 
 
+def test_ray_start_up_lines_are_held_for_the_log_and_given_back_on_failure(ray_cluster, tmp_path, capfd,
+                                                                            monkeypatch):
+    """Ray's start-up lines (written before the run's log folder may exist) head the log file; a
+    start that fails gives them back to the console with the error."""
+    import os
+    import sys
+
+    from neurcam_dist.distributed.console import held_stderr, routed_logs
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
+    with held_stderr() as start:
+        os.write(2, b"[core_worker.cc] a line from C++\n")   # past every Python stream
+        print("INFO worker.py -- Started a local Ray instance.", file=sys.stderr)
+    assert capfd.readouterr().err == ""
+    assert start.text == "[core_worker.cc] a line from C++\nINFO worker.py -- Started a local Ray instance.\n"
+    with routed_logs(tmp_path, log=print, earlier=start.text) as path:
+        pass
+    assert path.read_text().startswith(start.text)
+    with pytest.raises(RuntimeError, match="refused"), held_stderr():
+        os.write(2, b"Started a local Ray instance.\n")
+        raise RuntimeError("refused")
+    assert capfd.readouterr().err == "Started a local Ray instance.\n"
+
+
 # ---------------------------------------------------------------- small-data passes
 @pytest.mark.usefixtures("ray_cluster")
 def test_the_sample_is_drawn_by_row_number_and_reads_only_its_rows(tmp_path, monkeypatch):

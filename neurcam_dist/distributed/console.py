@@ -135,11 +135,12 @@ def _where(path: Path, remote: str | None) -> str:
 
 
 @contextmanager
-def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str):
+def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str, earlier: str = ""):
     """A file ``output/logs/STEM-TIME-PID.log`` that the named loggers (and their children) write
-    to instead of the console within the block; yields ``(path, sink)``."""
+    to instead of the console within the block, after the ``earlier`` lines; yields ``(path, sink)``."""
     path, remote = _log_path(join(output, "logs"), stem)
     sink = open(path, "a", encoding="utf-8")
+    sink.write(earlier)
     handler = logging.StreamHandler(sink)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
@@ -206,17 +207,61 @@ def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
         yield path
 
 
+class Held:
+    """What ``held_stderr`` held: ``text``, for the log file once there is one."""
+    text = ""
+
+
 @contextmanager
-def routed_logs(output, log=print, bars: bool | None = None):
+def held_stderr():
+    """Within the block, this process's stderr (Python's lines and those of Ray's C++ core) is
+    held in a temporary file: Ray's start-up lines come before a run may create its log folder
+    (a run refused for its resources writes nothing). A failing block gives them back to the
+    console; otherwise ``held.text`` heads the log file (``routed_logs(earlier=...)``)."""
+    held = Held()
+    if verbose():
+        yield held
+        return
+    fd, name = tempfile.mkstemp(prefix="neurcam-start-", suffix=".log")
+    os.close(fd)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    raw = os.open(name, os.O_WRONLY | os.O_APPEND)
+    sink = open(name, "a", encoding="utf-8", buffering=1)
+    failed = False
+    try:
+        os.dup2(raw, 2)
+        with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture) too
+            yield held
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(raw)
+        sink.close()
+        with open(name, encoding="utf-8", errors="replace") as f:
+            held.text = f.read()
+        os.unlink(name)
+        if failed and held.text:
+            sys.stderr.write(held.text)
+            sys.stderr.flush()
+
+
+@contextmanager
+def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
-    docstring); ``bars``: progress bars for the trials' epoch lines (default: on a terminal)."""
+    docstring), after the ``earlier`` lines (``held_stderr``); ``bars``: progress bars for the
+    trials' epoch lines (default: on a terminal)."""
     if verbose():
         yield None
         return
     import ray.data  # noqa: F401 - their loggers exist once imported; route them too
     import ray.train  # noqa: F401
     import ray.tune  # noqa: F401
-    with _log_file(output, "ray", ("ray",), log, "Ray's") as (path, sink):
+    with _log_file(output, "ray", ("ray",), log, "Ray's", earlier) as (path, sink):
         dispatcher = _dispatcher()
         printer = None
         if dispatcher is not None:

@@ -36,7 +36,7 @@ from ..storage.published import local_copy
 from ..uris import as_path, join
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
-from .console import routed_logs
+from .console import held_stderr, routed_logs
 from .session import check_resources, ensure_ray, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
 
@@ -237,9 +237,10 @@ def train(config, *, name: str | None = None) -> TrainResult:
     if cfg.search is not None:
         log("the config's search: section is for neurcam tune; this trains one run with the model: section")
     planned = planned_early(cfg)
-    ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
-    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
-    with routed_logs(cfg.output, log):
+    with held_stderr() as start:
+        ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
+        check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
+    with routed_logs(cfg.output, log, earlier=start.text):
         return _train(cfg, name, t_start, planned)
 
 

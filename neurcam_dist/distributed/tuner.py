@@ -32,7 +32,7 @@ from ..uris import as_path, is_uri, join
 from .driver import (InitialState, computed_representation, finish_run, initial_state, log, planned_early, prepare,
                      representation_dirs, run_workers, set_reference, training_dataset, worker_config)
 from .driver import unchanged_input, write_run
-from .console import routed_logs
+from .console import held_stderr, routed_logs
 from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
@@ -173,13 +173,14 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     t_start = time.perf_counter()
     tc = cfg.train
     planned = planned_early(cfg)
-    ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
-    check_search_resources(s, tc)
+    with held_stderr() as start:
+        ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
+        check_search_resources(s, tc)
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, log):
+    with routed_logs(cfg.output, log, earlier=start.text):
         return _search(cfg, s, name, t_start, prepare_winner, planned)
 
 
