@@ -222,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     ftx.add_argument("--use-gpu", action="store_true", default=None,
                      help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
     ftx.add_argument("--no-gpu", action="store_false", dest="use_gpu", help="embed on CPUs even with GPUs")
+    ftx.add_argument("--log-dir", default=None, help="where Ray's own lines go (default: TMPDIR/neurcam-logs; "
+                                                     "--verbose keeps them on the console)")
     tr = sub.add_parser("train", help="train on Ray over sharded Parquet, as a YAML config says")
     tr.add_argument("--config", required=True, help="YAML file (see configs/)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -337,13 +339,22 @@ def _sample(args) -> None:
 
 def _featurize_text(args) -> None:
     from .distributed import ensure_ray
+    from .distributed.console import stderr_to_log
     from .represent import TextJob, featurize_text
     job = TextJob(input=args.input, out=args.out, text_columns=args.text_column, id_column=args.id_column,
                   carry=args.carry, min_df=args.min_df, max_df=args.max_df, embed=args.embed, model=args.model,
                   lemmatizer=args.lemmatizer, concurrency=args.concurrency, threads=args.threads,
                   use_gpu=args.use_gpu)
-    ensure_ray(min_cpus=args.concurrency + 1)
-    featurize_text(job, log=lambda m: print(f"[neurcam] {m}", flush=True))
+    log = lambda m: print(f"[neurcam] {m}", flush=True)   # noqa: E731
+    with stderr_to_log(args.log_dir or _temp_logs(), "featurize-text", "Ray's", log):
+        ensure_ray(min_cpus=args.concurrency + 1)
+        featurize_text(job, log=log)
+
+
+def _temp_logs() -> str:
+    """Where a command whose output is a dataset puts Ray's lines when given no --log-dir: a
+    folder inside the dataset would be read as data."""
+    return os.path.join(tempfile.gettempdir(), "neurcam-logs")
 
 
 def _promote(args) -> None:
@@ -412,7 +423,7 @@ def _predict_defaults(args) -> None:
         if missing:
             raise ValueError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
         args.id = args.id or "id"
-        args.log_dir = args.log_dir or os.path.join(tempfile.gettempdir(), "neurcam-logs")
+        args.log_dir = args.log_dir or _temp_logs()
         return
     cfg = _load_config(args)
     args.log_dir = args.log_dir or join(cfg.output, "logs")

@@ -157,7 +157,8 @@ def featurized(ray_cluster, tmp_path_factory):
     docs.iloc[31:].to_csv(d / "docs" / "b.csv.gz", index=False)
     (d / "docs" / "_notes.txt").write_text("a stray file the reader must skip")
     code = main(["featurize-text", "--input", str(d / "docs"), "--text-column", "title", "body", "--id-column",
-                 "doc_id", "--carry", "label", "--out", str(d / "feats"), "--embed", "--min-df", "0.05"])
+                 "doc_id", "--carry", "label", "--out", str(d / "feats"), "--embed", "--min-df", "0.05",
+                 "--log-dir", str(d / "logs")])
     assert code == 0
     return d, docs
 
@@ -178,6 +179,9 @@ def test_featurize_text_writes_terms_embeddings_and_the_vocabulary(featurized, c
     v = Vocabulary.from_json(vocab)
     expected, _ = v.transform((docs["title"] + " " + docs["body"]).tolist())
     assert np.array_equal(x.astype(np.float32), expected)
+    # Ray's lines went to --log-dir (at the level its console shows)
+    text = next((d / "logs").glob("featurize-text-*.log")).read_text()
+    assert "INFO ray.data.dataset: Data sink Parquet finished. 61 rows" in text and " DEBUG " not in text
 
 
 def test_featurize_text_names_a_missing_column(featurized, tmp_path, capsys):

@@ -135,13 +135,14 @@ def _where(path: Path, remote: str | None) -> str:
 
 
 @contextmanager
-def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str, earlier: str = ""):
-    """A file ``output/logs/STEM-TIME-PID.log`` that the named loggers (and their children) write
+def _log_file(folder, stem: str, loggers: tuple[str, ...], log, owners: str, earlier: str = ""):
+    """A file ``FOLDER/STEM-TIME-PID.log`` that the named loggers (and their children) write
     to instead of the console within the block, after the ``earlier`` lines; yields ``(path, sink)``."""
-    path, remote = _log_path(join(output, "logs"), stem)
-    sink = open(path, "a", encoding="utf-8")
+    path, remote = _log_path(folder, stem)
+    sink = open(path, "a", encoding="utf-8", buffering=1)
     sink.write(earlier)
     handler = logging.StreamHandler(sink)
+    handler.setLevel(logging.INFO)   # what their console handlers print; Ray keeps its DEBUG lines in its own files
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     saved = []
     children = tuple(f"{n}." for n in loggers)
@@ -169,30 +170,27 @@ def _log_file(output, stem: str, loggers: tuple[str, ...], log, owners: str, ear
 
 @contextmanager
 def stderr_to_log(folder, stem: str, owners: str, log=print):
-    """Within the block, everything this process writes to stderr goes to
-    ``FOLDER/STEM-TIME-PID.log``: Python's lines (loggers, warnings) and those Ray's C++ core
-    writes to file descriptor 2 itself, which no logger reaches. For a command whose only
+    """Within the block, Ray's loggers and everything this process writes to stderr go to
+    ``FOLDER/STEM-TIME-PID.log``: Python's lines (warnings, other libraries) and those Ray's C++
+    core writes to file descriptor 2 itself, which no logger reaches. For a command whose only
     output is its result (``neurcam predict``); ``--verbose`` leaves them on the console."""
     if verbose():
         yield None
         return
-    path, remote = _log_path(folder, stem)
-    log(f"{owners} own log lines go to {_where(path, remote)}")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    sink = open(path, "a", encoding="utf-8", buffering=1)
-    try:
-        os.dup2(fd, 2)
-        with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture) too
-            yield path
-    finally:
+    import ray.data  # noqa: F401 - Ray's and Ray Data's loggers set themselves up at import: before ours
+    with _log_file(folder, stem, ("ray",), log, owners) as (path, sink):
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(fd)
-        sink.close()
-        _copy_out(path, remote, log)
+        saved = os.dup(2)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.dup2(fd, 2)
+            with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture, a notebook) too
+                yield path
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
 
 
 @contextmanager
@@ -203,7 +201,7 @@ def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
     if verbose():
         yield None
         return
-    with _log_file(output, loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
+    with _log_file(join(output, "logs"), loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
         yield path
 
 
@@ -261,7 +259,7 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     import ray.data  # noqa: F401 - their loggers exist once imported; route them too
     import ray.train  # noqa: F401
     import ray.tune  # noqa: F401
-    with _log_file(output, "ray", ("ray",), log, "Ray's", earlier) as (path, sink):
+    with _log_file(join(output, "logs"), "ray", ("ray",), log, "Ray's", earlier) as (path, sink):
         dispatcher = _dispatcher()
         printer = None
         if dispatcher is not None:
