@@ -62,7 +62,8 @@ def test_predict_prints_its_own_lines_and_ray_s_go_to_the_log(fitted, data, tmp_
         res = pd.read_parquet(tmp_path / where).sort_values("id")
         assert res["id"].tolist() == list(range(len(X)))
         assert np.array_equal(res["cluster"].to_numpy(), fitted.predict(X))
-    here, ray = runs["here"].stdout.splitlines(), runs["ray"].stdout.splitlines()
+    here = runs["here"].stdout.splitlines()
+    ray = [line for line in runs["ray"].stdout.splitlines() if " rows (" not in line]   # progress, if it was slow
     assert here[0] == "[neurcam] scoring 240 rows from 2 file(s) in this process (small input: Ray not needed)"
     assert len(here) == 2 and here[1].startswith(f"wrote 240 rows in 2 Parquet file(s) to {tmp_path / 'here'}/")
     logs = list((tmp_path / "logs").glob("predict-*.log"))

@@ -1,6 +1,7 @@
 """Ray Data + Ray Train: a real local Ray, real Parquet shards on disk, two DDP workers."""
 import json
 import os
+import re
 import threading
 import time
 
@@ -307,8 +308,14 @@ def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):
 def test_predict_writes_every_row_exactly_once(two_workers, shards, tmp_path, monkeypatch):
     """With Ray Data (forced) and in this process (small input): the same rows, to the bit."""
     monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
-    summary = predict_parquet(two_workers.estimator, str(shards), tmp_path / "by_ray", id_column="id", batch_size=100)
+    said = []
+    summary = predict_parquet(two_workers.estimator, str(shards), tmp_path / "by_ray", id_column="id", batch_size=100,
+                              log=said.append, progress_seconds=0)
     monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
+    # progress lines from the executor's loop: counts that only grow, the last one every row
+    counts = [int(m.replace(",", "")) for m in re.findall(r"^scored ([\d,]+) of 3,000 rows", "\n".join(said), re.M)]
+    assert counts and counts == sorted(counts) and counts[-1] == N_ROWS, said
+    assert said[-1].startswith(f"scored {N_ROWS:,} of {N_ROWS:,} rows (100%), "), said
     out = tmp_path / "scored"
     here = predict_parquet(two_workers.estimator, str(shards), out, id_column="id", batch_size=100)
     assert (summary["where"], here["where"]) == ("ray", "here")

@@ -228,14 +228,15 @@ def _score_here(scorer: _Scorer, src, columns: list[str], batch_size: int, root:
 
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
-                    log_dir=None, log=lambda msg: None) -> dict:
+                    log_dir=None, log=lambda msg: None, progress_seconds: float = 30.0) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
     output (``storage.published``). ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()``
     is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
     scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
-    if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given."""
+    if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
+    progress line through ``log`` at most every ``progress_seconds``."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
@@ -268,7 +269,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             with in_process(_Scorer, **kwargs) as scorer:
                 _score_here(scorer, src, wanted, batch_size, root, fs)
         else:
-            _score_with_ray(src, wanted, batch_size, concurrency, kwargs, root, fs)
+            _score_with_ray(src, wanted, batch_size, concurrency, kwargs, root, fs,
+                            progress=(n_rows, log, progress_seconds))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
@@ -290,9 +292,13 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     return summary
 
 
-def _score_with_ray(src, wanted: list[str], batch_size: int, concurrency: int, kwargs: dict, root: str, fs) -> None:
+def _score_with_ray(src, wanted: list[str], batch_size: int, concurrency: int, kwargs: dict, root: str, fs,
+                    progress: tuple) -> None:
+    from ..data.progress import unwatch, watch
+    total, say, every = progress
     ds = data_mod.read_source(src, wanted, with_paths=True)
-    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs)
+    ds = watch(data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs),
+               _Scorer.__name__, total, say, every=every)
     try:
         ds.write_parquet(root, filesystem=fs)
     except Exception as exc:
@@ -300,3 +306,5 @@ def _score_with_ray(src, wanted: list[str], batch_size: int, concurrency: int, k
         if msg is None:
             raise
         raise data_mod.DataError(msg) from None
+    finally:
+        unwatch(ds)

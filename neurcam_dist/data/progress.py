@@ -1,0 +1,76 @@
+"""Progress lines for a long Ray Data pass that runs in this process (``neurcam predict`` on large
+input): how many rows one operator has turned out, of how many, at what rate.
+
+Ray Data's own progress bars redraw every operator every second, and the service turns them off
+(``distributed.session.quiet_data_progress``). ``RowProgress`` is an execution callback
+(``DataContext.custom_execution_callback_classes``) that says one line at most every ``every``
+seconds from the executor's loop in the driver. Ray builds the callback with no arguments and may
+ship the dataset's context to its tasks, so the context carries only a token; what to count and
+where to say it stay in this process (``_WATCHED``). It reads the operators' public metrics
+(``rows_task_outputs_generated``); on an executor without them it says so once and stops.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+from ray.data._internal.execution.execution_callback import ExecutionCallback
+
+log = logging.getLogger(__name__)
+
+KEY = "neurcam_row_progress"
+_WATCHED: dict[str, dict] = {}   # token -> {"op": name part, "total": rows, "say": fn, "every": s, "what": verb}
+
+
+class RowProgress(ExecutionCallback):
+    def __init__(self) -> None:
+        self.watch = None
+        self.t0 = self.last = 0.0
+        self.said = -1
+
+    def before_execution_starts(self, executor) -> None:
+        self.watch = _WATCHED.get(executor._data_context.get_config(KEY))
+        self.t0 = self.last = time.perf_counter()
+
+    def rows(self, executor) -> int | None:
+        ops = [op for op in executor._topology if self.watch["op"] in op.name]
+        return ops[-1].metrics.rows_task_outputs_generated if ops else None
+
+    def on_execution_step(self, executor) -> None:
+        w = self.watch
+        if w is None:
+            return
+        now = time.perf_counter()
+        if now - self.last < w["every"]:
+            return
+        self.last = now
+        try:
+            done = self.rows(executor)
+        except (AttributeError, TypeError) as e:   # another Ray's executor
+            self.watch = None
+            log.warning("neurcam: no progress lines: Ray Data's executor has changed (%s)", e)
+            return
+        if done is None or done == self.said:
+            return
+        self.said = done
+        rate = done / max(now - self.t0, 1e-9)
+        left = f", about {(w['total'] - done) / rate:,.0f} s left" if 0 < done < w["total"] else ""
+        w["say"](f"{w['what']} {done:,} of {w['total']:,} rows ({100 * done / w['total']:.0f}%), "
+                 f"{rate:,.0f} rows/s{left}")
+
+
+def watch(ds, op: str, total: int, say, *, every: float = 10.0, what: str = "scored"):
+    """``ds`` whose execution says how many rows the (last) operator named with ``op`` has turned
+    out, at most every ``every`` seconds; ``unwatch(ds)`` forgets it."""
+    token = uuid.uuid4().hex
+    _WATCHED[token] = {"op": op, "total": total, "say": say, "every": every, "what": what}
+    ctx = ds.context
+    ctx.set_config(KEY, token)
+    if RowProgress not in ctx.custom_execution_callback_classes:
+        ctx.custom_execution_callback_classes = [*ctx.custom_execution_callback_classes, RowProgress]
+    return ds
+
+
+def unwatch(ds) -> None:
+    _WATCHED.pop(ds.context.get_config(KEY), None)
