@@ -40,7 +40,7 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "gamma": Spec(float, 1.0, "weight of the KL term toward the model frozen after warm-up", ge=0.0),
     "epsilon": Spec(float, 0.9, "temperature decay per annealing epoch", gt=0.0, lt=1.0),
     "warmup_epochs": Spec(int, 400, "most warm-up epochs (after distillation)", ge=0),
-    "epochs": Spec(int, 1000, "most epochs in all (distillation, warm-up, annealing, final)", ge=1),
+    "epochs": Spec(int, 1000, "most epochs in all; annealing, once begun, runs on until the gates are one-hot", ge=1),
     "batch_size": Spec(int, 512, "rows per optimiser step (global: split across Ray workers)", ge=1),
     "lr": Spec(float, 2e-3, "Adam learning rate", gt=0.0),
     "hidden": Spec(tuple, (256, 256), "hidden layer widths of the shared backbones"),

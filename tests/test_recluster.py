@@ -4,6 +4,7 @@ server``, environment overrides, ``neurcam validate``, job submission's argument
 console routing of Ray's log lines."""
 import json
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -268,6 +269,7 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
               "INFO autoscaler.py:147 -- The autoscaler took 0.0 seconds to fetch the list of non-terminated nodes."]
     event = f"INFO monitor.py:1 -- {ray_constants.LOG_PREFIX_EVENT_SUMMARY}Adding 1 node(s) of type worker."
     with routed_logs(tmp_path, log=print) as path:
+        warnings.warn("ExecutionOptions.exclude_resources is deprecated (a library's warning)", UserWarning)
         assert ray_cluster.get(chatty.remote()) == 1
         deadline = time.time() + 20
         while "[neurcam] epoch 3" not in path.read_text() and time.time() < deadline:
@@ -285,9 +287,12 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
     # a process's run of one repeated line: written once, then with its count when the run ends
     cleaner = [line for line in text.splitlines() if line.startswith("(PlacementGroupCleaner pid=4242) ")]
     assert [line.split(") ", 1)[1] for line in cleaner] == [same, f"[repeated 4x] {same}", "cleaned up", same]
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "[neurcam] epoch 3 loss=1.0" in out and "(noise)" not in out
     assert f"Ray's own log lines go to {path}" in out
+    # the driver's Python warnings (Ray Train's own deprecations): in the file, not on the console
+    assert "UserWarning: ExecutionOptions.exclude_resources is deprecated (a library's warning)" in text
+    assert "exclude_resources" not in err + out
 
 
 def test_ray_start_up_lines_are_held_for_the_log_and_given_back_on_failure(ray_cluster, tmp_path, capfd,

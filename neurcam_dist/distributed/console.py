@@ -205,6 +205,19 @@ def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
         yield path
 
 
+@contextmanager
+def _warnings_logged():
+    """Python warnings through the ``py.warnings`` logger within the block (``logging.captureWarnings``):
+    the driver's are libraries' (Ray Train's own deprecated settings, say), and go where Ray's lines go."""
+    already = logging._warnings_showwarning is not None   # someone captures them already: leave it so
+    logging.captureWarnings(True)
+    try:
+        yield
+    finally:
+        if not already:
+            logging.captureWarnings(False)
+
+
 class Held:
     """What ``held_stderr`` held: ``text``, for the log file once there is one."""
     text = ""
@@ -259,7 +272,8 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     import ray.data  # noqa: F401 - their loggers exist once imported; route them too
     import ray.train  # noqa: F401
     import ray.tune  # noqa: F401
-    with _log_file(join(output, "logs"), "ray", ("ray",), log, "Ray's", earlier) as (path, sink):
+    with _warnings_logged(), _log_file(join(output, "logs"), "ray", ("ray", "py.warnings"), log, "Ray's",
+                                       earlier) as (path, sink):
         dispatcher = _dispatcher()
         printer = None
         if dispatcher is not None:
