@@ -174,9 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
     _add_model_args(fit, None, 0)
     exp = sub.add_parser("explain", help="shape graphs, pair heat maps, importance and an HTML report")
-    exp.add_argument("--model", required=True)
+    exp.add_argument("--model", required=True,
+                     help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
     exp.add_argument("--data", required=True, help="CSV or Parquet with the model's feature columns (others ignored)")
-    exp.add_argument("--out", required=True)
+    exp.add_argument("--out", required=True, help="directory to receive explanation.json, tables/, plots/ and "
+                                                 "report.html")
     exp.add_argument("--grid-size", type=int, default=128)
     exp.add_argument("--pair-grid-size", type=int, default=32)
     exp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
@@ -310,11 +312,12 @@ def _explain(args) -> None:
     for flag, value in (("--grid-size", args.grid_size), ("--pair-grid-size", args.pair_grid_size)):
         if value < 2:
             raise ValueError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
-    est = NeurCAM.load(args.model)
+    est = _load_model(args.model)
     df = read_table(args.data, args.encoding)
     missing = [c for c in est.feature_names_in_ if c not in df.columns]
     if missing:
-        raise ValueError(f"{args.data} lacks the model's feature columns {missing}")
+        raise ValueError(f"{args.data} lacks the model's feature columns {missing}"
+                         f"{missing_columns_note(missing, [str(c) for c in df.columns])}")
     expl = est.explain(df[list(est.feature_names_in_)], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
     report = write_report(expl, args.out)
     top = expl.importance[:3]

@@ -196,10 +196,11 @@ def test_explain_cli(fitted_pairs, data, tmp_path, capsys):
     assert "open the report: file://" in out
     top = fitted_pairs.explain(X).importance[:3]
     assert "most important terms: " + ", ".join(r["term"] + " (" for r in top[:1]) in out
-    X.drop(columns="f1").to_csv(tmp_path / "bad.csv", index=False)
+    X.drop(columns="f1").rename(columns={"f2": "F2"}).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "bad.csv"),
                  "--out", str(tmp_path / "out2")]) == 2
-    assert "lacks the model's feature columns ['f1']" in capsys.readouterr().err
+    assert ("lacks the model's feature columns ['f1', 'f2']; did you mean 'F2' for 'f2'?; columns: ['f0', 'F2', "
+            "'f3']") in capsys.readouterr().err
     assert not (tmp_path / "out2").exists()
 
 

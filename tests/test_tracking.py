@@ -40,12 +40,17 @@ def test_registered_pyfunc_loads_in_a_fresh_process_and_predicts_like_the_estima
     assert res.returncode == 0, res.stderr[-3000:]
     assert np.array_equal(np.load(tmp_path / "clusters.npy"), fitted.predict(X))
     np.testing.assert_allclose(np.load(tmp_path / "proba.npy"), fitted.predict_proba(X), rtol=0, atol=1e-12)
-    # neurcam predict takes the registry URI and scores with Ray Data
+    # neurcam predict and neurcam explain take the registry URI
     X.assign(id=np.arange(len(X))).to_parquet(tmp_path / "in.parquet")
     assert main(["predict", "--model", "models:/neurcam-test@champion", "--input", str(tmp_path / "in.parquet"),
                  "--output", str(tmp_path / "scored")]) == 0
     scored = pd.read_parquet(tmp_path / "scored").sort_values("id")
     assert np.array_equal(scored["cluster"].to_numpy(), fitted.predict(X))
+    assert main(["explain", "--model", "models:/neurcam-test@champion", "--data", str(tmp_path / "x.parquet"),
+                 "--out", str(tmp_path / "explained")]) == 0
+    from neurcam_dist.explain import Explanation
+    got = Explanation.from_json(tmp_path / "explained" / "explanation.json")
+    assert got.importance == fitted.explain(X).importance
 
 
 def test_embedded_local_store_needs_no_server(fitted, data, tmp_path, monkeypatch):
