@@ -296,9 +296,10 @@ def _overrides(pairs: list[str]) -> dict:
 def _demo(args) -> None:
     from .config import apply_overrides, parse_config
     from .service import search
-    write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
     raw = apply_overrides(demo_config(args.out, args.seeds, args.workers), _overrides(args.set))
-    print_search(search(parse_config(raw, "the demo config")))
+    cfg = parse_config(raw, "the demo config")   # before anything is written
+    write_frame_shards(digits_frame(), str(Path(args.out) / "data"), 4)
+    print_search(search(cfg))
 
 
 def _fit(args) -> None:

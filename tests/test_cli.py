@@ -94,6 +94,21 @@ def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
     assert not out.exists()
 
 
+def test_bad_sizes_are_refused_before_anything_is_written(tmp_path, capsys):
+    cases = ((["demo", "--seeds", "0"], "search.seeds: at least one seed is needed"),
+             (["demo", "--workers", "0"], "train.num_workers: Input should be greater than or equal to 1"),
+             (["generate", "synthetic", "--rows", "-3"], "--rows must be >= 1, got -3"),
+             (["generate", "synthetic", "--rows", "3"], "--files (4) is more than --rows (3)"),
+             (["generate", "synthetic", "--clusters", "0"], "--clusters must be >= 1, got 0"))
+    for i, (args, expected) in enumerate(cases):
+        out = tmp_path / f"out{i}"
+        assert main([*args, "--out", str(out)]) == 2
+        assert expected in capsys.readouterr().err
+        assert not out.exists()
+    assert main(["generate", "synthetic", "--rows", "40", "--features", "1", "--out", str(tmp_path / "one")]) == 0
+    assert list(pd.read_parquet(tmp_path / "one").columns) == ["id", "f0", "embedding", "label"]
+
+
 def test_console_script_is_installed():
     res = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "--version"], capture_output=True, text=True)
     assert res.returncode == 0 and "neurcam-dist" in res.stdout

@@ -22,6 +22,13 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
                  n_files: int = 4, seed: int = 0, informative: int = 3, rows_per_group: int = 65536,
                  label: bool = True, progress: bool = False) -> list[str]:
     """Write ``n_rows`` rows as ``n_files`` Parquet files under ``path``; returns the file paths."""
+    for flag, value, least in (("--rows", n_rows, 1), ("--features", n_features, 1), ("--dim", repr_dim, 0),
+                               ("--clusters", n_clusters, 1), ("--files", n_files, 1)):
+        if value < least:
+            raise ValueError(f"{flag} must be >= {least}, got {value}")
+    if n_files > n_rows:
+        raise ValueError(f"--files ({n_files}) is more than --rows ({n_rows}): some files would hold no row")
+    informative = min(informative, n_features)
     rng = np.random.default_rng(seed)
     centers = np.zeros((n_clusters, n_features))
     centers[:, :informative] = rng.normal(0, 4, size=(n_clusters, informative))
