@@ -51,7 +51,7 @@ def _train_and_log(cfg: JobConfig, name: str | None) -> TrainResult:
     if cfg.tracking is not None:
         from . import tracking
         try:
-            with _mlflow_lines(cfg):
+            with mlflow_lines(cfg):
                 result.tracking = tracking.log_training(result, cfg)
         except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
             raise tracking.tracking_failed(cfg, result.output, exc, "the run") from exc
@@ -75,7 +75,7 @@ def _search_and_log(cfg: JobConfig, name: str | None, prepare_winner=None) -> Se
     if cfg.tracking is not None:
         from . import tracking
         try:
-            with _mlflow_lines(cfg):
+            with mlflow_lines(cfg):
                 result.tracking = tracking.log_search(result, result.search_config)
         except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
             raise tracking.tracking_failed(cfg, result.output, exc,
@@ -84,7 +84,7 @@ def _search_and_log(cfg: JobConfig, name: str | None, prepare_winner=None) -> Se
     return result
 
 
-def _mlflow_lines(cfg: JobConfig):
+def mlflow_lines(cfg: JobConfig):
     """MLflow's own lines (database set-up, model validation, "Successfully registered model")
     go to the run's ``logs/`` beside Ray's; the console keeps the service's line that says what
     was logged."""

@@ -214,6 +214,10 @@ def test_the_k8s_cronjob_command_reclusters_against_the_champion(ray_head, mlflo
     assert 0.0 <= record["agreement_ari"] <= 1.0 and record["top_terms_overlap"] is not None
     assert record["promoted"] == (record["improvement"] >= 0.0)
     assert "[neurcam]" in done.stdout      # the job's log lines were streamed to the CronJob's output
+    # MLflow's lines (the champion's download, the registration, the promotion): one file, said once
+    assert done.stdout.count("MLflow's own log lines go to") == 1, done.stdout
+    mlflow_log, = (tmp_path / "out" / "logs").glob("mlflow-*.log")
+    assert "Created version" in mlflow_log.read_text()
     import mlflow
     from mlflow import MlflowClient
     mlflow.set_tracking_uri(mlflow_server)

@@ -129,3 +129,25 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
         train(job2)
     assert (tmp_path / "out2" / "model" / "manifest.json").exists()
     assert [v.version for v in client.search_model_versions("name='trained'")] == [t["version"]]
+
+
+def test_a_process_s_mlflow_lines_go_to_one_file_said_once(tmp_path, capsys, monkeypatch):
+    """The re-clustering reads the registry before its search and promotes after it: every block
+    of MLflow's lines in one process goes to the same file, and the console hears of it once."""
+    import mlflow
+
+    from neurcam_dist.distributed.console import library_logs
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    for i in range(2):
+        with library_logs(tmp_path, ("mlflow",), "MLflow's") as path:
+            if i == 0:
+                tracking.use(None, experiment="lines", workdir=tmp_path)   # a new local store: its set-up lines
+                mlflow.MlflowClient().search_registered_models()
+            logging.getLogger("mlflow").info("block %d", i)
+    out, err = capsys.readouterr()
+    assert out.count("MLflow's own log lines go to") == 1 and f"go to {path}" in out
+    assert "Creating initial MLflow database tables" not in out + err
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [path.name]
+    text = path.read_text()
+    assert "Creating initial MLflow database tables" in text and "block 0" in text and "block 1" in text

@@ -112,10 +112,15 @@ def _autoscaler_events(lines: list[str]):
     return filter_autoscaler_events(lines)
 
 
+_NAMES: dict[tuple[str, str, int], str] = {}   # (folder, stem, pid) -> the file's name: one file a process
+
+
 def _log_path(folder, stem: str) -> tuple[Path, str | None]:
     """``FOLDER/STEM-TIME-PID.log``, and its URI when ``folder`` is on an object store: such a log
-    is written locally and copied there at the end."""
-    name = f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    is written locally and copied there at the end. A process's later blocks append to the file
+    its first block opened there."""
+    key = (str(folder), stem, os.getpid())
+    name = _NAMES.setdefault(key, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
     remote = join(folder, name) if is_uri(folder) else None
     path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(folder))) / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,6 +144,7 @@ def _log_file(folder, stem: str, loggers: tuple[str, ...], log, owners: str, ear
     """A file ``FOLDER/STEM-TIME-PID.log`` that the named loggers (and their children) write
     to instead of the console within the block, after the ``earlier`` lines; yields ``(path, sink)``."""
     path, remote = _log_path(folder, stem)
+    first = not path.exists()
     sink = open(path, "a", encoding="utf-8", buffering=1)
     sink.write(earlier)
     handler = logging.StreamHandler(sink)
@@ -155,7 +161,8 @@ def _log_file(folder, stem: str, loggers: tuple[str, ...], log, owners: str, ear
                 lg.removeHandler(h)
             lg.addHandler(handler)
             lg.propagate = False
-    log(f"{owners} own log lines go to {_where(path, remote)}")
+    if first:
+        log(f"{owners} own log lines go to {_where(path, remote)}")
     try:
         yield path, sink
     finally:

@@ -61,11 +61,12 @@ def recluster(config) -> dict:
 
 
 def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
-    tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
-    seen = tracking.champion_version(name)
-    record["champion_version"] = seen
-    champion = tracking.load_estimator(f"models:/{name}/{seen}") if seen else None
-    lineage_next = tracking.lineage_next_id(name)
+    with service.mlflow_lines(cfg):   # a new local store's set-up lines, say
+        tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
+        seen = tracking.champion_version(name)
+        record["champion_version"] = seen
+        champion = tracking.load_estimator(f"models:/{name}/{seen}") if seen else None
+        lineage_next = tracking.lineage_next_id(name)
     log(f"champion of {name}: " + (f"version {seen} (cluster ids {champion.cluster_ids_.tolist()})" if seen
                                    else "none yet (this model becomes the first)"))
     found: dict = {}
@@ -118,18 +119,19 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
     want, reason = decide(rc, name, version, seen, record, found.get("unscorable"))
-    if want:
-        moved, now = tracking.promote_if_unchanged(name, version, seen, wait_s=rc.lease_wait_s, log=log)
-        if moved:
-            reason += f"; {name}@champion -> version {version}"
-        else:
-            want = False
-            reason = (f"not promoted: the champion moved from {_v(seen)} to {_v(now)} while this run was going "
-                      f"(another re-clustering promoted first), and this challenger was compared with {_v(seen)}; "
-                      f"it stays registered as version {version} (alias candidate)")
-    record["promoted"], record["reason"] = bool(want), reason
-    record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    _log_to_mlflow(record)
+    with service.mlflow_lines(cfg):
+        if want:
+            moved, now = tracking.promote_if_unchanged(name, version, seen, wait_s=rc.lease_wait_s, log=log)
+            if moved:
+                reason += f"; {name}@champion -> version {version}"
+            else:
+                want = False
+                reason = (f"not promoted: the champion moved from {_v(seen)} to {_v(now)} while this run was "
+                          f"going (another re-clustering promoted first), and this challenger was compared with "
+                          f"{_v(seen)}; it stays registered as version {version} (alias candidate)")
+        record["promoted"], record["reason"] = bool(want), reason
+        record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _log_to_mlflow(record)
     log(f"{'PROMOTED' if want else 'not promoted'}: {reason}")
 
 
