@@ -29,6 +29,17 @@ from .validation import is_id_like, missing_columns_note
 from .version import __version__
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (a count of actors, rows a batch)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def read_table(path: str, encoding: str = "utf-8") -> pd.DataFrame:
     p = Path(path)
     if not p.exists():
@@ -218,8 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     ftx.add_argument("--min-df", type=float, default=0.01, help="drop terms in fewer than this share of documents")
     ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
     ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma")
-    ftx.add_argument("--concurrency", type=int, default=1, help="embedding actors")
-    ftx.add_argument("--threads", type=int, default=None, help="torch threads per embedding actor (default: its "
+    ftx.add_argument("--concurrency", type=_positive, default=1, help="embedding actors")
+    ftx.add_argument("--threads", type=_positive, default=None, help="torch threads per embedding actor (default: its "
                                                                "node's cores / --concurrency)")
     ftx.add_argument("--use-gpu", action="store_true", default=None,
                      help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
@@ -252,8 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     pred.add_argument("--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")
     pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
-    pred.add_argument("--batch-size", type=int, default=4096)
-    pred.add_argument("--concurrency", type=int, default=2, help="scoring actors")
+    pred.add_argument("--batch-size", type=_positive, default=4096)
+    pred.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
     pred.add_argument("--log-dir", default=None,
                       help="where Ray's own lines go when the input is scored with Ray Data (default: the "
                            "config's OUTPUT/logs, else TMPDIR/neurcam-logs; --verbose keeps them on the console)")

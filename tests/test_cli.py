@@ -105,6 +105,10 @@ def test_bad_sizes_are_refused_before_anything_is_written(tmp_path, capsys):
         assert main([*args, "--out", str(out)]) == 2
         assert expected in capsys.readouterr().err
         assert not out.exists()
+    for flag, value in (("--batch-size", "0"), ("--concurrency", "-1")):
+        with pytest.raises(SystemExit) as exit_:
+            main(["predict", "--model", "m", "--input", "i", "--output", str(tmp_path / "p"), flag, value])
+        assert exit_.value.code == 2 and f"argument {flag}: must be at least 1, got {value}" in capsys.readouterr().err
     assert main(["generate", "synthetic", "--rows", "40", "--features", "1", "--out", str(tmp_path / "one")]) == 0
     assert list(pd.read_parquet(tmp_path / "one").columns) == ["id", "f0", "embedding", "label"]
 
