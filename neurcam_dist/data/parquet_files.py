@@ -22,21 +22,21 @@ import pyarrow as pa
 from ray.data.block import BlockMetadata
 from ray.data.datasource import Datasource, ReadTask
 
-from .sources import BATCH_ROWS, ROW_KEY, DataError, Source, file_tables, picked_tables, with_row_keys
+from .sources import BATCH_ROWS, PATH_COLUMN, ROW_KEY, DataError, Source, file_tables, picked_tables, with_row_keys
 
 
 class ParquetFiles(Datasource):
     """The named columns of ``src.files``, each file read in batches of ``batch_rows`` rows, plus
     ``ROW_KEY`` (the file's first row in the plan, counted over the files in order, + the row in
-    the file). ``picks``: only these rows of each file (sorted row numbers in the file; a file
+    the file), and with ``paths`` the file's path (``PATH_COLUMN``, for errors that name it). ``picks``: only these rows of each file (sorted row numbers in the file; a file
     not named is not read). ``fold``: each task yields one row, column ``fold``: ``fold(the file's
     tables, path)`` as JSON text."""
 
     def __init__(self, src: Source, columns: list[str], rows_per_file: dict[str, int], batch_rows: int = BATCH_ROWS,
-                 picks: dict[str, np.ndarray] | None = None, fold: Callable | None = None):
+                 picks: dict[str, np.ndarray] | None = None, fold: Callable | None = None, paths: bool = False):
         super().__init__()
         self.src, self.columns, self.rows_per_file, self.batch_rows = src, columns, rows_per_file, batch_rows
-        self.picks, self.fold = picks, fold
+        self.picks, self.fold, self.paths = picks, fold, paths
 
     def estimate_inmemory_data_size(self):
         return None
@@ -48,7 +48,7 @@ class ParquetFiles(Datasource):
             picks = None if self.picks is None else self.picks.get(path)
             if self.picks is None or picks is not None and len(picks):
                 tasks.append(ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows,
-                                              per_task_row_limit, first, planned, picks, self.fold),
+                                              per_task_row_limit, first, planned, picks, self.fold, self.paths),
                                       BlockMetadata(num_rows=1 if self.fold else planned if picks is None else len(picks),
                                                     size_bytes=None, exec_stats=None, input_files=[path])))
             first += planned
@@ -74,10 +74,12 @@ class _Reader:
     """One file's read task (a plain picklable callable)."""
 
     def __init__(self, path: str, filesystem, columns: list[str], batch_rows: int, limit: int | None,
-                 first_row: int, planned_rows: int, picks: np.ndarray | None = None, fold: Callable | None = None):
+                 first_row: int, planned_rows: int, picks: np.ndarray | None = None, fold: Callable | None = None,
+                 paths: bool = False):
         self.path, self.filesystem, self.columns, self.batch_rows, self.limit = (path, filesystem, columns,
                                                                                  batch_rows, limit)
         self.first_row, self.planned_rows, self.picks, self.fold = first_row, planned_rows, picks, fold
+        self.paths = paths
 
     def __call__(self):
         try:
@@ -103,5 +105,6 @@ class _Reader:
             if done + n > self.planned_rows:  # keys would run into the next file's: a wrong teacher, silently
                 raise DataError(f"{self.path} has more rows than the {self.planned_rows:,} it had when the run was "
                                 f"planned: it changed during the run (rewrite data into new files, not in place)")
-            yield with_row_keys(table, self.first_row + done)
+            table = with_row_keys(table, self.first_row + done)
+            yield table.append_column(PATH_COLUMN, pa.array([self.path] * n, pa.string())) if self.paths else table
             done += n

@@ -59,10 +59,15 @@ def small_enough(n_bytes: int) -> bool:
     return n_bytes <= int(os.environ.get("NEURCAM_LOCAL_PASS_BYTES", LOCAL_PASS_BYTES))
 
 
+def pass_bytes(p: Plan, columns: list[str]) -> int:
+    """Bytes of ``columns`` of the plan's rows as a pass holds them (8 a value)."""
+    width = sum(p.repr_dim if (p.repr_kind == "list" and c == p.repr_columns[0]) else 1 for c in set(columns))
+    return p.n_rows * width * 8
+
+
 def local_pass(p: Plan, columns: list[str]) -> bool:
     """Whether a pass over ``columns`` of the plan is small enough to run in this process."""
-    width = sum(p.repr_dim if (p.repr_kind == "list" and c == p.repr_columns[0]) else 1 for c in set(columns))
-    return small_enough(p.n_rows * width * 8)
+    return small_enough(pass_bytes(p, columns))
 
 
 def read_local(src: Source, columns: list[str], *, batch_rows: int = BATCH_ROWS):
@@ -115,6 +120,24 @@ def streamed_dataset(p: Plan, batch_rows: int | None = None):
     # a little under one batch: each batch is a block of its own (neither merged with the next,
     # nor, below 1.5x the target, sliced)
     ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * width))
+    return pace(ds)
+
+
+def scoring_dataset(src: Source, columns: list[str], rows_per_file: dict[str, int], bytes_per_row: float,
+                    *, with_paths: bool = False):
+    """The named columns (plus ``ROW_KEY``, and ``PATH_COLUMN`` ``with_paths``) for a scoring pass
+    over an actor pool: one read task per file, in blocks of about ``FEED_BLOCK_BYTES``, so that
+    every actor has blocks to score and a progress count moves block by block. Ray 2.60's
+    ``read_parquet`` made one block of 700,000 rows (4 files, 59 MiB) for one actor, after a
+    3 s listing task."""
+    import ray.data
+
+    from .pacing import pace
+    from .parquet_files import ParquetFiles
+    batch_rows = int(min(65536, max(256, FEED_BLOCK_BYTES // max(1.0, bytes_per_row))))
+    ds = ray.data.read_datasource(ParquetFiles(src, list(dict.fromkeys(columns)), rows_per_file, batch_rows,
+                                               paths=with_paths), override_num_blocks=len(src.files))
+    ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * bytes_per_row))   # as streamed_dataset
     return pace(ds)
 
 

@@ -66,11 +66,13 @@ class _Evaluator:
 @contextmanager
 def in_process(cls, **kwargs):
     """``cls(**kwargs)``, the callable a Ray Data actor holds, built in this process for a pass
-    over small data; the thread count the actors pin to one is put back afterwards."""
+    over small data. It pins torch to one thread (an actor per CPU); this process keeps its own."""
     import torch
     threads = torch.get_num_threads()
     try:
-        yield cls(**kwargs)
+        fn = cls(**kwargs)
+        torch.set_num_threads(threads)
+        yield fn
     finally:
         torch.set_num_threads(threads)
 
@@ -87,7 +89,9 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
                 for blob in fn(table)["acc"]:
                     total = combine(total, pickle.loads(blob))
         return total
-    ds = data_mod.reading.map_with_actors(data_mod.read(plan, columns), cls, batch_size, concurrency, **kwargs)
+    ds = data_mod.reading.scoring_dataset(plan.source, columns, plan.rows_per_file,
+                                          data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
+    ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
     for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
         for blob in batch["acc"]:
             total = combine(total, pickle.loads(blob))
@@ -257,7 +261,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
-    here = data_mod.reading.small_enough(data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted))
+    n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
+    here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
     t0 = time.perf_counter()
     summary = {}
@@ -269,8 +274,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             with in_process(_Scorer, **kwargs) as scorer:
                 _score_here(scorer, src, wanted, batch_size, root, fs)
         else:
-            _score_with_ray(src, wanted, batch_size, concurrency, kwargs, root, fs,
-                            progress=(n_rows, log, progress_seconds))
+            ds = data_mod.reading.scoring_dataset(src, wanted, {f: n for f, _, n in footers}, n_bytes / n_rows,
+                                                  with_paths=True)
+            _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, progress_seconds))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
@@ -292,11 +298,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     return summary
 
 
-def _score_with_ray(src, wanted: list[str], batch_size: int, concurrency: int, kwargs: dict, root: str, fs,
-                    progress: tuple) -> None:
+def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: str, fs, progress: tuple) -> None:
     from ..data.progress import unwatch, watch
     total, say, every = progress
-    ds = data_mod.read_source(src, wanted, with_paths=True)
     ds = watch(data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs),
                _Scorer.__name__, total, say, every=every)
     try:
