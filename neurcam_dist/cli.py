@@ -40,20 +40,38 @@ def _positive(text: str) -> int:
     return value
 
 
-def read_table(path: str, encoding: str = "utf-8") -> pd.DataFrame:
+def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = None) -> pd.DataFrame:
+    """A CSV or Parquet file (or a Parquet directory) as a DataFrame; with ``columns``, only those
+    of them the file has (a wide table's other columns, embeddings say, are not read)."""
     p = Path(path)
     if not p.exists():
         raise ValueError(f"no such file: {path}")
     name = p.name.lower()
     if name.endswith((".parquet", ".pq")) or p.is_dir():
-        return pd.read_parquet(p)
+        if columns is None:
+            return pd.read_parquet(p)
+        import pyarrow.dataset as pads
+        have = set(pads.dataset(p, format="parquet").schema.names)
+        return pd.read_parquet(p, columns=[c for c in columns if c in have])
     if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
         try:
+            if columns is not None:
+                wanted = set(columns)
+                return pd.read_csv(p, encoding=encoding, usecols=lambda c: c in wanted)
             return pd.read_csv(p, encoding=encoding)
         except UnicodeDecodeError as exc:
             raise ValueError(f"{path} is not valid {encoding} text (byte {exc.object[exc.start:exc.start + 1]!r} "
                              f"at offset {exc.start}): pass its encoding, e.g. --encoding latin-1") from None
     raise ValueError(f"{path}: expected a .csv(.gz) or .parquet file")
+
+
+def read_table_columns(path: str, encoding: str = "utf-8") -> list:
+    """The column names of what ``read_table`` reads, without reading the rows."""
+    p = Path(path)
+    if p.name.lower().endswith((".parquet", ".pq")) or p.is_dir():
+        import pyarrow.dataset as pads
+        return pads.dataset(p, format="parquet").schema.names
+    return list(pd.read_csv(p, encoding=encoding, nrows=0).columns)
 
 
 def _numeric_or_error(df: pd.DataFrame, col) -> None:
@@ -190,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--data", required=True, help="CSV or Parquet with the model's feature columns (others ignored)")
     exp.add_argument("--out", required=True, help="directory to receive explanation.json, tables/, plots/ and "
                                                  "report.html")
+    exp.add_argument("--rows", type=int, default=1_000_000,
+                     help="explain a seeded sample of this many rows when the data has more (0: every row)")
     exp.add_argument("--grid-size", type=int, default=128)
     exp.add_argument("--pair-grid-size", type=int, default=32)
     exp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
@@ -324,13 +344,20 @@ def _explain(args) -> None:
     for flag, value in (("--grid-size", args.grid_size), ("--pair-grid-size", args.pair_grid_size)):
         if value < 2:
             raise ValueError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
+    if args.rows < 0:
+        raise ValueError(f"--rows must be 0 (every row) or more, got {args.rows}")
     est = _load_model(args.model)
-    df = read_table(args.data, args.encoding)
-    missing = [c for c in est.feature_names_in_ if c not in df.columns]
+    features = [str(c) for c in est.feature_names_in_]
+    df = read_table(args.data, args.encoding, columns=features)
+    missing = [c for c in features if c not in df.columns]
     if missing:
+        names = [str(c) for c in read_table_columns(args.data, args.encoding)]
         raise ValueError(f"{args.data} lacks the model's feature columns {missing}"
-                         f"{missing_columns_note(missing, [str(c) for c in df.columns])}")
-    expl = est.explain(df[list(est.feature_names_in_)], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
+                         f"{missing_columns_note(missing, names)}")
+    if args.rows and len(df) > args.rows:
+        print(f"explaining a seeded sample of {args.rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
+        df = df.sample(args.rows, random_state=0).sort_index()
+    expl = est.explain(df[features], grid_size=args.grid_size, pair_grid_size=args.pair_grid_size)
     report = write_report(expl, args.out)
     top = expl.importance[:3]
     print("most important terms: " + ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})"

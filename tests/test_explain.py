@@ -196,12 +196,23 @@ def test_explain_cli(fitted_pairs, data, tmp_path, capsys):
     assert "open the report: file://" in out
     top = fitted_pairs.explain(X).importance[:3]
     assert "most important terms: " + ", ".join(r["term"] + " (" for r in top[:1]) in out
+    # Parquet with a wide column the model does not read, more rows than --rows: a seeded sample
+    X.assign(embedding=[np.zeros(64)] * len(X)).to_parquet(tmp_path / "d.parquet")
+    assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "d.parquet"),
+                 "--out", str(tmp_path / "sampled"), "--rows", "100"]) == 0
+    assert "explaining a seeded sample of 100 of the 240 rows" in capsys.readouterr().out
+    got = Explanation.from_json(tmp_path / "sampled" / "explanation.json")
+    assert got.importance == fitted_pairs.explain(X.sample(100, random_state=0).sort_index()).importance
     X.drop(columns="f1").rename(columns={"f2": "F2"}).to_csv(tmp_path / "bad.csv", index=False)
     assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "bad.csv"),
                  "--out", str(tmp_path / "out2")]) == 2
     assert ("lacks the model's feature columns ['f1', 'f2']; did you mean 'F2' for 'f2'?; columns: ['f0', 'F2', "
             "'f3']") in capsys.readouterr().err
     assert not (tmp_path / "out2").exists()
+    X.rename(columns={"f3": "f_3"}).to_parquet(tmp_path / "bad.parquet")
+    assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "bad.parquet"),
+                 "--out", str(tmp_path / "out3")]) == 2
+    assert "lacks the model's feature columns ['f3']; did you mean 'f_3'?" in capsys.readouterr().err
 
 
 def test_loaded_model_needs_data_to_explain(fitted, tmp_path):
