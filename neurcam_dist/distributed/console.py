@@ -185,16 +185,29 @@ def stderr_to_log(folder, stem: str, owners: str, log=print):
         yield None
         return
     import ray.data  # noqa: F401 - Ray's and Ray Data's loggers set themselves up at import: before ours
-    with _log_file(folder, stem, ("ray",), log, owners) as (path, sink):
-        sys.stderr.flush()
+    with _log_file(folder, stem, ("ray",), log, owners) as (path, sink), _stderr_to(path, sink):
+        yield path
+
+
+@contextmanager
+def _stderr_to(path, sink):
+    """File descriptor 2 (what C++ code writes, and a ``sys.stderr`` on it) onto ``path``, and
+    ``sys.stderr`` onto ``sink`` (an open append of ``path``: a test's capture, a notebook's
+    stream are not fd 2), within the block. A process without an fd 2 keeps the second only."""
+    sys.stderr.flush()
+    try:
         saved = os.dup(2)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        try:
+    except OSError:
+        saved = None
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND) if saved is not None else None
+    try:
+        if fd is not None:
             os.dup2(fd, 2)
-            with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture, a notebook) too
-                yield path
-        finally:
-            sys.stderr.flush()
+        with redirect_stderr(sink):
+            yield
+    finally:
+        sys.stderr.flush()
+        if saved is not None:
             os.dup2(saved, 2)
             os.close(saved)
             os.close(fd)
@@ -242,23 +255,15 @@ def held_stderr():
         return
     fd, name = tempfile.mkstemp(prefix="neurcam-start-", suffix=".log")
     os.close(fd)
-    sys.stderr.flush()
-    saved = os.dup(2)
-    raw = os.open(name, os.O_WRONLY | os.O_APPEND)
     sink = open(name, "a", encoding="utf-8", buffering=1)
     failed = False
     try:
-        os.dup2(raw, 2)
-        with redirect_stderr(sink):  # a sys.stderr that is not fd 2 (a test's capture) too
+        with _stderr_to(name, sink):
             yield held
     except BaseException:
         failed = True
         raise
     finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(raw)
         sink.close()
         with open(name, encoding="utf-8", errors="replace") as f:
             held.text = f.read()
