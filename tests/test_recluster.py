@@ -385,19 +385,26 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     plan = data_mod.plan(DataConfig(path=str(d), label="label"))
     other = NeurCAM(n_clusters=2, random_state=1, **SMALL).fit(X)
 
+    said = []
+
     def run():
         prof = data_mod.profile(plan)
         table = data_mod.sample(plan, 10_000, 0, plan.features)
-        scores = evaluate(est.scoring_model(), plan, batch_size=50)
+        scores = evaluate(est.scoring_model(), plan, batch_size=50, log=said.append)
         cmp = compare(est.scoring_model(), other.scoring_model(), plan, batch_size=50)
         return prof, table, scores, cmp
 
     monkeypatch.setenv("NEURCAM_LOCAL_PASS_BYTES", "0")
+    monkeypatch.setattr("neurcam_dist.distributed.scoring.PROGRESS_SECONDS", 0.0)
     assert not data_mod.reading.local_pass(plan, plan.features)
     ray_side = run()
+    # the Ray Data pass said how far its reads were, the last time all 240 rows
+    assert said and said[-1].startswith("read 240 of 240 rows (100%)"), said
+    said.clear()
     monkeypatch.delenv("NEURCAM_LOCAL_PASS_BYTES")
     assert data_mod.reading.local_pass(plan, plan.features)
     here = run()
+    assert said == []   # the pass in this process is short: no progress lines
     for a, b in ((ray_side[0].mean, here[0].mean), (ray_side[0].std, here[0].std), (ray_side[0].lo, here[0].lo)):
         np.testing.assert_array_equal(a, b)          # per-file tallies merged in file order on both
     assert ray_side[1].equals(here[1])                       # the same rows in the same order

@@ -330,7 +330,7 @@ def finish_run(cfg: JobConfig, plan: data_mod.Plan, wcfg: WorkerConfig, init: In
         set_reference(est, init, plan, cfg.train.reference_rows, cfg.model.random_state)
     log("scoring the whole dataset (hard assignments, inertia)")
     tc = cfg.train
-    scores = evaluate(est.scoring_model(), plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
+    scores = evaluate(est.scoring_model(), plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers, log=log)
     est.channel_means_ = scores.pop("channel_means")
     est.history_["n_clusters_used"] = scores["n_clusters_used"]
     note = empty_clusters_note(scores["n_clusters_used"], cfg.model.n_clusters)

@@ -33,6 +33,7 @@ from .session import ensure_ray
 
 TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
+PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often
 
 
 class _Evaluator:
@@ -78,10 +79,11 @@ def in_process(cls, **kwargs):
 
 
 def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_size: int, concurrency: int, /,
-                **kwargs):
+                log=None, **kwargs):
     """``cls(**kwargs)`` applied to every batch of ``columns``, each batch's pickled partial
     result combined with ``combine``: over an actor pool with Ray Data, or in this process when
-    the data is small (``data.reading.local_pass``)."""
+    the data is small (``data.reading.local_pass``). ``log``: where a Ray Data pass says how
+    many rows it has read, at most every ``PROGRESS_SECONDS``."""
     total = None
     if data_mod.reading.local_pass(plan, columns):
         with in_process(cls, **kwargs) as fn:
@@ -92,9 +94,17 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
     ds = data_mod.reading.scoring_dataset(plan.source, columns, plan.rows_per_file,
                                           data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
     ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
-    for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
-        for blob in batch["acc"]:
-            total = combine(total, pickle.loads(blob))
+    if log is not None:   # the pass's output is one row a batch: count the rows read
+        from ..data.progress import watch
+        ds = watch(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read")
+    try:
+        for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
+            for blob in batch["acc"]:
+                total = combine(total, pickle.loads(blob))
+    finally:
+        if log is not None:
+            from ..data.progress import unwatch
+            unwatch(ds)
     return total
 
 
@@ -109,10 +119,11 @@ def _combine(a: dict | None, b: dict) -> dict:
     return out
 
 
-def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2) -> dict:
+def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, concurrency: int = 2,
+             log=None) -> dict:
     """Hard inertia over every row (and ARI/NMI/ACC with a label column), plus the channel means."""
     cols = list(dict.fromkeys(plan.columns + ([plan.label] if plan.label else [])))
-    total = reduce_pass(plan, cols, _Evaluator, _combine, batch_size, concurrency, fitted=fitted, plan=plan)
+    total = reduce_pass(plan, cols, _Evaluator, _combine, batch_size, concurrency, log, fitted=fitted, plan=plan)
     if total is None or total["n"] != plan.n_rows:
         seen = 0 if total is None else total["n"]
         raise RuntimeError(f"the scoring pass saw {seen} rows, the data has {plan.n_rows}")
@@ -232,7 +243,7 @@ def _score_here(scorer: _Scorer, src, columns: list[str], batch_size: int, root:
 
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
-                    log_dir=None, log=lambda msg: None, progress_seconds: float = 30.0) -> dict:
+                    log_dir=None, log=lambda msg: None, progress_seconds: float = PROGRESS_SECONDS) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
