@@ -30,7 +30,10 @@ class RowProgress(ExecutionCallback):
         self.said = -1
 
     def before_execution_starts(self, executor) -> None:
-        self.watch = _WATCHED.get(executor._data_context.get_config(KEY))
+        try:
+            self.watch = _WATCHED.get(executor._data_context.get_config(KEY))
+        except AttributeError as e:   # another Ray's executor
+            log.warning("neurcam: no progress lines: Ray Data's executor has changed (%s)", e)
         self.t0 = self.last = time.perf_counter()
 
     def rows(self, executor) -> int | None:
