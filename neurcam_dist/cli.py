@@ -47,11 +47,10 @@ def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = N
     if not p.exists():
         raise ValueError(f"no such file: {path}")
     name = p.name.lower()
-    if name.endswith((".parquet", ".pq")) or p.is_dir():
+    if _is_parquet(p):
         if columns is None:
             return pd.read_parquet(p)
-        import pyarrow.dataset as pads
-        have = set(pads.dataset(p, format="parquet").schema.names)
+        have = set(read_table_columns(path))
         return pd.read_parquet(p, columns=[c for c in columns if c in have])
     if name.endswith((".csv", ".csv.gz", ".csv.bz2", ".csv.zst")):
         try:
@@ -65,10 +64,14 @@ def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = N
     raise ValueError(f"{path}: expected a .csv(.gz) or .parquet file")
 
 
+def _is_parquet(p: Path) -> bool:
+    return p.name.lower().endswith((".parquet", ".pq")) or p.is_dir()
+
+
 def read_table_columns(path: str, encoding: str = "utf-8") -> list:
     """The column names of what ``read_table`` reads, without reading the rows."""
     p = Path(path)
-    if p.name.lower().endswith((".parquet", ".pq")) or p.is_dir():
+    if _is_parquet(p):
         import pyarrow.dataset as pads
         return pads.dataset(p, format="parquet").schema.names
     return list(pd.read_csv(p, encoding=encoding, nrows=0).columns)
