@@ -28,9 +28,10 @@ from .sources import BATCH_ROWS, PATH_COLUMN, ROW_KEY, DataError, Source, file_t
 class ParquetFiles(Datasource):
     """The named columns of ``src.files``, each file read in batches of ``batch_rows`` rows, plus
     ``ROW_KEY`` (the file's first row in the plan, counted over the files in order, + the row in
-    the file), and with ``paths`` the file's path (``PATH_COLUMN``, for errors that name it). ``picks``: only these rows of each file (sorted row numbers in the file; a file
-    not named is not read). ``fold``: each task yields one row, column ``fold``: ``fold(the file's
-    tables, path)`` as JSON text."""
+    the file), and with ``paths`` the file's path (``PATH_COLUMN``, for errors that name it).
+    ``picks``: only these rows of each file (sorted row numbers in the file; a file not named is
+    not read). ``fold``: each task yields one row, column ``fold``: ``fold(the file's tables,
+    path)`` as JSON text."""
 
     def __init__(self, src: Source, columns: list[str], rows_per_file: dict[str, int], batch_rows: int = BATCH_ROWS,
                  picks: dict[str, np.ndarray] | None = None, fold: Callable | None = None, paths: bool = False):

@@ -6,8 +6,9 @@ Ray Data's own progress bars redraw every operator every second, and the service
 (``DataContext.custom_execution_callback_classes``) that says one line at most every ``every``
 seconds from the executor's loop in the driver. Ray builds the callback with no arguments and may
 ship the dataset's context to its tasks, so the context carries only a token; what to count and
-where to say it stay in this process (``_WATCHED``). It reads the operators' public metrics
-(``rows_task_outputs_generated``); on an executor without them it says so once and stops.
+where to say it stay in this process (``_WATCHED``). It reads the executor's operators (private
+state, as ``pacing`` does) and their row counts (``rows_task_outputs_generated``); on an executor
+without them it says so once and stops.
 """
 from __future__ import annotations
 
