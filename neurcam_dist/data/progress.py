@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from contextlib import contextmanager
 
 from ray.data._internal.execution.execution_callback import ExecutionCallback
 
@@ -64,17 +65,20 @@ class RowProgress(ExecutionCallback):
                  f"{rate:,.0f} rows/s{left}")
 
 
-def watch(ds, op: str, total: int, say, *, every: float = 10.0, what: str = "scored"):
-    """``ds`` whose execution says how many rows the (last) operator named with ``op`` has turned
-    out, at most every ``every`` seconds; ``unwatch(ds)`` forgets it."""
+@contextmanager
+def watched(ds, op: str, total: int, say, *, every: float = 10.0, what: str = "scored"):
+    """Within the block, an execution of ``ds`` says how many rows the (last) operator named with
+    ``op`` has turned out, at most every ``every`` seconds; ``say=None``: nothing is said."""
+    if say is None:
+        yield ds
+        return
     token = uuid.uuid4().hex
     _WATCHED[token] = {"op": op, "total": total, "say": say, "every": every, "what": what}
     ctx = ds.context
     ctx.set_config(KEY, token)
     if RowProgress not in ctx.custom_execution_callback_classes:
         ctx.custom_execution_callback_classes = [*ctx.custom_execution_callback_classes, RowProgress]
-    return ds
-
-
-def unwatch(ds) -> None:
-    _WATCHED.pop(ds.context.get_config(KEY), None)
+    try:
+        yield ds
+    finally:
+        _WATCHED.pop(token, None)

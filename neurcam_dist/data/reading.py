@@ -108,36 +108,30 @@ def streamed_dataset(p: Plan, batch_rows: int | None = None):
     files and reads their footers again on every execution, i.e. on every streamed epoch), in
     blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``), its idle scheduling loop
     paced (``pacing``)."""
-    import ray.data
-
-    from .pacing import pace
-    from .parquet_files import ParquetFiles
-    width = row_bytes(p)
-    batch_rows = batch_rows or int(min(65536, max(256, FEED_BLOCK_BYTES // width)))
-    ds = ray.data.read_datasource(ParquetFiles(p.source, list(dict.fromkeys(p.columns)), p.rows_per_file,
-                                               batch_rows), override_num_blocks=len(p.source.files))
+    ds = per_file_dataset(p.source, p.columns, p.rows_per_file, row_bytes(p), batch_rows=batch_rows)
     ds.context.execution_options.preserve_order = True
-    # a little under one batch: each batch is a block of its own (neither merged with the next,
-    # nor, below 1.5x the target, sliced)
-    ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * width))
-    return pace(ds)
+    return ds
 
 
-def scoring_dataset(src: Source, columns: list[str], rows_per_file: dict[str, int], bytes_per_row: float,
-                    *, with_paths: bool = False):
-    """The named columns (plus ``ROW_KEY``, and ``PATH_COLUMN`` ``with_paths``) for a scoring pass
-    over an actor pool: one read task per file, in blocks of about ``FEED_BLOCK_BYTES``, so that
-    every actor has blocks to score and a progress count moves block by block. Ray 2.60's
-    ``read_parquet`` made one block of 700,000 rows (4 files, 59 MiB) for one actor, after a
-    3 s listing task."""
+def per_file_dataset(src: Source, columns: list[str], rows_per_file: dict[str, int], bytes_per_row: float,
+                     *, batch_rows: int | None = None, with_paths: bool = False):
+    """The named columns, ``ROW_KEY`` (and ``PATH_COLUMN`` ``with_paths``) read by one task per
+    file (``parquet_files.ParquetFiles``) in blocks of ``batch_rows`` rows (default: about
+    ``FEED_BLOCK_BYTES``), the idle scheduling loop paced (``pacing``): the training stream, and
+    the scoring passes over an actor pool, where every actor then has blocks to score (Ray 2.60's
+    ``read_parquet`` made 4 files of 700,000 rows one block, for one actor, after a 3 s listing
+    task)."""
     import ray.data
 
     from .pacing import pace
     from .parquet_files import ParquetFiles
-    batch_rows = int(min(65536, max(256, FEED_BLOCK_BYTES // max(1.0, bytes_per_row))))
+    bytes_per_row = max(1.0, bytes_per_row)
+    batch_rows = batch_rows or int(min(65536, max(256, FEED_BLOCK_BYTES // bytes_per_row)))
     ds = ray.data.read_datasource(ParquetFiles(src, list(dict.fromkeys(columns)), rows_per_file, batch_rows,
                                                paths=with_paths), override_num_blocks=len(src.files))
-    ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * bytes_per_row))   # as streamed_dataset
+    # a little under one batch: each batch is a block of its own (neither merged with the next,
+    # nor, below 1.5x the target, sliced)
+    ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * bytes_per_row))
     return pace(ds)
 
 

@@ -91,20 +91,15 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
                 for blob in fn(table)["acc"]:
                     total = combine(total, pickle.loads(blob))
         return total
-    ds = data_mod.reading.scoring_dataset(plan.source, columns, plan.rows_per_file,
+    ds = data_mod.reading.per_file_dataset(plan.source, columns, plan.rows_per_file,
                                           data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
     ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
-    if log is not None:   # the pass's output is one row a batch: count the rows read
-        from ..data.progress import watch
-        ds = watch(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read")
-    try:
+    from ..data.progress import watched
+    # the pass's output is one row a batch: count the rows read
+    with watched(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read"):
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
             for blob in batch["acc"]:
                 total = combine(total, pickle.loads(blob))
-    finally:
-        if log is not None:
-            from ..data.progress import unwatch
-            unwatch(ds)
     return total
 
 
@@ -222,15 +217,17 @@ def _raw_text(est, schema: pa.Schema) -> dict | None:
     return text if all(schema.get_field_index(c) >= 0 for c in text["text_columns"]) else None
 
 
-def _score_here(scorer: _Scorer, src, columns: list[str], batch_size: int, root: str, fs) -> None:
-    """The scoring pass over small input in this process: one output file per non-empty input
+def _score_here(scorer: _Scorer, src, columns: list[str], rows_per_file: dict[str, int], batch_size: int,
+                root: str, fs) -> None:
+    """The scoring pass over small input in this process: the Ray pass's read tasks
+    (``parquet_files.ParquetFiles``, one a file) run here, one output file per non-empty input
     file, rows in input order (a Ray Data pass costs seconds to start its actors)."""
+    from ..data.parquet_files import ParquetFiles
     n = 0
-    for f in src.files:
+    for task in ParquetFiles(src, columns, rows_per_file, batch_size, paths=True).get_read_tasks(1):
         writer = None
         try:
-            for table in data_mod.sources.file_tables(f, src.filesystem, columns, batch_size):
-                table = table.append_column(data_mod.PATH_COLUMN, pa.array([f] * table.num_rows, pa.string()))
+            for table in task.read_fn():
                 out = scorer(table)
                 if writer is None:
                     writer = pq.ParquetWriter(fs.open_output_stream(f"{root}/part-{n:05d}.parquet"), out.schema)
@@ -275,6 +272,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
+    rows_per_file = {f: n for f, _, n in footers}
     t0 = time.perf_counter()
     summary = {}
 
@@ -283,10 +281,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         the marker."""
         if here:
             with in_process(_Scorer, **kwargs) as scorer:
-                _score_here(scorer, src, wanted, batch_size, root, fs)
+                _score_here(scorer, src, wanted, rows_per_file, batch_size, root, fs)
         else:
-            ds = data_mod.reading.scoring_dataset(src, wanted, {f: n for f, _, n in footers}, n_bytes / n_rows,
-                                                  with_paths=True)
+            ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
             _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, progress_seconds))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
@@ -310,16 +307,14 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
 
 
 def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: str, fs, progress: tuple) -> None:
-    from ..data.progress import unwatch, watch
+    from ..data.progress import watched
     total, say, every = progress
-    ds = watch(data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs),
-               _Scorer.__name__, total, say, every=every)
+    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs)
     try:
-        ds.write_parquet(root, filesystem=fs)
+        with watched(ds, _Scorer.__name__, total, say, every=every):
+            ds.write_parquet(root, filesystem=fs)
     except Exception as exc:
         msg = _data_error_in(exc)
         if msg is None:
             raise
         raise data_mod.DataError(msg) from None
-    finally:
-        unwatch(ds)
