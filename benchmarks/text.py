@@ -2,7 +2,7 @@
 sentence embeddings, the top terms per cluster of the best run, and the sparse-input speed-up.
 
 1,000 documents per class are sampled (seeded) from ``ag_news_test.csv.gz``, featurized with the
-product's own pipeline (``represent.text``, the code ``neurcam featurize-text`` runs per batch)
+product's own pipeline (``text.vocabulary``, the code ``neurcam featurize-text`` runs per batch)
 and embedded with the packaged all-MiniLM-L6-v2. Every method runs ``--seeds`` seeds and keeps the
 lowest hard inertia (the paper's protocol). The sparse-input rows time one epoch of forward and
 backward passes of the best Neur2CAM (gates locked) with the dense and the sparse path, and give
@@ -25,9 +25,9 @@ from common import DEFAULT_DATA, ROOT, machine, markdown_table, write_atomic
 
 from neurcam_dist import NeurCAM, metrics
 from neurcam_dist.data.bundled import stratified_sample
-from neurcam_dist.represent import Analyzer, Vocabulary
-from neurcam_dist.represent.sentences import default_model_path, encode, load_model
-from neurcam_dist.represent.text import document_frequencies, join_text
+from neurcam_dist.text import Analyzer, Vocabulary
+from neurcam_dist.text.sentences import default_model_path, encode, load_model
+from neurcam_dist.text.vocabulary import document_frequencies, join_text
 
 
 def prepare(data_dir: Path, per_class: int, seed: int, cache: Path):

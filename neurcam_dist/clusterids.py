@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
+from .errors import ConfigError
+
 
 def match_ids(table: np.ndarray, champion_ids, next_id: int) -> tuple[np.ndarray, int]:
     """``table[i, j]``: rows the challenger puts in its cluster ``i`` and the champion in its
@@ -18,7 +20,7 @@ def match_ids(table: np.ndarray, champion_ids, next_id: int) -> tuple[np.ndarray
     table = np.asarray(table, dtype=np.int64)
     champion_ids = np.asarray(champion_ids, dtype=np.int64)
     if table.ndim != 2 or table.shape[1] != len(champion_ids):
-        raise ValueError(f"contingency table {table.shape} does not match {len(champion_ids)} champion clusters")
+        raise ConfigError(f"contingency table {table.shape} does not match {len(champion_ids)} champion clusters")
     next_id = max(int(next_id), int(champion_ids.max(initial=-1)) + 1)
     ids = np.full(table.shape[0], -1, dtype=np.int64)
     rows, cols = linear_sum_assignment(table, maximize=True)

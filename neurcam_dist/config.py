@@ -13,14 +13,11 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator,
                       model_validator)
 
+from .errors import ConfigError  # noqa: F401 - also re-exported here
 from .params import HYPERPARAMETERS
 from .redaction import redact
 from .uris import is_uri, join, local
 from .validation import nearest_name
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be used; the message names the file and each bad field."""
 
 
 class _Strict(BaseModel):
@@ -38,6 +35,8 @@ class EmbeddingsSource(_Strict):
 
 
 class DataConfig(_Strict):
+    """The ``data:`` section: where the Parquet rows are and which columns play which role
+    (features, embedding, label, id; a second dataset of embeddings joined on a key)."""
     path: Paths = Field(description="Parquet directory, glob, file, list of those, or a pyarrow/fsspec URI")
     features: list[str] | None = Field(None, min_length=1,
                                        description="feature columns; default: every numeric column but "
@@ -52,7 +51,7 @@ class DataConfig(_Strict):
     @model_validator(mode="after")
     def _join_needs_embedding(self):
         if self.embeddings is not None and self.embedding is None:
-            raise ValueError("data.embeddings is set: data.embedding must name the representation column(s) "
+            raise ConfigError("data.embeddings is set: data.embedding must name the representation column(s) "
                              "of that dataset")
         return self
 
@@ -83,7 +82,7 @@ class TextConfig(_Strict):
     @model_validator(mode="after")
     def _thresholds(self):
         if self.min_df >= self.max_df:
-            raise ValueError(f"text.min_df ({self.min_df}) must be below text.max_df ({self.max_df})")
+            raise ConfigError(f"text.min_df ({self.min_df}) must be below text.max_df ({self.max_df})")
         return self
 
 
@@ -151,6 +150,8 @@ ModelConfig = create_model("ModelConfig", __base__=_ModelBase,
 
 
 class TrainConfig(_Strict):
+    """The ``train:`` section: Ray Train workers and their resources, checkpoints, failures,
+    shuffling, the k-means sample, caching and the storage path."""
     num_workers: int = Field(2, ge=1)
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0.0, description="also the torch thread count of a CPU worker")
@@ -182,9 +183,9 @@ class TrainConfig(_Strict):
     def _gpu_share(self):
         if self.gpus_per_worker is not None:
             if not self.use_gpu:
-                raise ValueError(f"train.gpus_per_worker={self.gpus_per_worker:g} needs train.use_gpu: true")
+                raise ConfigError(f"train.gpus_per_worker={self.gpus_per_worker:g} needs train.use_gpu: true")
             if self.gpus_per_worker < 1 and self.num_workers > 1:
-                raise ValueError(f"train.gpus_per_worker={self.gpus_per_worker:g} with train.num_workers="
+                raise ConfigError(f"train.gpus_per_worker={self.gpus_per_worker:g} with train.num_workers="
                                  f"{self.num_workers}: the workers of one run would share a GPU, which NCCL "
                                  f"refuses; use fractions with num_workers: 1 (several trials per GPU) or "
                                  f"whole GPUs for a multi-worker run")
@@ -192,6 +193,7 @@ class TrainConfig(_Strict):
 
     @property
     def gpu_share(self) -> float:
+        """Each worker's GPU share (0 on CPUs, ``gpus_per_worker`` or 1 with ``use_gpu``)."""
         return (self.gpus_per_worker or 1.0) if self.use_gpu else 0.0
 
 
@@ -254,7 +256,7 @@ class SearchConfig(_Strict):
         if isinstance(raw, dict):
             for key, what in NOT_COMPARABLE.items():
                 if key in raw:
-                    raise ValueError(f"search.{key}: trials that differ in {what} cannot be compared by inertia "
+                    raise ConfigError(f"search.{key}: trials that differ in {what} cannot be compared by inertia "
                                      f"(the winner is the lowest inertia in one representation); search only "
                                      f"over {', '.join(SEARCHABLE)} and seeds (one search per "
                                      f"value of {key} instead)")
@@ -265,9 +267,9 @@ class SearchConfig(_Strict):
     def _seeds(cls, v):
         seeds = list(range(v)) if isinstance(v, int) else list(v)
         if not seeds:
-            raise ValueError("at least one seed is needed")
+            raise ConfigError("at least one seed is needed")
         if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds repeat: {seeds}")
+            raise ConfigError(f"seeds repeat: {seeds}")
         return seeds
 
     @field_validator(*SEARCHABLE)
@@ -277,14 +279,14 @@ class SearchConfig(_Strict):
             return v
         if isinstance(v, list):
             if not v:
-                raise ValueError("an empty list: give at least one value")
+                raise ConfigError("an empty list: give at least one value")
             return v
         if len(v) != 1 or next(iter(v)) not in DISTRIBUTIONS:
-            raise ValueError(f"a distribution is a one-key mapping, one of {sorted(DISTRIBUTIONS)}: got {v}")
+            raise ConfigError(f"a distribution is a one-key mapping, one of {sorted(DISTRIBUTIONS)}: got {v}")
         (kind, args), = v.items()
         need = DISTRIBUTIONS[kind]
         if not isinstance(args, list) or (need is not None and len(args) != need) or not args:
-            raise ValueError(f"{kind} takes a list of {need or 'one or more'} values, got {args!r}")
+            raise ConfigError(f"{kind} takes a list of {need or 'one or more'} values, got {args!r}")
         return v
 
     def space(self) -> dict:
@@ -293,6 +295,8 @@ class SearchConfig(_Strict):
 
 
 class JobConfig(_Strict):
+    """A whole job: ``data``, ``model`` (required), ``train``, ``output`` and the optional
+    ``tracking``, ``search``, ``recluster``, ``text`` and ``representation`` sections."""
     _notes: list[str] = PrivateAttr(default_factory=list)   # which environment variables applied
     data: DataConfig
     model: ModelConfig
@@ -312,7 +316,7 @@ class JobConfig(_Strict):
         for bad, what in ((self.data.embedding is not None, "data.embedding"),
                           (self.data.embeddings is not None, "data.embeddings"), (self.text is not None, "text")):
             if bad:
-                raise ValueError(f"representation: {self.representation.kind} computes the representation: "
+                raise ConfigError(f"representation: {self.representation.kind} computes the representation: "
                                  f"leave {what} out")
         return self
 
@@ -322,19 +326,23 @@ class JobConfig(_Strict):
             return self
         d = self.data
         if not d.id:
-            raise ValueError("text: is set: data.id must name the documents' id column (neurcam sample adds one)")
+            raise ConfigError("text: is set: data.id must name the documents' id column (neurcam sample adds one)")
         if d.features is not None:
-            raise ValueError("text: is set: the features are the vocabulary's terms; leave data.features out")
+            raise ConfigError("text: is set: the features are the vocabulary's terms; leave data.features out")
         if d.embeddings is not None:
-            raise ValueError("text: is set: the representation is computed (text.embed), so data.embeddings "
+            raise ConfigError("text: is set: the representation is computed (text.embed), so data.embeddings "
                              "cannot be joined as well")
         if self.text.embed and d.embedding not in (None, "embedding"):
-            raise ValueError(f"text.embed is true: the representation is the computed 'embedding' column, "
+            raise ConfigError(f"text.embed is true: the representation is the computed 'embedding' column, "
                              f"not data.embedding={d.embedding!r}")
         if not self.text.embed and d.embedding is not None:
-            raise ValueError("text.embed is false: the representation is the term features; leave "
+            raise ConfigError("text.embed is false: the representation is the term features; leave "
                              "data.embedding out")
         return self
+
+    def notes(self) -> list[str]:
+        """Which environment variables' values this config took (``NEURCAM_*``), one line each."""
+        return list(self._notes)
 
     def with_text_defaults(self) -> tuple["JobConfig", dict]:
         """This config with ``TEXT_MODEL_DEFAULTS`` where ``model:`` sets nothing, and what changed."""
@@ -365,7 +373,7 @@ class JobConfig(_Strict):
                 except ValidationError as exc:
                     msg = "; ".join(e["msg"] for e in exc.errors())
                     where = f"[{i}]" if isinstance(spec, list) else f".{next(iter(spec))}[{i}]"
-                    raise ValueError(f"search.{key}{where} = {value!r}: {msg}") from None
+                    raise ConfigError(f"search.{key}{where} = {value!r}: {msg}") from None
         return self
 
     def public_json(self) -> str:
@@ -373,6 +381,8 @@ class JobConfig(_Strict):
         return redact(self.model_dump_json(indent=1))
 
     def storage_path(self) -> str:
+        """Ray Train's checkpoints and the staged data: ``train.storage_path``, else
+        ``OUTPUT/_ray`` (a local path made absolute, a URI as given)."""
         s = self.train.storage_path or join(self.output, "_ray")
         return s if is_uri(s) else str(Path(local(s)).resolve())
 
@@ -419,6 +429,8 @@ def _format_errors(exc: ValidationError) -> str:
 
 
 def parse_config(raw: dict, source: str = "config") -> JobConfig:
+    """A ``JobConfig`` from a mapping (as a YAML file holds it); ``ConfigError`` naming
+    ``source`` and each bad field, with the nearest known key for a misspelt one."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
     try:

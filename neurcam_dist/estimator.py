@@ -15,18 +15,18 @@ import torch
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from .errors import ConfigError, DataError, ModelFileError
 from . import metrics
 from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, log_assignment
 from .model.device import resolve_device, resolve_precision
 from .model.kmeans import kmeans_centroids
 from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
-from .model.schedule import Schedule
 from .model.step import shuffled_batches
-from .params import HYPERPARAMETERS, check_params_for_data
+from .params import HYPERPARAMETERS
 from .settings import cuda_graphs_enabled
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
+from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
 from .validation import check_matrix, constant_features_note, empty_clusters_note, frame_columns
 from .version import __version__
 
@@ -111,7 +111,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         _refuse_empty(X, "X")
         arr = check_array(X, dtype=np.float64, ensure_all_finite=False, input_name="X")
         if arr.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
+            raise DataError(f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input (it has {arr.shape[1]} columns, the model "
                              f"was fitted on {self.n_features_in_}: {names})")
         arr, _, _ = check_matrix(arr, "X", expected_columns=names)
@@ -127,7 +127,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """
         arr, names = self._validate_fit_input(X)
         n, d = arr.shape
-        check_params_for_data(self.get_params(), n, d)
+        spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
         rep = None if X_repr is None else _representation(X_repr, n)
         allowed = ~self._constant_columns(arr, names)
         if self.standardize:
@@ -142,7 +142,6 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         if device.type == "cpu":
             keep_freed_memory()
         precision = resolve_precision(self.precision, device)
-        spec = TrainingSpec.from_params(self.get_params(), d)
 
         t0 = time.perf_counter()
         centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
@@ -150,23 +149,23 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
                                 cuda_graphs=cuda_graphs_enabled(),
                                 baseline=standardized_zero(mean, scale))
-        net = trainer.net
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
         distill = spec.distill_epochs > 0
-        targets = fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), spec.m) if distill else None
+        targets = fcm_log_membership(squared_distances(xr_t, trainer.net.centroids.detach()), spec.m) if distill else None
         records = self._train(trainer, x_t, xr_t, targets, spec, callback)
-        self.set_trained(net, trainer.teacher, trainer.schedule, records, time.perf_counter() - t0,
-                         feature_names=names, mean=mean, scale=scale, repr_dim=xr.shape[1],
-                         uses_features_as_repr=X_repr is None, precision=precision, init_info=init_info)
+        fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
+                                        scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
+                                        precision=precision, init_info=init_info)
         # One pass over the training rows: the labels (channels sum to the logits) and the mean of
         # every channel, the reference that centres per-row explanations.
         labels, sums = [], 0.0
-        for c in self.scoring_model().contribution_chunks(arr):
+        for c in fitted.contribution_chunks(arr):
             labels.append(c.sum(1).argmax(1))
             sums = sums + c.astype(np.float64).sum(0)
+        fitted.channel_means = sums / n
+        self.adopt(fitted, teacher=trainer.teacher)
         self.labels_ = np.concatenate(labels)
-        self.channel_means_ = sums / n
         self._note_empty_clusters(arr)
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
         self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
@@ -193,7 +192,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                spec: TrainingSpec, callback) -> list[dict]:
         """Epochs over shuffled in-memory batches until the schedule finishes; the history records."""
         net = trainer.net
-        gen = torch.Generator().manual_seed(spec.seed)
+        gen = torch.Generator().manual_seed(spec.random_state)
         records = []
         bar = _progress(self.verbose, spec.epochs)
         while not trainer.finished:
@@ -213,51 +212,93 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         bar.close()
         return records
 
-    def set_trained(self, net: NeurCAMNet, teacher: NeurCAMNet | None, sched: Schedule, records: list,
-                    seconds: float, *, feature_names: list[str], mean: np.ndarray, scale: np.ndarray,
-                    repr_dim: int, uses_features_as_repr: bool, precision: str,
-                    init_info: dict | None = None) -> "NeurCAM":
-        """The learned attributes every driver sets at the end of training (in memory or on Ray)."""
-        if not net.all_one_hot(sched.t, sched.t2):
-            raise RuntimeError("internal error: training ended with a gate that is not one-hot")
-        self.feature_names_in_ = np.asarray(feature_names, dtype=object)
-        self.n_features_in_ = len(feature_names)
-        self.mean_, self.scale_ = np.asarray(mean, np.float64), np.asarray(scale, np.float64)
-        self.repr_dim_ = int(repr_dim)
-        self.uses_features_as_repr_ = bool(uses_features_as_repr)
-        self.precision_ = precision
-        self.net_ = net.eval()
+    def adopt(self, fitted: FittedNet, teacher: NeurCAMNet | None = None) -> "NeurCAM":
+        """Take ``fitted`` as this estimator's fitted state: the one place the learned attributes
+        come from (``fit``, ``load`` and the Ray driver all end here). ``teacher``: the network
+        frozen after warm-up (``warmup_net_``), which is not saved.
+
+        Parameters
+        ----------
+        fitted : FittedNet
+            The state; the estimator shares it (no copy).
+        teacher : NeurCAMNet, optional
+            The warm-up model, kept for inspection.
+
+        Returns
+        -------
+        NeurCAM
+            ``self``.
+        """
+        self.fitted_ = fitted
+        self.feature_names_in_ = np.asarray(fitted.feature_names, dtype=object)
+        self.n_features_in_ = len(fitted.feature_names)
         self.warmup_net_ = teacher
-        self.history_ = {"epochs": records, "events": sched.events, "stop_reason": sched.stop_reason,
-                         "n_epochs": sched.epoch, "fit_seconds": seconds, "init": init_info}
-        self.n_iter_ = sched.epoch
-        self.temperatures_ = (sched.t, sched.t2)
-        self.cluster_centers_ = net.centroids.detach().cpu().numpy()
-        self.cluster_ids_ = np.arange(net.n_clusters, dtype=np.int64)
-        self.next_cluster_id_ = int(net.n_clusters)
-        self._set_selection()
+        if fitted.cluster_ids is None:
+            fitted.cluster_ids = np.arange(fitted.n_clusters, dtype=np.int64)
+        fitted.next_cluster_id = fitted.next_id
         return self
 
-    def _set_selection(self) -> None:
-        self.selected_features_, self.selected_pairs_ = self.scoring_model().selected()
+    # The learned attributes, read from the fitted state (scikit-learn's trailing underscore).
+    net_ = property(lambda self: self.fitted_.net, doc="The network, every gate one-hot.")
+    mean_ = property(lambda self: self.fitted_.mean, doc="Feature means used to standardize.")
+    scale_ = property(lambda self: self.fitted_.scale, doc="Feature scales used to standardize.")
+    temperatures_ = property(lambda self: tuple(self.fitted_.temperatures), doc="Final gate temperatures.")
+    channel_means_ = property(lambda self: self.fitted_.channel_means,
+                              doc="(C + P, K) mean contribution of each channel over the training rows.")
+    cluster_ids_ = property(lambda self: self.fitted_.ids, doc="Stable cluster id of each logit column.")
+    next_cluster_id_ = property(lambda self: self.fitted_.next_id,
+                                doc="The smallest cluster id this model's lineage never used.")
+    history_ = property(lambda self: self.fitted_.history, doc="Per-epoch records, events and stop reason.")
+    n_iter_ = property(lambda self: self.fitted_.history.get("n_epochs"), doc="Epochs trained.")
+    cluster_centers_ = property(lambda self: self.fitted_.net.centroids.detach().cpu().numpy(),
+                                doc="(K, repr_dim) centroids in the clustering space.")
+    repr_dim_ = property(lambda self: self.fitted_.repr_dim, doc="Width of the clustering space.")
+    uses_features_as_repr_ = property(lambda self: self.fitted_.uses_features_as_repr,
+                                      doc="True when the clustering space is the standardized features.")
+    precision_ = property(lambda self: self.fitted_.precision, doc="fp32 or bf16, as trained.")
+    text_ = property(lambda self: self.fitted_.text,
+                     doc="The vocabulary of a model trained on featurized documents, else None.")
+    selected_features_ = property(lambda self: self.fitted_.selected()[0],
+                                  doc="The feature each single-feature gate selected.")
+    selected_pairs_ = property(lambda self: self.fitted_.selected()[1], doc="The pair each pair gate selected.")
 
     # ------------------------------------------------------------------ inference
     def scoring_model(self) -> FittedNet:
-        """What scoring needs and nothing else (the network is shared, not copied): batch scoring
-        ships this to its actors instead of the estimator with its reference rows and history."""
-        check_is_fitted(self, "net_")
-        return FittedNet(net=self.net_, mean=self.mean_, scale=self.scale_, temperatures=tuple(self.temperatures_),
-                         feature_names=list(self.feature_names_in_),
-                         channel_means=getattr(self, "channel_means_", None),
-                         cluster_ids=getattr(self, "cluster_ids_", None))
+        """The fitted state less the record of the fit: what scoring needs and nothing else (the
+        network is shared, not copied). Batch scoring ships this to its actors instead of the
+        estimator with its reference rows and history."""
+        check_is_fitted(self, "fitted_")
+        return self.fitted_.for_scoring()
 
     def decision_function(self, X) -> np.ndarray:
         """(N, K) logits ``g(x)``: the sum of every shape function's contribution."""
         return self.scoring_model().logits(self._validated(X))
 
     def predict_proba(self, X) -> np.ndarray:
-        g = torch.from_numpy(self.decision_function(X))
-        return torch.softmax(g.double(), dim=1).numpy()
+        """(N, K) cluster probabilities (softmax of the logits); column ``k`` is cluster
+        ``cluster_ids_[k]``."""
+        return softmax(self.decision_function(X))
+
+    def score_frame(self, X, top_terms: int = 0) -> pd.DataFrame:
+        """Scored rows as a DataFrame, the columns batch scoring and the registry model return:
+        ``cluster`` (stable id), ``proba_ID`` per cluster and, with ``top_terms``, the terms that
+        pushed each row hardest toward its cluster (``term_r``, ``term_r_contribution``).
+
+        Parameters
+        ----------
+        X : DataFrame or array-like
+            Rows with the model's feature columns (a DataFrame is aligned by name).
+        top_terms : int
+            Terms to report per row (0: none).
+
+        Returns
+        -------
+        DataFrame
+            One row per input row, with ``X``'s index when it is a DataFrame.
+        """
+        from .explain.assignments import assignments
+        cols = assignments(self.scoring_model(), self._validated(X), top_terms=top_terms)
+        return pd.DataFrame(cols, index=X.index if isinstance(X, pd.DataFrame) else None)
 
     def predict(self, X) -> np.ndarray:
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
@@ -271,14 +312,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "net_")
         ids = np.asarray(ids, dtype=np.int64)
         if ids.shape != (self.n_clusters,) or len(np.unique(ids)) != len(ids) or (ids < 0).any():
-            raise ValueError(f"cluster ids must be {self.n_clusters} distinct non-negative integers, got {ids.tolist()}")
+            raise ConfigError(f"cluster ids must be {self.n_clusters} distinct non-negative integers, got {ids.tolist()}")
         next_id = int(ids.max()) + 1 if next_id is None else int(next_id)
         if next_id <= ids.max():
-            raise ValueError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
+            raise ConfigError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
         if getattr(self, "labels_", None) is not None:
             order = np.argsort(self.cluster_ids_)
             self.labels_ = ids[order[np.searchsorted(self.cluster_ids_[order], self.labels_)]]
-        self.cluster_ids_, self.next_cluster_id_ = ids, next_id
+        self.fitted_.cluster_ids, self.fitted_.next_cluster_id = ids, next_id
         return self
 
     def transform_features(self, X) -> np.ndarray:
@@ -293,7 +334,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
         x_std = self.transform_features(X)
         if X_repr is None and not self.uses_features_as_repr_:
-            raise ValueError("this model was fitted with X_repr: pass the same representation to inertia()")
+            raise ConfigError("this model was fitted with X_repr: pass the same representation to inertia()")
         rep = x_std if X_repr is None else _representation(X_repr, x_std.shape[0])
         return metrics.inertia(rep, self.predict(X))
 
@@ -305,7 +346,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         if X is None:
             X = getattr(self, "reference_", None)
             if X is None:
-                raise ValueError("explain() needs data: this model was loaded from disk, pass X "
+                raise DataError("explain() needs data: this model was loaded from disk, pass X "
                                  "(rows from the data it clusters)")
         return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
 
@@ -317,69 +358,44 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:
-        """A model directory (``storage.modeldir``): config JSON + safetensors + manifest, atomically."""
-        check_is_fitted(self, "net_")
-        net = self.net_
-        config = {
-            "written_by": f"neurcam-dist {__version__}",
-            "params": jsonable(self.get_params()),
-            "n_single": net.single.n, "n_pairs": net.pairs.n,
-            "feature_names": list(self.feature_names_in_),
-            "mean": self.mean_.tolist(), "scale": self.scale_.tolist(),
-            "repr_dim": int(self.repr_dim_), "uses_features_as_repr": bool(self.uses_features_as_repr_),
-            "temperatures": list(self.temperatures_),
-            "channel_means": self.channel_means_.tolist(),
-            "cluster_ids": [int(v) for v in self.cluster_ids_], "next_cluster_id": int(self.next_cluster_id_),
-            "selected_features": list(self.selected_features_),
-            "selected_pairs": [list(p) for p in self.selected_pairs_],
-            "history": jsonable(self.history_),
-        }
-        if getattr(self, "text_", None) is not None:
-            config["text"] = self.text_
-        write_model_dir(path, config, net.state_dict())
+        """A model directory (``storage.modeldir``): config JSON + safetensors + manifest, atomically.
+
+        Parameters
+        ----------
+        path : str or PathLike
+            The directory to write (replaced atomically when it holds an earlier model).
+        """
+        check_is_fitted(self, "fitted_")
+        state, weights = self.fitted_.to_dict()
+        config = {"written_by": f"neurcam-dist {__version__}", "params": self.get_params(), **state}
+        write_model_dir(path, jsonable(config), weights)
 
     @classmethod
     def load(cls, path, device: str = "cpu") -> "NeurCAM":
+        """The estimator ``save`` wrote, with its fitted state (not its reference rows).
+
+        Parameters
+        ----------
+        path : str or PathLike
+            A model directory.
+        device : str
+            Where the network goes (``cpu``, ``cuda``).
+
+        Raises
+        ------
+        ModelFileError
+            When the directory is incomplete, altered, or written by a newer version.
+        """
         config, state = read_model_dir(path)
         unknown = sorted(set(config["params"]) - set(HYPERPARAMETERS))
         if unknown:
-            raise ValueError(f"{path} was written by {config.get('written_by', 'another neurcam-dist version')} "
-                             f"and has parameter(s) {unknown} that neurcam-dist {__version__} does not know: "
-                             f"load it with that version or newer")
+            raise ModelFileError(f"{path} was written by {config.get('written_by', 'another neurcam-dist version')} "
+                                 f"and has parameter(s) {unknown} that neurcam-dist {__version__} does not know: "
+                                 f"load it with that version or newer")
         params = dict(config["params"])
         params["hidden"] = tuple(params["hidden"])
         params["device"] = device
-        est = cls(**params)
-        k, r = state["centroids"].shape
-        net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"], params["hidden"],
-                         params["n_bases"], torch.zeros(k, r))
-        for key, value in net.state_dict().items():  # models saved before constant-feature masks
-            if key.endswith("gates.allowed"):
-                state.setdefault(key, value)
-        try:
-            net.load_state_dict(state, strict=True)
-        except RuntimeError as exc:
-            raise ValueError(f"{path}/weights.safetensors does not match config.json: {exc}") from exc
-        est.net_ = net.to(device).eval()
-        est.warmup_net_ = None
-        est.feature_names_in_ = np.asarray(config["feature_names"], dtype=object)
-        est.n_features_in_ = len(est.feature_names_in_)
-        est.mean_ = np.asarray(config["mean"], np.float64)
-        est.scale_ = np.asarray(config["scale"], np.float64)
-        est.repr_dim_ = config["repr_dim"]
-        est.uses_features_as_repr_ = config["uses_features_as_repr"]
-        est.temperatures_ = tuple(config["temperatures"])
-        est.channel_means_ = np.asarray(config["channel_means"], dtype=np.float64)
-        est.history_ = config["history"]
-        est.n_iter_ = est.history_.get("n_epochs")
-        est.cluster_centers_ = net.centroids.detach().cpu().numpy()
-        # models saved before stable cluster ids call their clusters 0..K-1
-        est.cluster_ids_ = np.asarray(config.get("cluster_ids", range(k)), dtype=np.int64)
-        est.next_cluster_id_ = int(config.get("next_cluster_id", k))
-        if config.get("text") is not None:
-            est.text_ = config["text"]
-        est._set_selection()
-        return est
+        return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
 
 
 def _representation(X_repr, n_rows: int) -> np.ndarray:
@@ -387,7 +403,7 @@ def _representation(X_repr, n_rows: int) -> np.ndarray:
     rep, names, _ = check_matrix(X_repr, "X_repr")
     check_float32_range(rep, names, "X_repr")
     if rep.shape[0] != n_rows:
-        raise ValueError(f"X has {n_rows} rows but X_repr has {rep.shape[0]}: they must match row for row")
+        raise DataError(f"X has {n_rows} rows but X_repr has {rep.shape[0]}: they must match row for row")
     return rep
 
 
@@ -395,7 +411,7 @@ def _refuse_empty(X, what: str) -> None:
     """No rows: say so plainly (scikit-learn's own message covers zero columns)."""
     shape = getattr(X, "shape", None)
     if shape is not None and len(shape) == 2 and shape[0] == 0:
-        raise ValueError(f"{what} is empty: shape {tuple(shape)}")
+        raise DataError(f"{what} is empty: shape {tuple(shape)}")
 
 
 class _NoBar:

@@ -22,6 +22,7 @@ def contingency(labels_true, labels_pred) -> np.ndarray:
 
 
 def ari_from_table(table: np.ndarray) -> float:
+    """Adjusted Rand index from a contingency table (truth x predicted)."""
     n = table.sum()
     sum_cells = comb(table, 2).sum()
     sum_rows, sum_cols = comb(table.sum(1), 2).sum(), comb(table.sum(0), 2).sum()
@@ -59,14 +60,17 @@ def acc_from_table(table: np.ndarray) -> float:
 
 
 def ari(labels_true, labels_pred) -> float:
+    """Adjusted Rand index of two labelings."""
     return ari_from_table(contingency(labels_true, labels_pred))
 
 
 def nmi(labels_true, labels_pred) -> float:
+    """Normalized mutual information (arithmetic mean) of two labelings."""
     return nmi_from_table(contingency(labels_true, labels_pred))
 
 
 def acc(labels_true, labels_pred) -> float:
+    """Clustering accuracy: the share of rows labeled right under the best one-to-one matching."""
     return acc_from_table(contingency(labels_true, labels_pred))
 
 
@@ -100,4 +104,5 @@ def scores(xr, labels_pred, labels_true=None) -> dict:
 
 
 def table_scores(table: np.ndarray) -> dict:
+    """ARI, NMI and ACC from one contingency table."""
     return {"ari": ari_from_table(table), "nmi": nmi_from_table(table), "acc": acc_from_table(table)}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import DataError
+
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -57,7 +59,7 @@ def check_float32_range(arr: np.ndarray, names: list[str], what: str) -> None:
     big = np.abs(arr).max(axis=0) > FLOAT32_MAX
     if big.any():
         cols = [names[j] for j in np.flatnonzero(big)]
-        raise ValueError(f"{what} has values beyond float32's range (|x| > {FLOAT32_MAX:.3g}) in column(s) "
+        raise DataError(f"{what} has values beyond float32's range (|x| > {FLOAT32_MAX:.3g}) in column(s) "
                          f"{cols[:10]}: the representation is used as given (it is not standardized); "
                          f"divide it by a constant first (k-means is unchanged by a common scale)")
 
@@ -66,3 +68,11 @@ def standardized_zero(mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """Each feature's 0 after standardization, bit for bit what ``standardize`` makes of a 0 (the
     baseline of sparse inputs)."""
     return standardize(np.zeros((1, len(mean))), np.asarray(mean, np.float64), np.asarray(scale, np.float64))[0]
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (the largest logit subtracted first): the cluster
+    probabilities every scorer reports (the estimator, batch scoring, the registry model)."""
+    z = np.asarray(logits, np.float64)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)

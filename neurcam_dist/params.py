@@ -13,6 +13,8 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import ConfigError
+
 
 @dataclass(frozen=True)
 class Spec:
@@ -78,7 +80,7 @@ def check_value(name: str, value) -> None:
     if value is None:
         if spec.optional:
             return
-        raise ValueError(f"{name} must not be None")
+        raise ConfigError(f"{name} must not be None")
     if spec.kind is tuple:
         try:
             items = tuple(value)
@@ -86,35 +88,35 @@ def check_value(name: str, value) -> None:
             items = None
         if (not items or isinstance(value, (str, bytes))
                 or any(isinstance(h, bool) or not isinstance(h, numbers.Integral) or h < 1 for h in items)):
-            raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
+            raise ConfigError(f"{name} must be a non-empty sequence of positive integers, got {value!r}")
         return
     if spec.kind is bool:
         is_bool = isinstance(value, bool) or (type(value).__module__ == "numpy"
                                               and type(value).__name__ in ("bool", "bool_"))
         if not is_bool and not (isinstance(value, numbers.Integral) and value in (0, 1)):
-            raise ValueError(f"{name} must be True or False, got {value!r}")
+            raise ConfigError(f"{name} must be True or False, got {value!r}")
         return
     if spec.kind is str:
         if spec.choices is not None and value not in spec.choices:
-            raise ValueError(f"{name} must be one of {spec.choices}, got {value!r}")
+            raise ConfigError(f"{name} must be one of {spec.choices}, got {value!r}")
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {value!r}")
+            raise ConfigError(f"{name} must be a string, got {value!r}")
         return
     integer = spec.kind is int
     ok_type = isinstance(value, numbers.Integral) if integer else isinstance(value, numbers.Real)
     if isinstance(value, bool) or not ok_type or (not integer and not math.isfinite(float(value))):
-        raise ValueError(f"{name} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
+        raise ConfigError(f"{name} must be {'an integer' if integer else 'a finite number'}, got {value!r}")
     for bound, fails, sign in ((spec.ge, lambda b: value < b, ">="), (spec.gt, lambda b: value <= b, ">"),
                                (spec.le, lambda b: value > b, "<="), (spec.lt, lambda b: value >= b, "<")):
         if bound is not None and fails(bound):
-            raise ValueError(f"{name} must be {sign} {_fmt(bound)}, got {value!r}")
+            raise ConfigError(f"{name} must be {sign} {_fmt(bound)}, got {value!r}")
 
 
 def check_params(params: dict) -> None:
     """Every value of ``params`` (a subset of the table's names) against the table."""
     unknown = sorted(set(params) - set(HYPERPARAMETERS))
     if unknown:
-        raise ValueError(f"unknown hyperparameter(s) {unknown}; known: {sorted(HYPERPARAMETERS)}")
+        raise ConfigError(f"unknown hyperparameter(s) {unknown}; known: {sorted(HYPERPARAMETERS)}")
     for name, value in params.items():
         check_value(name, value)
 
@@ -125,11 +127,11 @@ def check_params_for_data(params: dict, n_rows: int, n_features: int) -> None:
     full = {**DEFAULTS, **params}
     check_params(full)
     if full["n_clusters"] > n_rows:
-        raise ValueError(f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
+        raise ConfigError(f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
     if full["n_pairs"] > 0 and n_features < 2:
-        raise ValueError(f"n_pairs={full['n_pairs']} needs at least 2 features, X has {n_features}")
+        raise ConfigError(f"n_pairs={full['n_pairs']} needs at least 2 features, X has {n_features}")
     if resolved_n_single(full, n_features) + full["n_pairs"] == 0:
-        raise ValueError("n_single=0 and n_pairs=0: the model needs at least one shape function")
+        raise ConfigError("n_single=0 and n_pairs=0: the model needs at least one shape function")
 
 
 def resolved_n_single(params: dict, n_features: int) -> int:

@@ -1,109 +1,377 @@
-"""The service's entry points: train or search on Ray, then log the result to MLflow when the
-config has a ``tracking:`` section. The CLI and the Ray Job entrypoints call these; training
-itself (``distributed``) knows nothing of MLflow, and tracking nothing of Ray.
+"""The front door: every thing the service does, as one function each.
 
-When MLflow is unreachable the run still finishes and its model is saved in ``output/``;
-``tracking.TrackingError`` then says what was not logged (and that nothing was registered).
+The ``neurcam`` command parses its arguments and calls these; the Ray Job entrypoints (``jobs/``)
+go through the command; a Python user can call them directly. Each validates its input up front
+and raises a class of ``neurcam_dist.errors`` (a ``ValueError`` for bad input, nothing done; a
+``RuntimeError`` for a run that failed).
+
+==================  ============================================================================
+function            does
+==================  ============================================================================
+``fit``             fit in memory on a CSV or Parquet table; write the run folder
+``explain``         shape graphs, importance and the HTML report of a model over a table
+``predict``         score Parquet rows (in this process when small, else with Ray Data)
+``train``           train on Ray over sharded Parquet as a job config says (MLflow with tracking:)
+``search``          the Ray Tune search of seeds and hyperparameters; lowest inertia wins
+``recluster``       re-cluster the newest snapshot; promote only a better model, ids kept stable
+``demo``            the whole service on the bundled digits
+``validate``        check a job config without running it
+``promote``         move a registry alias
+``submit``          run a job on a Ray cluster and follow it
+``featurize_text``  documents to term columns and sentence embeddings
+``generate``        bundled or synthetic example data as Parquet shards
+``sample``          a seeded (per-class) sample of a table as Parquet shards
+==================  ============================================================================
 """
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from .config import JobConfig, coerce_config
-from .distributed import SearchResult, TrainResult
-from .distributed import search as _search
-from .distributed import train as _train
-from .distributed.console import library_logs
-from .distributed.driver import log
+from .errors import ConfigError, DataError
 from .redaction import redact
+from .uris import join
+
+__all__ = ["ExplainResult", "FitResult", "PredictSettings", "demo", "demo_config", "explain", "featurize_text", "fit",
+           "generate", "load_config", "load_model", "predict", "predict_settings", "promote", "recluster",
+           "sample", "search", "submit", "train", "validate"]
 
 
-@contextmanager
-def _sigterm_as_exit():
-    """SIGTERM (``kill``, a Kubernetes pod stopping, ``ray job stop``) raises ``SystemExit`` so that
-    open MLflow runs end FAILED and temporary outputs are removed, instead of the process vanishing
-    with runs left RUNNING. Only the main thread can install handlers; elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+# ---------------------------------------------------------------- configs and models
+def load_config(path, overrides: dict | None = None):
+    """A job config from YAML with the environment's and ``overrides``' values applied.
 
-    def stop(signum, _frame):
-        raise SystemExit(128 + signum)
+    Parameters
+    ----------
+    path : str
+        The YAML file.
+    overrides : dict, optional
+        ``{"model.epochs": 50, ...}`` (``--set``).
 
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def train(config, *, name: str | None = None) -> TrainResult:
-    """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
-    cfg = coerce_config(config)
-    with _sigterm_as_exit():
-        return _train_and_log(cfg, name)
+    Returns
+    -------
+    JobConfig
+        Validated; its ``notes()`` say which environment variables applied.
+    """
+    from .config import load_config as _load
+    return _load(path, overrides or {})
 
 
-def _train_and_log(cfg: JobConfig, name: str | None) -> TrainResult:
-    result = _train(cfg, name=name)
-    if cfg.tracking is not None:
+def load_model(ref: str):
+    """A ``NeurCAM`` from a model directory or an MLflow model URI (``models:/NAME@alias``,
+    ``runs:/ID/model``); for a URI, credentials in the tracking URI are taken out of it first."""
+    if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
+        import mlflow
+
         from . import tracking
-        try:
-            with mlflow_lines(cfg):
-                result.tracking = tracking.log_training(result, cfg)
-        except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
-            raise tracking.tracking_failed(cfg, result.output, exc, "the run") from exc
-        _say_logged(cfg, result.tracking, "run")
-    return result
+        mlflow.set_tracking_uri(tracking.uri.connect(tracking.tracking_uri()))
+        return tracking.load_estimator(ref)
+    from .estimator import NeurCAM
+    return NeurCAM.load(ref)
 
 
-def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
-    """``distributed.search``, then a parent run, a nested run per trial and the winner registered
-    as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
-    start (the search still runs: its winner is saved locally)."""
-    cfg = coerce_config(config)
-    with _sigterm_as_exit():
-        return _search_and_log(cfg, name, prepare_winner)
+# ---------------------------------------------------------------- in memory
+@dataclass
+class FitResult:
+    """What ``fit`` measured (``metrics``, as written to ``metrics.json``) and wrote (``output``)."""
+
+    estimator: object
+    metrics: dict
+    output: str
 
 
-def _search_and_log(cfg: JobConfig, name: str | None, prepare_winner=None) -> SearchResult:
-    if cfg.tracking is not None:
-        _warn_if_unreachable(cfg)
-    result = _search(cfg, name=name, prepare_winner=prepare_winner)
-    if cfg.tracking is not None:
-        from . import tracking
-        try:
-            with mlflow_lines(cfg):
-                result.tracking = tracking.log_search(result, result.search_config)
-        except Exception as exc:  # noqa: BLE001 - the winner is safe on disk; say what was not logged
-            raise tracking.tracking_failed(cfg, result.output, exc,
-                                           "the search's parent run, its trial runs") from exc
-        _say_logged(cfg, result.tracking, "parent run")
-    return result
+def fit(data: str, output: str, *, features: list[str] | None = None, label: str | None = None,
+        params: dict | None = None, report: bool = False, encoding: str = "utf-8") -> FitResult:
+    """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
+
+    Parameters
+    ----------
+    data : str
+        A CSV(.gz) or Parquet file, or a Parquet folder.
+    output : str
+        The run folder (``model/``, ``metrics.json``, ``config.json``, ``report/``), a local path
+        or an object-store URI; checked before training and published atomically.
+    features : list of str, optional
+        The feature columns (default: every numeric column that is not id-like or the label).
+    label : str, optional
+        A ground-truth column, for evaluation only (ARI, NMI, ACC).
+    params : dict, optional
+        Hyperparameters (``neurcam_dist.params``); ``verbose`` shows the progress bar.
+    report : bool
+        Also write the explanation report.
+    encoding : str
+        A CSV file's text encoding.
+    """
+    import json
+
+    from . import metrics as metrics_mod
+    from .data.tables import read_table, split_columns
+    from .estimator import NeurCAM
+    from .outputs import check_run_target, write_run
+    from .params import check_params
+    params = dict(params or {})
+    check_params(params)                   # a bad value is refused before the data is read
+    check_run_target(output, report=report)
+    X, y = split_columns(read_table(data, encoding), features, label, quiet=not params.get("verbose", True))
+    t0 = time.perf_counter()
+    est = NeurCAM(**params).fit(X)
+    seconds = time.perf_counter() - t0
+    result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
+              "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+              "n_clusters_used": est.history_["n_clusters_used"],
+              "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
+              **metrics_mod.scores(est.transform_features(X), est.predict(X), y)}
+    made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
+            "params": {k: v for k, v in est.get_params().items()}}
+    write_run(output, est, result, json.dumps(made, indent=1, default=str),
+              report=est.explain(X) if report else None, exclusive=True)
+    return FitResult(estimator=est, metrics=result, output=output)
 
 
-def mlflow_lines(cfg: JobConfig):
-    """MLflow's own lines (database set-up, model validation, "Successfully registered model")
-    go to the run's ``logs/`` beside Ray's; the console keeps the service's line that says what
-    was logged."""
-    import mlflow  # noqa: F401 - its logger gets its handlers on import: route them after
-    return library_logs(cfg.output, ("mlflow",), "MLflow's", log)
+@dataclass
+class ExplainResult:
+    """An explanation written to ``output`` (``report`` is its HTML file) over ``n_rows`` rows."""
+
+    explanation: object
+    report: str
+    output: str
+    n_rows: int
+
+    def top_terms(self, n: int = 3) -> str:
+        """``"term (importance), ..."`` for the ``n`` most important terms."""
+        from .explain.report import fmt
+        top = self.explanation.importance[:n]
+        return ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})" for r in top)
 
 
-def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
-    log(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
-        + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
-           if cfg.tracking.model_name else ""))
+def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_size: int = 128,
+            pair_grid_size: int = 32, encoding: str = "utf-8", say=print) -> ExplainResult:
+    """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
+    rows of ``data``, written to ``output``.
+
+    Parameters
+    ----------
+    model : str
+        A model directory or an MLflow model URI.
+    data : str
+        A CSV or Parquet table with the model's feature columns (only those are read).
+    output : str
+        The folder for ``explanation.json``, ``tables/``, ``plots/`` and ``report.html``.
+    rows : int
+        Explain a seeded sample of this many rows when the data has more (0: every row).
+    grid_size, pair_grid_size : int
+        Points along each feature's axis for the shape graphs and the pair heat maps.
+    say : callable
+        Where the line about a sample goes.
+    """
+    from .data.tables import read_table, table_columns
+    from .explain.report import write_report
+    from .validation import missing_columns_note
+    for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
+        if value < 2:
+            raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
+    if rows < 0:
+        raise ConfigError(f"--rows must be 0 (every row) or more, got {rows}")
+    est = load_model(model)
+    features = [str(c) for c in est.feature_names_in_]
+    df = read_table(data, encoding, columns=features)
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        names = [str(c) for c in table_columns(data, encoding)]
+        raise DataError(f"{data} lacks the model's feature columns {missing}{missing_columns_note(missing, names)}")
+    if rows and len(df) > rows:
+        say(f"explaining a seeded sample of {rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
+        df = df.sample(rows, random_state=0).sort_index()
+    expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
+    report = write_report(expl, output)
+    return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
 
 
-def _warn_if_unreachable(cfg: JobConfig) -> None:
-    from .tracking import check_reachable, tracking_uri
-    uri = tracking_uri(cfg.tracking.uri)
-    if uri.startswith(("http://", "https://")):
-        try:
-            check_reachable(uri)
-        except ConnectionError as exc:
-            log(f"WARNING: {exc}; the run goes on and its model is saved locally, but the command "
-                f"will exit non-zero if MLflow is still unreachable at the end")
+# ---------------------------------------------------------------- scoring
+@dataclass(frozen=True)
+class PredictSettings:
+    """Where ``predict`` reads and writes, resolved once (from flags, or a job config's defaults)."""
+
+    model: str
+    input: object
+    output: str
+    id_column: str | None
+    log_dir: str
+    tracking_uri: str | None = None
+
+
+def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: str | None = None,
+                     input=None, output: str | None = None, id_column: str | None = None, no_id: bool = False,
+                     log_dir: str | None = None) -> PredictSettings:
+    """``predict``'s model, input, output, id column and log folder: as given, else from the job
+    config ``config`` (the model ``models:/NAME@champion`` with ``tracking.model_name``, else
+    ``OUTPUT/model``; the input ``data.path``, its latest snapshot with ``recluster:``; the output
+    ``OUTPUT/predictions``; the id ``data.id``; Ray's lines in ``OUTPUT/logs``).
+
+    Raises
+    ------
+    ConfigError
+        Without a config, when the model, input or output is missing.
+    """
+    if config is None:
+        missing = [f"--{k}" for k, v in (("model", model), ("input", input), ("output", output)) if v is None]
+        if missing:
+            raise ConfigError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
+        return PredictSettings(model=model, input=input, output=output, id_column=None if no_id else id_column or "id",
+                               log_dir=log_dir or _temp_logs())
+    cfg = load_config(config, overrides)
+    tracking_uri = None
+    if model is None:
+        named = cfg.tracking is not None and cfg.tracking.model_name
+        model = f"models:/{cfg.tracking.model_name}@champion" if named else join(cfg.output, "model")
+        tracking_uri = cfg.tracking.uri if cfg.tracking is not None else None
+    if input is None:
+        input = cfg.data.path
+        if cfg.recluster is not None:
+            from .data.snapshots import pick_snapshot
+            input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
+    return PredictSettings(model=model, input=input, output=output or join(cfg.output, "predictions"),
+                           id_column=None if no_id else id_column or cfg.data.id or "id",
+                           log_dir=log_dir or join(cfg.output, "logs"), tracking_uri=tracking_uri)
+
+
+def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_size: int = 4096,
+            concurrency: int = 2, log=None) -> dict:
+    """Score ``settings.input`` with ``settings.model`` into Parquet shards at ``settings.output``
+    (``distributed.predict_parquet``): each row's cluster, probabilities and top terms.
+
+    Returns
+    -------
+    dict
+        ``n_rows``, ``files`` and ``seconds``.
+    """
+    from .distributed import predict_parquet
+    if settings.tracking_uri:
+        os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
+    est = load_model(settings.model)
+    return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
+                           batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir,
+                           log=log or _say)
+
+
+# ---------------------------------------------------------------- on Ray
+def train(config, *, name: str | None = None):
+    """Train on Ray as ``config`` says (a ``JobConfig``, a dict or a YAML path), then log to
+    MLflow with ``tracking:`` (``ops.runs.train``). Returns a ``TrainResult``."""
+    from .ops import runs
+    return runs.train(config, name=name)
+
+
+def search(config, *, name: str | None = None, prepare_winner=None):
+    """The Ray Tune search ``config`` describes, the winner written and (with ``tracking:``)
+    logged and registered (``ops.runs.search``). Returns a ``SearchResult``."""
+    from .ops import runs
+    return runs.search(config, name=name, prepare_winner=prepare_winner)
+
+
+def recluster(config) -> dict:
+    """One re-clustering (``ops.recluster``); returns the ``recluster.json`` record."""
+    from .ops.recluster import recluster as _recluster
+    return _recluster(config)
+
+
+def demo_config(out: str, seeds: int, workers: int) -> dict:
+    """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards, a search over
+    ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
+    ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
+    few minutes on 2 cores."""
+    return {"data": {"path": str(Path(out) / "data"), "label": "label", "id": "id"},
+            "model": {"n_clusters": 10, "n_pairs": 8, "precision": "auto", "epsilon": 0.8},
+            "train": {"num_workers": workers, "checkpoint_every": 25},
+            "search": {"seeds": seeds},
+            "tracking": {"experiment": "neurcam-demo", "model_name": "digits-demo"},
+            "output": out}
+
+
+def demo(out: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
+    """The whole service on embedded defaults: the bundled digits as Parquet shards under
+    ``out/data``, a search of ``seeds`` seeds, MLflow in ``./mlflow.db``. The config is checked
+    before anything is written. Returns the ``SearchResult``."""
+    from .config import apply_overrides, parse_config
+    from .data.bundled import digits_frame, write_frame_shards
+    cfg = parse_config(apply_overrides(demo_config(out, seeds, workers), overrides or {}), "the demo config")
+    write_frame_shards(digits_frame(), str(Path(out) / "data"), 4)
+    return search(cfg)
+
+
+# ---------------------------------------------------------------- operations
+def validate(config, *, check_tracking: bool = False) -> list[str]:
+    """Check a job config without running it (``ops.validate``); the lines say what was checked."""
+    from .ops.validate import validate as _validate
+    return _validate(config, check_tracking=check_tracking)
+
+
+def promote(name: str, version: str, alias: str = "champion", tracking_uri: str | None = None) -> None:
+    """Move ``alias`` of registered model ``name`` to ``version``."""
+    import mlflow
+
+    from . import tracking
+    mlflow.set_tracking_uri(tracking.tracking_uri(tracking_uri))
+    tracking.promote(name, version, alias)
+
+
+def submit(address: str | None, job: str, config: str, overrides: list[str], *, working_dir: str | None = ".",
+           wait: bool = True, log=None) -> int:
+    """Run ``job`` (train, tune, predict, recluster) on the Ray cluster at ``address`` and follow
+    it (``ops.submit``); returns the exit status."""
+    from .ops.submit import submit as _submit
+    if not address:
+        raise ConfigError("submit needs --address (the Ray job server, e.g. http://127.0.0.1:8265) or RAY_JOB_ADDRESS")
+    return _submit(address, job, config, overrides, working_dir=working_dir, wait=wait, log=log or _say)
+
+
+# ---------------------------------------------------------------- data
+def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
+    """Documents to term-frequency columns over a fitted vocabulary (and sentence embeddings with
+    ``embed``) on Ray Data (``text.TextJob`` takes ``job``'s fields). Ray's lines go to
+    ``log_dir``."""
+    from .distributed import ensure_ray
+    from .distributed.console import stderr_to_log
+    from .text import TextJob
+    from .text import featurize_text as _featurize
+    text_job = TextJob(**job)
+    log = log or _say
+    with stderr_to_log(log_dir or _temp_logs(), "featurize-text", "Ray's", log):
+        ensure_ray(min_cpus=text_job.concurrency + 1)
+        _featurize(text_job, log=log)
+
+
+def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,
+             clusters: int = 4, seed: int = 0) -> list[str]:
+    """``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic`` (clustered blobs plus an
+    embedding) as Parquet shards in ``output``; returns the files written."""
+    from .data.bundled import digits_frame, write_frame_shards
+    if kind == "synthetic":
+        from .data.synthetic import write_shards
+        return write_shards(output, rows, n_features=features, repr_dim=dim, n_clusters=clusters, n_files=files,
+                            seed=seed)
+    return write_frame_shards(digits_frame(), output, files)
+
+
+def sample(input: str, output: str, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
+           id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8") -> tuple[int, list[str]]:
+    """A seeded sample of a CSV or Parquet table (``per_class`` rows of each value of ``by``, or
+    ``rows`` in all) as Parquet shards with an id column; returns ``(rows, files)``."""
+    from .data.bundled import stratified_sample, write_frame_shards
+    from .data.tables import read_table
+    df = stratified_sample(read_table(input, encoding), per_class=per_class, rows=rows, by=by, id_column=id_column,
+                           seed=seed)
+    return len(df), write_frame_shards(df, output, files, id_column=id_column)
+
+
+def _say(msg: str) -> None:
+    print(f"[neurcam] {redact(msg)}", flush=True)
+
+
+def _temp_logs() -> str:
+    """Where a command whose output is a dataset puts Ray's lines when given no log folder: a
+    folder inside the dataset would be read as data."""
+    return os.path.join(tempfile.gettempdir(), "neurcam-logs")

@@ -6,6 +6,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from .errors import DataError
+
 # Columns never chosen as features automatically (name them in ``features`` to use them anyway):
 # pandas' index written out (``Unnamed: 0``, ``__index_level_0__``, ``index``, ``level_0``), row ids
 # (``id``, ``ID``, ``customer_id``, ``customerId``, ``row-id``, ``uuid``) and ground truth (``label``).
@@ -19,6 +21,27 @@ def is_id_like(name) -> bool:
     """True for index, id, key and label columns, which automatic feature selection skips."""
     name = str(name)
     return bool(_NOT_A_FEATURE.search(name) or _CAMEL_ID.search(name))
+
+
+def auto_features(columns, reserved) -> list:
+    """The feature columns when none are named: every numeric column that is not reserved (the
+    label, the id, a join key, the embedding) and not index-, id- or key-like by name
+    (``is_id_like``). The one selector for Parquet schemas (``data.sources``) and in-memory
+    tables (``data.tables``).
+
+    Parameters
+    ----------
+    columns : iterable of (name, bool)
+        Each column's name and whether it holds numbers.
+    reserved : set
+        Names that are never features.
+
+    Returns
+    -------
+    list
+        The selected names, in column order.
+    """
+    return [name for name, numeric in columns if numeric and name not in reserved and not is_id_like(name)]
 
 
 def nearest_name(name, names) -> str | None:
@@ -39,10 +62,17 @@ def missing_columns_note(missing: list, names: list, shown: int = 40) -> str:
     return f"{hint}; columns: {names[:shown]}" + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
+def non_finite_counts(values: np.ndarray, names: list[str]) -> dict[str, int]:
+    """The one finite check of a feature matrix: the count of NaN or infinite cells of each column
+    that has any (in column order; empty when every cell is finite). The estimator's input check
+    and batch scoring both report from it; a Parquet file's cells are counted by kind (NaN, inf,
+    null) in the profile pass instead (``data.profiling``)."""
+    counts = (~np.isfinite(values)).sum(axis=0)
+    return {names[j]: int(counts[j]) for j in np.flatnonzero(counts)}
+
+
 def _describe_bad(values: np.ndarray, names: list[str]) -> str:
-    bad = ~np.isfinite(values)
-    counts = bad.sum(axis=0)
-    cols = [f"{names[j]!r} ({int(counts[j])} rows)" for j in np.flatnonzero(counts)]
+    cols = [f"{name!r} ({n} rows)" for name, n in non_finite_counts(values, names).items()]
     return ", ".join(cols[:10]) + (f" and {len(cols) - 10} more columns" if len(cols) > 10 else "")
 
 
@@ -51,10 +81,10 @@ def frame_columns(X: pd.DataFrame, what: str = "X") -> list[str]:
     names = [str(c) for c in X.columns]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
-        raise ValueError(f"{what} has duplicate column names {dupes}")
+        raise DataError(f"{what} has duplicate column names {dupes}")
     non_numeric = [str(c) for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
     if non_numeric:
-        raise ValueError(f"{what} has non-numeric columns {non_numeric}: encode them as numbers first")
+        raise DataError(f"{what} has non-numeric columns {non_numeric}: encode them as numbers first")
     return names
 
 
@@ -65,7 +95,7 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
     reorders one with the same columns in another order.
     """
     if X is None:
-        raise ValueError(f"{what} is None: expected a 2-D array or a DataFrame")
+        raise DataError(f"{what} is None: expected a 2-D array or a DataFrame")
     if expected_columns is not None:
         expected_columns = [str(c) for c in expected_columns]
     is_frame = isinstance(X, pd.DataFrame)
@@ -75,7 +105,7 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
             missing = [c for c in expected_columns if c not in names]
             extra = [c for c in names if c not in expected_columns]
             if missing or extra:
-                raise ValueError(
+                raise DataError(
                     f"{what} has other columns than the data the model was fitted on: "
                     f"missing {missing}, unexpected {extra}")
             by_name = {str(c): c for c in X.columns}
@@ -86,21 +116,21 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
         try:
             arr = np.asarray(X)
         except Exception as exc:  # ragged lists and the like
-            raise ValueError(f"{what} could not be read as a 2-D array: {exc}") from exc
+            raise DataError(f"{what} could not be read as a 2-D array: {exc}") from exc
         if arr.dtype.kind not in "biuf":
-            raise ValueError(f"{what} has dtype {arr.dtype}, expected numbers: encode non-numeric columns first")
+            raise DataError(f"{what} has dtype {arr.dtype}, expected numbers: encode non-numeric columns first")
         if arr.ndim != 2:
-            raise ValueError(f"{what} must be 2-D (rows x columns), got shape {arr.shape}")
+            raise DataError(f"{what} must be 2-D (rows x columns), got shape {arr.shape}")
         names = [f"x{j}" for j in range(arr.shape[1])]
         if expected_columns is not None and arr.shape[1] != len(expected_columns):
-            raise ValueError(f"{what} has {arr.shape[1]} columns, the model was fitted on {len(expected_columns)}")
+            raise DataError(f"{what} has {arr.shape[1]} columns, the model was fitted on {len(expected_columns)}")
         if expected_columns is not None:
             names = list(expected_columns)
         arr = arr.astype(np.float64, copy=False)
     if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"{what} is empty: shape {arr.shape}")
+        raise DataError(f"{what} is empty: shape {arr.shape}")
     if not np.isfinite(arr).all():
-        raise ValueError(f"{what} has NaN or infinite values in column(s) {_describe_bad(arr, names)}")
+        raise DataError(f"{what} has NaN or infinite values in column(s) {_describe_bad(arr, names)}")
     return np.ascontiguousarray(arr, dtype=np.float64), names, is_frame
 
 
@@ -114,12 +144,12 @@ def constant_features_note(const: np.ndarray, names: list[str], mode: str, n_pai
     cols = [names[j] for j in np.flatnonzero(const)]
     shown = f"{cols[:20]}" + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
     if const.all():
-        raise ValueError(f"every feature is constant ({shown}): there is nothing to cluster on")
+        raise DataError(f"every feature is constant ({shown}): there is nothing to cluster on")
     if mode == "error":
-        raise ValueError(f"{len(cols)} constant feature(s) {shown} (constant_features='error'): drop them, "
+        raise DataError(f"{len(cols)} constant feature(s) {shown} (constant_features='error'): drop them, "
                          f"or set constant_features='drop'")
     if n_pairs > 0 and (~const).sum() < 2:
-        raise ValueError(f"n_pairs={n_pairs} needs 2 non-constant features; only "
+        raise DataError(f"n_pairs={n_pairs} needs 2 non-constant features; only "
                          f"{[n for n, c in zip(names, const) if not c]} vary")
     return f"{len(cols)} constant feature(s) left out (no gate may select them): {shown}"
 

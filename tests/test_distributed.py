@@ -241,7 +241,7 @@ def test_a_held_slice_is_let_go_once_its_rows_are_resident_and_kept_when_they_ar
         v = torch.from_numpy(np.array(t["v"]))
         return v[:, None], v[:, None] * 2, torch.from_numpy(np.array(t["key"]))
 
-    c = SimpleNamespace(spec=SimpleNamespace(batch_size=4, seed=0), tag="")
+    c = SimpleNamespace(spec=SimpleNamespace(batch_size=4, random_state=0))
     trainer = SimpleNamespace(schedule=SimpleNamespace(epoch=0, annealing=False, uses_teacher=False, phase="warmup"),
                               teacher=None)
     group = SimpleNamespace(world=1, rank=0, device=torch.device("cpu"))

@@ -104,7 +104,7 @@ def test_pair_chosen_by_two_channels_is_reported_once_with_their_sum(data):
                   distill_epochs=1, batch_size=32, verbose=False).fit(X)
     gates = est.net_.pairs.gates
     gates.index.copy_(torch.tensor([[0, 1], [1, 0]]))  # both channels now read the pair (f0, f1)
-    est._set_selection()
+    # the selection is read from the gates (est.selected_pairs_ follows them)
     expl = est.explain(X, pair_grid_size=8)
     pair_terms = [t for t in expl.terms if t.kind == "pair"]
     assert [t.name for t in pair_terms] == ["f0 & f1"]

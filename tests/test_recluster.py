@@ -255,9 +255,11 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
     monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
 
     @ray_cluster.remote
-    def chatty():
+    def chatty(channel):
+        from neurcam_dist.distributed import events
         print("Dataset execution finished (noise)", flush=True)
-        print("[neurcam] epoch 3 loss=1.0", flush=True)
+        events.attach(channel)
+        events.say("epoch 3 loss=1.0")   # a record, rendered by the driver's console
         return 1
 
     from ray._private import ray_constants
@@ -270,7 +272,8 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
     event = f"INFO monitor.py:1 -- {ray_constants.LOG_PREFIX_EVENT_SUMMARY}Adding 1 node(s) of type worker."
     with routed_logs(tmp_path, log=print) as path:
         warnings.warn("ExecutionOptions.exclude_resources is deprecated (a library's warning)", UserWarning)
-        assert ray_cluster.get(chatty.remote()) == 1
+        from neurcam_dist.distributed.events import current_channel
+        assert ray_cluster.get(chatty.remote(current_channel())) == 1
         deadline = time.time() + 20
         while "[neurcam] epoch 3" not in path.read_text() and time.time() < deadline:
             time.sleep(0.2)
@@ -457,14 +460,19 @@ def test_on_a_terminal_each_trial_gets_a_progress_bar(ray_cluster, tmp_path, cap
     monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
 
     @ray_cluster.remote
-    def trial(name: str, epochs: int):
+    def trial(name: str, epochs: int, channel):
+        from neurcam_dist.distributed import events
+        events.attach(channel, trial=name)
         for e in range(1, epochs + 1):
-            print(f"[neurcam] trial {name}: epoch {e} warmup loss={1.0 / e:.5f} T=1 T2=1 1,234 rows/s", flush=True)
-        print(f"[neurcam] trial {name}: scoring", flush=True)
+            events.say(f"epoch {e} warmup loss={1.0 / e:.5f} T=1 T2=1 1,234 rows/s", epoch=e, phase="warmup",
+                       loss=1.0 / e, rows_per_s=1234.0)
+        events.say("scoring")
         return epochs
 
+    from neurcam_dist.distributed.events import current_channel
     with routed_logs(tmp_path, log=lambda m: None, bars=True) as path:
-        assert ray_cluster.get([trial.remote("aa_1", 3), trial.remote("bb_2", 5)]) == [3, 5]
+        ch = current_channel()
+        assert ray_cluster.get([trial.remote("aa_1", 3, ch), trial.remote("bb_2", 5, ch)]) == [3, 5]
         deadline = time.time() + 20
         while path.read_text().count("scoring") < 2 and time.time() < deadline:
             time.sleep(0.2)

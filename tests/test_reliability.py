@@ -300,7 +300,7 @@ def test_a_server_with_credentials_in_its_uri_is_reachable(mlflow_server, monkey
 def test_sigterm_ends_open_runs_failed(mlflow_server):
     import mlflow
 
-    from neurcam_dist.service import _sigterm_as_exit
+    from neurcam_dist.ops.runs import _sigterm_as_exit
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("sigterm")
     before = signal.getsignal(signal.SIGTERM)
@@ -411,16 +411,16 @@ def test_a_registration_whose_alias_fails_is_taken_back(mlflow_server, fitted, d
 
 @pytest.mark.usefixtures("ray_cluster")
 def test_constant_features_on_ray_are_named_once_or_refused(messy, tmp_path, capsys):
-    from neurcam_dist.distributed.driver import prepare
+    from neurcam_dist.distributed.job import prepare, resolve
     d, _ = messy
     cfg = {"data": {"path": str(d), "id": "id", "features": ["a", "b", "k"]},
            "model": {"n_clusters": 3}, "output": str(tmp_path / "out")}
-    _, prof = prepare(parse_config(cfg))
+    _, prof = prepare(resolve(parse_config(cfg)))
     assert capsys.readouterr().out.count("1 constant feature(s) left out (no gate may select them): ['k']") == 1
     assert prof.constant.tolist() == [False, False, True]
     cfg["model"]["constant_features"] = "error"
     with pytest.raises(DataError, match=r"data: 1 constant feature\(s\) \['k'\] \(constant_features='error'\)"):
-        prepare(parse_config(cfg))
+        prepare(resolve(parse_config(cfg)))
 
 
 def test_long_text_is_not_taken_for_small_input(tmp_path):

@@ -13,9 +13,9 @@ from neurcam_dist import NeurCAM
 from neurcam_dist.cli import main
 from neurcam_dist.config import TEXT_MODEL_DEFAULTS, ConfigError, parse_config
 from neurcam_dist.data import DataError, plan
-from neurcam_dist.represent import VOCABULARY_FILE, Analyzer, TextJob, Vocabulary, featurize_text
-from neurcam_dist.represent.sentences import check_model_path, default_model_path, encode, load_model
-from neurcam_dist.represent.text import document_frequencies
+from neurcam_dist.text import VOCABULARY_FILE, Analyzer, TextJob, Vocabulary, featurize_text
+from neurcam_dist.text.sentences import check_model_path, default_model_path, encode, load_model
+from neurcam_dist.text.vocabulary import document_frequencies
 
 # Ten documents: "market" is in all of them, "stock" in five, "goal" in three, "zebra" in one.
 CORPUS = [

@@ -122,13 +122,13 @@ def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/ne
 
 
 def one_epoch(files: list[str], workers: int, out: str, label: str) -> dict:
-    cfg = job(files, workers, cache="never", out=out)  # streaming: the memory peak must not hold the data
+    rjob = distributed.resolve(job(files, workers, cache="never", out=out))  # streaming: the peak must not hold the data
     t0 = time.perf_counter()
-    plan, prof = distributed.prepare(cfg)
+    plan, prof = distributed.prepare(rjob)
     t_prepare = time.perf_counter() - t0
-    init = distributed.initial_state(cfg, plan, prof)
+    init = distributed.initial_state(rjob, prof)
     t1 = time.perf_counter()
-    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=1),
+    result = distributed.run_workers(rjob, distributed.worker_config(rjob, init, max_epochs=1),
                                      fresh(f"scale-{label}-{workers}w"))
     wall = time.perf_counter() - t1
     m = result.metrics
@@ -173,15 +173,15 @@ def feed_only(files: list[str], workers: int, epochs: int) -> list[dict]:
     from ray.train.torch import TorchTrainer
 
     from neurcam_dist.distributed.session import worker_group
-    cfg = job(files, workers, cache="never")
-    plan, prof = distributed.prepare(cfg)
-    init = distributed.initial_state(cfg, plan, prof)
-    wcfg = distributed.worker_config(cfg, plan, init)
+    rjob = distributed.resolve(job(files, workers, cache="never"))
+    plan, prof = distributed.prepare(rjob)
+    init = distributed.initial_state(rjob, prof)
+    wcfg = distributed.worker_config(rjob, init)
     out = Path("/tmp/neurcam-scale-out/feed-only.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(feed_loop, train_loop_config={"worker": wcfg, "epochs": epochs, "out": str(out)},
                            run_config=RunConfig(name=fresh("feed-only"), storage_path="/tmp/neurcam-scale-out/_ray"),
-                           datasets={"train": distributed.training_dataset(cfg, plan)}, **worker_group(cfg.train))
+                           datasets={"train": distributed.training_dataset(rjob)}, **worker_group(rjob.train))
     trainer.fit()
     per_epoch = json.loads(out.read_text())
     return [{**m, "rows_per_s": m["rows"] / m["seconds"], "mb_per_s_per_cpu": m["bytes"] / m["seconds"] / 1e6 / workers}
@@ -192,10 +192,10 @@ def epoch_records(cfg, epochs: int, name: str) -> list[dict]:
     """Prepare, initialise and run ``cfg``'s workers for ``epochs`` epochs; the epoch records of
     the final checkpoint (worker 0's)."""
     import torch
-    plan, prof = distributed.prepare(cfg)
-    init = distributed.initial_state(cfg, plan, prof)
-    result = distributed.run_workers(cfg, plan, distributed.worker_config(cfg, plan, init, max_epochs=epochs),
-                                     fresh(name))
+    rjob = distributed.resolve(cfg)
+    plan, prof = distributed.prepare(rjob)
+    init = distributed.initial_state(rjob, prof)
+    result = distributed.run_workers(rjob, distributed.worker_config(rjob, init, max_epochs=epochs), fresh(name))
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, distributed.STATE_FILE), map_location="cpu", weights_only=True)
     return list(state["records"])

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import DataError
 from ..storage import atomic_directory
 
 DATASET_MARKER = "_neurcam_dataset.json"
@@ -28,21 +29,21 @@ def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | No
     drawn with ``seed``; the id column is kept, or made from the input's row numbers, so every
     sampled row can be traced back. Rows keep the input's order."""
     if (per_class is None) == (rows is None):
-        raise ValueError("give exactly one of --per-class and --rows")
+        raise DataError("give exactly one of --per-class and --rows")
     if id_column not in df.columns:
         df = df.assign(**{id_column: np.arange(len(df))})
     elif df[id_column].duplicated().any():
-        raise ValueError(f"id column {id_column!r} repeats values (e.g. {df[id_column][df[id_column].duplicated()].iloc[0]!r})")
+        raise DataError(f"id column {id_column!r} repeats values (e.g. {df[id_column][df[id_column].duplicated()].iloc[0]!r})")
     rng = np.random.default_rng(seed)
     if rows is not None:
         if rows < 1:
-            raise ValueError(f"--rows must be >= 1, got {rows}")
+            raise DataError(f"--rows must be >= 1, got {rows}")
         keep = rng.choice(len(df), min(rows, len(df)), replace=False)
     else:
         if per_class < 1:
-            raise ValueError(f"--per-class must be >= 1, got {per_class}")
+            raise DataError(f"--per-class must be >= 1, got {per_class}")
         if by not in df.columns:
-            raise ValueError(f"class column {by!r} is not in the data (columns: {list(df.columns)})")
+            raise DataError(f"class column {by!r} is not in the data (columns: {list(df.columns)})")
         keep = []
         for _, idx in sorted(df.groupby(by, dropna=False).indices.items(), key=lambda kv: str(kv[0])):
             keep.extend(rng.choice(idx, min(per_class, len(idx)), replace=False))
@@ -53,7 +54,7 @@ def write_frame_shards(df: pd.DataFrame, out: str, n_files: int, id_column: str 
     """A DataFrame as ``n_files`` Parquet shards with an id column (made from the row numbers
     when absent), written atomically."""
     if n_files < 1:
-        raise ValueError(f"--files must be >= 1, got {n_files}")
+        raise DataError(f"--files must be >= 1, got {n_files}")
 
     def write(tmp: Path) -> None:
         frame = df if id_column in df.columns else df.assign(**{id_column: np.arange(len(df))})

@@ -6,6 +6,7 @@ import os
 from ..config import DataConfig
 from ..storage.published import write_version
 from ..uris import is_uri, join
+from .reading import read_source
 from .sources import DataError, auto_features, footers, resolve
 
 
@@ -16,7 +17,6 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
     Returns the data config of the joined shards."""
     import shutil
 
-    import ray.data
     from ray.data.aggregate import Count
 
     key = cfg.embeddings.key
@@ -33,9 +33,8 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
         raise DataError(f"columns {clash} exist in both the features and the embeddings datasets")
     n_rows = sum(n for _, _, n in ffoot)
     parts = max(2, min(64, n_rows // 500_000 + 1))
-    feats = ray.data.read_parquet(fsrc.files, filesystem=fsrc.filesystem, file_extensions=None)
-    embs = ray.data.read_parquet(esrc.files, filesystem=esrc.filesystem, columns=[key, *emb_cols],
-                                 file_extensions=None)
+    feats = read_source(fsrc, None)
+    embs = read_source(esrc, [key, *emb_cols])
     # as many hash partitions as the join below (Ray Data's default, 200, is hundreds of tasks)
     counts = (embs.select_columns([key]).groupby(key, num_partitions=parts)
               .aggregate(Count(alias_name="n")).materialize())

@@ -13,14 +13,14 @@ did not itself wait, it sleeps 1 ms, doubling to ``MAX_PAUSE_S`` while nothing m
 step that moves something resets it. A consumer that takes a block therefore waits at most
 ``MAX_PAUSE_S`` longer for the executor to notice, and the stream's blocks, their order and
 their contents do not change. It reads the executor's private state (its topology and output
-queue); on a Ray whose executor lacks them it switches itself off and says so once.
+queue, through ``raycompat``); on a Ray whose executor lacks them it switches itself off and says so once.
 """
 from __future__ import annotations
 
 import logging
 import time
 
-from ray.data._internal.execution.execution_callback import ExecutionCallback
+from ..raycompat import ExecutionCallback, executor_operators, operator_signature
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +31,12 @@ MAX_PAUSE_S = 0.010
 def _signature(executor) -> tuple:
     """What moves when the executor makes progress: per operator, tasks started and finished,
     blocks made and queued for the next operator (or for each consumer of a split)."""
-    sig = []
-    for op, state in executor._topology.items():
-        m = op.metrics
-        sig.append((m.num_tasks_submitted, m.num_tasks_finished, m.num_task_outputs_generated,
-                    m.num_inputs_received, state.output_queue.num_blocks, op.has_completed()))
-    return tuple(sig)
+    return tuple(operator_signature(op, state) for op, state in executor_operators(executor))
 
 
 class IdlePause(ExecutionCallback):
+    """A Ray Data execution callback that pauses the scheduling loop after a step that moved
+    nothing (see the module docstring)."""
     def __init__(self) -> None:
         self.pause = 0.0
         self.last = None          # the previous step's signature
@@ -49,6 +46,7 @@ class IdlePause(ExecutionCallback):
         self.off = False
 
     def on_execution_step(self, executor) -> None:
+        """Called by the executor after each scheduling step: sleep briefly when nothing moved."""
         if self.off:
             return
         now = time.perf_counter()

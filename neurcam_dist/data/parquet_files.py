@@ -40,9 +40,12 @@ class ParquetFiles(Datasource):
         self.picks, self.fold, self.paths = picks, fold, paths
 
     def estimate_inmemory_data_size(self):
+        """Unknown before reading (Ray Data then sizes the blocks as it reads)."""
         return None
 
     def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
+        """One read task per file (its planned rows, its picked rows), batches of about
+        the configured block size; ``parallelism`` is ignored (a file is the unit)."""
         tasks, first = [], 0
         for path in self.src.files:
             planned = self.rows_per_file[path]

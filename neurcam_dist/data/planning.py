@@ -45,6 +45,7 @@ class Plan:
         return cols
 
     def describe(self) -> str:
+        """One line for the console: rows, files, features, embedding, label and id."""
         rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",
                "columns": f"{len(self.repr_columns)} columns"}[self.repr_kind]
         shown = ", ".join(self.features[:20]) + (f" and {len(self.features) - 20} more" if len(self.features) > 20 else "")
@@ -53,7 +54,10 @@ class Plan:
 
 
 def plan(cfg: DataConfig) -> Plan:
-    """Validate schemas and choose columns from the Parquet footers alone (no data is read)."""
+    """Validate schemas and choose columns from the Parquet footers alone (no data is read).
+
+    Kept whole: one pass over the footers that checks each column role (features, label, id,
+    embedding) against every file in turn, so an error names the first file and column that fail."""
     src = resolve(cfg.path)
     foot = footers(src)
     n_rows = sum(n for _, _, n in foot)

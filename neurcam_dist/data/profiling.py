@@ -16,6 +16,8 @@ from .sources import DataError, listing
 
 @dataclass
 class Profile:
+    """What the profile pass found: rows, each feature's mean and standard deviation, the
+    non-finite cells per file and column, and the constant features."""
     n_rows: int
     mean: np.ndarray                               # float64, like the standard deviation
     std: np.ndarray
@@ -25,6 +27,7 @@ class Profile:
     hi: np.ndarray | None = None
 
     def scale(self) -> np.ndarray:
+        """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
         return np.where(self.std > 0, self.std, 1.0)
 
     @property

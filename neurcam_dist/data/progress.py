@@ -7,7 +7,7 @@ Ray Data's own progress bars redraw every operator every second, and the service
 seconds from the executor's loop in the driver. Ray builds the callback with no arguments and may
 ship the dataset's context to its tasks, so the context carries only a token; what to count and
 where to say it stay in this process (``_WATCHED``). It reads the executor's operators (private
-state, as ``pacing`` does) and their row counts (``rows_task_outputs_generated``); on an executor
+state, through ``raycompat``) and their row counts (``rows_task_outputs_generated``); on an executor
 without them it says so once and stops.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 import uuid
 from contextlib import contextmanager
 
-from ray.data._internal.execution.execution_callback import ExecutionCallback
+from ..raycompat import ExecutionCallback, executor_config, executor_operators, operator_rows
 
 log = logging.getLogger(__name__)
 
@@ -26,23 +26,29 @@ _WATCHED: dict[str, dict] = {}   # token -> {"op": name part, "total": rows, "sa
 
 
 class RowProgress(ExecutionCallback):
+    """A Ray Data execution callback that says how many rows an operator has turned out
+    (see the module docstring)."""
     def __init__(self) -> None:
         self.watch = None
         self.t0 = self.last = 0.0
         self.said = -1
 
     def before_execution_starts(self, executor) -> None:
+        """Find what this execution watches (the context's token) and start the clock."""
         try:
-            self.watch = _WATCHED.get(executor._data_context.get_config(KEY))
+            self.watch = _WATCHED.get(executor_config(executor, KEY))
         except AttributeError as e:   # another Ray's executor
             log.warning("neurcam: no progress lines: Ray Data's executor has changed (%s)", e)
         self.t0 = self.last = time.perf_counter()
 
     def rows(self, executor) -> int | None:
-        ops = [op for op in executor._topology if self.watch["op"] in op.name]
-        return ops[-1].metrics.rows_task_outputs_generated if ops else None
+        """Rows the watched operator has turned out so far, or None before it exists."""
+        ops = [op for op, _ in executor_operators(executor) if self.watch["op"] in op.name]
+        return operator_rows(ops[-1]) if ops else None
 
     def on_execution_step(self, executor) -> None:
+        """Called by the executor after each scheduling step: a progress line at most
+        every ``every`` seconds."""
         w = self.watch
         if w is None:
             return

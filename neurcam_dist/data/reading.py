@@ -14,12 +14,15 @@ from .sources import BATCH_ROWS, PATH_COLUMN, DataError, Source, file_tables, wi
 
 
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
+    """The plan's files as a Ray Data dataset of ``columns`` (default: the plan's), with the
+    file path as a column (``with_paths``) and in file order (``ordered``)."""
     return read_source(p.source, list(dict.fromkeys(columns if columns is not None else p.columns)),
                        with_paths=with_paths, ordered=ordered)
 
 
-def read_source(src: Source, columns: list[str], *, with_paths: bool = False, ordered: bool = False):
-    """A Ray Data dataset over exactly the resolved files and the named columns. ``ordered``:
+def read_source(src: Source, columns: list[str] | None, *, with_paths: bool = False, ordered: bool = False):
+    """A Ray Data dataset over exactly the resolved files and the named columns (None: every
+    column): the one way the service reads Parquet with Ray Data's reader. ``ordered``:
     blocks come out in file order, not completion order, so a seeded sample or a one-worker
     training stream is the same from run to run."""
     import ray.data
@@ -35,8 +38,11 @@ def read_source(src: Source, columns: list[str], *, with_paths: bool = False, or
 def map_with_actors(ds, cls, batch_size: int, concurrency: int, *, num_gpus: float = 0, **kwargs):
     """``ds.map_batches`` over a pool of ``concurrency`` actors of ``cls(**kwargs)`` (one CPU each),
     leaving at least one CPU for the read tasks that feed them (an object-store read starts with a
-    listing task: with every CPU held by an actor it would wait forever)."""
+    listing task: with every CPU held by an actor it would wait forever). An error the actors
+    raise comes back as itself (Ray's wrapper is an instance of its class), not as Ray Data's
+    ``UserCodeException``, so a ``DataError`` crosses the boundary typed (``errors.find_cause``)."""
     from ray.data import ActorPoolStrategy
+    ds.context.raise_original_map_exception = True
     return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size, batch_format="pyarrow",
                           compute=ActorPoolStrategy(size=pool_size(concurrency)), num_cpus=1,
                           num_gpus=num_gpus or None)
@@ -159,13 +165,15 @@ class HeldRows:
 
 
 def held_rows(p: Plan) -> HeldRows:
+    """Small training data read here once and put in Ray's object store for the workers to
+    slice (``HeldRows``)."""
     import ray
     table = pa.concat_tables(local_tables(p)).combine_chunks()  # one chunk: workers' slices convert as one
     return HeldRows(ray.put(table))
 
 
-def representation(table: pa.Table, p: Plan) -> np.ndarray:
-    """(n, R) float32 representation of an Arrow batch (zero-copy for fixed-size lists)."""
+def embedding(table: pa.Table, p: Plan) -> np.ndarray:
+    """(n, R) float32 embedding (the clustering space) of an Arrow batch (zero-copy for fixed-size lists)."""
     if p.repr_kind == "list":
         col = table[p.repr_columns[0]].combine_chunks()
         if pa.types.is_fixed_size_list(col.type):

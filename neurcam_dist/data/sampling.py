@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..errors import DataError
 from .planning import Plan
 from .reading import local_pass
 from .sources import ROW_KEY
@@ -38,5 +39,5 @@ def sample(p: Plan, n: int, seed: int, columns: list[str]) -> pa.Table:
     columns = list(dict.fromkeys(columns))
     tables = per_file_tables(p.source, columns, p.rows_per_file, here=local_pass(p, columns), picks=draw(p, n, seed))
     if not tables:
-        raise ValueError(f"the sample of {p.n_rows} rows came back empty")
+        raise DataError(f"the sample of {p.n_rows} rows came back empty")
     return pa.concat_tables(tables).drop_columns([ROW_KEY])

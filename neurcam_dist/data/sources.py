@@ -10,9 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import DataError  # noqa: F401 - re-exported here
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
-from ..validation import is_id_like
+from ..validation import auto_features as select_features
 
 VOCABULARY_FILE = "_vocabulary.json"   # written by featurize-text; "_": readers of the shards skip it
 PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away from user columns
@@ -26,12 +27,10 @@ MAX_LISTED = 20
 BATCH_ROWS = 16384
 
 
-class DataError(ValueError):
-    """Input data that cannot be trained on; the message names the file(s) and column(s)."""
-
-
 @dataclass
 class Source:
+    """The files a ``data.path`` resolves to, on their file system, and how many entries were
+    skipped (hidden, ``_`` and non-Parquet names)."""
     spec: object                       # what the config said (str or list)
     files: list[str]
     filesystem: pa.fs.FileSystem | None = None
@@ -62,6 +61,7 @@ class Source:
                 if now.get(f) != st]
 
     def describe(self) -> str:
+        """``N file(s)`` and what was skipped, for the console."""
         return f"{len(self.files)} file(s)" + (f" ({self.skipped} hidden, '_' or non-Parquet entries skipped)"
                                                if self.skipped else "")
 
@@ -251,21 +251,23 @@ def column_bytes(src: Source, schema: pa.Schema, n_rows: int, columns: list[str]
 
 
 def is_number(t: pa.DataType) -> bool:
+    """True for Arrow types read as numbers (integers, floats, booleans, decimals)."""
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_decimal(t)
 
 
 def is_float_list(t: pa.DataType) -> bool:
+    """True for Arrow list types of numbers (an embedding column)."""
     return ((pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
             and (pa.types.is_floating(t.value_type) or pa.types.is_integer(t.value_type)))
 
 
 def auto_features(schema: pa.Schema, reserved: set[str]) -> list[str]:
-    """Feature columns when the config names none: numeric, not reserved (label, id, key, the
-    representation), and not index-, id- or key-like by name (``validation.is_id_like``)."""
-    return [f.name for f in schema if f.name not in reserved and not is_id_like(f.name) and is_number(f.type)]
+    """Feature columns of a Parquet schema when the config names none (``validation.auto_features``)."""
+    return select_features([(f.name, is_number(f.type)) for f in schema], reserved)
 
 
 def listing(what: str, items: list[str]) -> str:
+    """``N what:`` and the first items, one a line, with how many more."""
     more = f"\n  ... and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else ""
     return f"{len(items)} {what}:\n  " + "\n  ".join(items[:MAX_LISTED]) + more
 

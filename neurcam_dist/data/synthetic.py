@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import ConfigError
+
 
 def _embedding_column(values: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.float32).ravel()), values.shape[1])
@@ -25,9 +27,9 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
     for flag, value, least in (("--rows", n_rows, 1), ("--features", n_features, 1), ("--dim", repr_dim, 0),
                                ("--clusters", n_clusters, 1), ("--files", n_files, 1)):
         if value < least:
-            raise ValueError(f"{flag} must be >= {least}, got {value}")
+            raise ConfigError(f"{flag} must be >= {least}, got {value}")
     if n_files > n_rows:
-        raise ValueError(f"--files ({n_files}) is more than --rows ({n_rows}): some files would hold no row")
+        raise ConfigError(f"--files ({n_files}) is more than --rows ({n_rows}): some files would hold no row")
     informative = min(informative, n_features)
     rng = np.random.default_rng(seed)
     centers = np.zeros((n_clusters, n_features))

@@ -14,6 +14,7 @@ import pickle
 import numpy as np
 import pyarrow as pa
 
+from ..errors import TrainingError
 from .. import data as data_mod
 from .. import metrics
 from ..model import FittedNet
@@ -31,7 +32,7 @@ class _Comparer:
         xa = data_mod.matrix(table, a.feature_names, np.float64)
         la = a.logits(xa).argmax(1)
         lb = b.logits(data_mod.matrix(table, b.feature_names, np.float64)).argmax(1)
-        xr = (a.standardize(xa) if plan.repr_kind == "features" else data_mod.representation(table, plan))
+        xr = (a.standardize(xa) if plan.repr_kind == "features" else data_mod.embedding(table, plan))
         xr = xr.astype(np.float64)
         sq = (xr ** 2).sum(1)
         acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64)}
@@ -63,7 +64,7 @@ def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, 
     total = reduce_pass(plan, cols, _Comparer, _combine, batch_size, concurrency,
                         challenger=challenger, champion=champion, plan=plan)
     if total is None or total["n"] != plan.n_rows:
-        raise RuntimeError(f"the comparison pass saw {0 if total is None else total['n']} rows, "
+        raise TrainingError(f"the comparison pass saw {0 if total is None else total['n']} rows, "
                            f"the data has {plan.n_rows}")
     table = total["table"]
     return {"n_rows": int(total["n"]), "table": table,

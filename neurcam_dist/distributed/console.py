@@ -1,12 +1,12 @@
 """A console a person can read: Ray's, Ray Data's, Tune's and Train's own log lines (and every
 line the workers print) go to a file in the run's folder; the console keeps the service's own
-``[neurcam]`` lines (progress, decisions, where things are). On a terminal each running trial's
-epoch lines become one progress bar (tqdm) per trial; in a log (a Ray job, a pod) they stay lines,
-which is what a bar turns into there anyway. ``--verbose`` (``NEURCAM_VERBOSE=1``) leaves Ray's
-logging as it is.
+``[neurcam]`` lines (progress, decisions, where things are). Workers and trials send those as
+records (``events``), not as printed text; on a terminal each running trial's epoch records become
+one progress bar (tqdm) per trial; in a log (a Ray job, a pod) they stay lines, which is what a bar
+turns into there anyway. ``--verbose`` (``NEURCAM_VERBOSE=1``) leaves Ray's logging as it is.
 
-Worker output reaches the driver through Ray's log dispatcher; its default printer is swapped
-for one that writes everything to the file and echoes only our lines, and put back afterwards.
+Worker output reaches the driver through Ray's log dispatcher (``raycompat``); its default
+printer is swapped for one that writes everything to the file, and put back afterwards.
 """
 from __future__ import annotations
 
@@ -19,34 +19,33 @@ import time
 from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 
+from ..raycompat import autoscaler_events, stdstream_dispatcher
 from ..storage.published import put_file
 from ..uris import is_uri, join, local
+from .events import Event, listening
 
-OURS = "[neurcam]"
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_EPOCH = re.compile(r"^\[neurcam\] trial (?P<trial>[^:\s]+): epoch (?P<epoch>\d+) (?P<phase>\S+) loss=(?P<loss>\S+)"
-                    r".*? (?P<rate>[\d,]+) rows/s$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")   # colour codes in Ray's lines, left out of the log file
 
 
 class _Bars:
-    """One tqdm bar per trial, fed by the trials' epoch lines; other lines print above the bars."""
+    """One tqdm bar per trial, fed by the trials' epoch records; other records print above the bars."""
 
     def __init__(self, stream):
         self.stream, self.bars = stream, {}
 
-    def show(self, line: str) -> None:
+    def show(self, event: Event) -> None:
         from tqdm import tqdm
-        m = _EPOCH.match(line)
-        if m is None:
-            tqdm.write(line, file=self.stream)
+        if not event.is_epoch:
+            tqdm.write(event.line(), file=self.stream)
             return
-        bar = self.bars.get(m["trial"])
+        key = event.trial or ""
+        bar = self.bars.get(key)
         if bar is None:
-            bar = self.bars[m["trial"]] = tqdm(desc=f"trial {m['trial']}", position=len(self.bars), file=self.stream,
-                                               bar_format="{desc}: epoch {n} [{elapsed}{postfix}]",
-                                               dynamic_ncols=True, leave=True)
-        bar.n = int(m["epoch"])
-        bar.set_postfix_str(f"{m['phase']} loss={m['loss']} {m['rate']} rows/s", refresh=True)
+            bar = self.bars[key] = tqdm(desc=f"trial {key}" if key else "training", position=len(self.bars),
+                                        file=self.stream, bar_format="{desc}: epoch {n} [{elapsed}{postfix}]",
+                                        dynamic_ncols=True, leave=True)
+        bar.n = event.epoch
+        bar.set_postfix_str(f"{event.phase} loss={event.loss:.5f} {event.rows_per_s:,.0f} rows/s", refresh=True)
 
     def close(self) -> None:
         for bar in self.bars.values():
@@ -83,33 +82,8 @@ class _Repeats:
 
 
 def verbose() -> bool:
+    """True when Ray's own log lines stay on the console (``--verbose``, ``NEURCAM_VERBOSE=1``)."""
     return os.environ.get("NEURCAM_VERBOSE") == "1"
-
-
-def worker_say(msg: str) -> None:
-    """A ``[neurcam]`` line from a Ray Train worker. Not ``print``: Train v2 replaces it in its
-    workers with one that logs the line and, since Ray wraps the worker's stdout, prints it too,
-    so every line reached the console twice."""
-    sys.stdout.write(f"{OURS} {msg}\n")
-    sys.stdout.flush()
-
-
-def _dispatcher():
-    try:
-        from ray._private.ray_logging import global_worker_stdstream_dispatcher
-        return global_worker_stdstream_dispatcher
-    except ImportError:  # a Ray without it: worker lines stay on the console
-        return None
-
-
-def _autoscaler_events(lines: list[str]):
-    """The autoscaler's events among its lines, as Ray's own printer keeps them: the rest is a
-    cluster status table every 5 s (most of a log file otherwise)."""
-    try:
-        from ray._private.worker import filter_autoscaler_events
-    except ImportError:  # a Ray without it: keep every line
-        return lines
-    return filter_autoscaler_events(lines)
 
 
 _NAMES: dict[tuple[str, str, int], str] = {}   # (folder, stem, pid) -> the file's name: one file a process
@@ -276,8 +250,9 @@ def held_stderr():
 @contextmanager
 def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
-    docstring), after the ``earlier`` lines (``held_stderr``); ``bars``: progress bars for the
-    trials' epoch lines (default: on a terminal)."""
+    docstring), after the ``earlier`` lines (``held_stderr``), and the records workers and trials
+    send (``events``) are rendered here: into that file, and on the console as lines or, for
+    epoch records, one progress bar per trial (``bars``; default: on a terminal)."""
     if verbose():
         yield None
         return
@@ -286,44 +261,63 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     import ray.tune  # noqa: F401
     with _warnings_logged(), _log_file(join(output, "logs"), "ray", ("ray", "py.warnings"), log, "Ray's",
                                        earlier) as (path, sink):
-        dispatcher = _dispatcher()
-        printer = None
-        if dispatcher is not None:
-            printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
+        progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
 
-            progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
-            written = _Repeats(sink)
-
-            def route(data: dict) -> None:
-                prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
-                lines = data.get("lines", [])
-                for line in _autoscaler_events(lines) if data.get("pid") == "autoscaler" else lines:
-                    plain = _ANSI.sub("", line)
-                    written.write(prefix, plain)
-                    mine = plain.strip()
-                    if mine.startswith(OURS):
-                        if progress is not None:
-                            progress.show(mine)
-                        else:
-                            print(mine, flush=True)
-                sink.flush()
-
-            if printer is not None:
-                dispatcher.remove_handler("ray_print_logs")
-            dispatcher.add_handler("neurcam_route", route)
-        air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
-        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"  # Tune's banner, TensorBoard hint and status tables: off
-        try:
-            yield path
-        finally:
-            if air_output is None:
-                os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        def render(event: Event) -> None:
+            sink.write(event.line() + "\n")
+            if progress is not None:
+                progress.show(event)
             else:
-                os.environ["RAY_AIR_NEW_OUTPUT"] = air_output
-            if dispatcher is not None:
-                dispatcher.remove_handler("neurcam_route")
-                written.close()
+                print(event.line(), flush=True)
+
+        with _worker_lines_to(sink), _tune_tables_off(), listening(render):
+            try:
+                yield path
+            finally:
                 if progress is not None:
                     progress.close()
-                if printer is not None:
-                    dispatcher.add_handler("ray_print_logs", printer)
+
+
+@contextmanager
+def _worker_lines_to(sink):
+    """Within the block, what Ray's workers print goes to ``sink`` (Ray's printer is taken off the
+    driver's dispatcher and put back afterwards); a run of one repeated line is written once,
+    with its count (``_Repeats``), and of the autoscaler's lines only its events."""
+    dispatcher = stdstream_dispatcher()
+    if dispatcher is None:
+        yield
+        return
+    printer = next((h for n, h in dispatcher.handlers if n == "ray_print_logs"), None)
+    written = _Repeats(sink)
+
+    def route(data: dict) -> None:
+        prefix = f"({data.get('actor_name') or data.get('task_name') or ''} pid={data.get('pid')}) "
+        lines = data.get("lines", [])
+        for line in autoscaler_events(lines) if data.get("pid") == "autoscaler" else lines:
+            written.write(prefix, _ANSI.sub("", line))
+        sink.flush()
+
+    if printer is not None:
+        dispatcher.remove_handler("ray_print_logs")
+    dispatcher.add_handler("neurcam_route", route)
+    try:
+        yield
+    finally:
+        dispatcher.remove_handler("neurcam_route")
+        written.close()
+        if printer is not None:
+            dispatcher.add_handler("ray_print_logs", printer)
+
+
+@contextmanager
+def _tune_tables_off():
+    """Tune's banner, TensorBoard hint and status tables off within the block."""
+    air_output = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    try:
+        yield
+    finally:
+        if air_output is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = air_output

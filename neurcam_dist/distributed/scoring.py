@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import re
 import time
 from contextlib import contextmanager, nullcontext
 
@@ -21,17 +20,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow.fs import FileSelector
 
+from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain import rows_from_contributions
+from ..explain.assignments import TOP_TERMS, assignments
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
-from ..validation import missing_columns_note
+from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
 from .session import ensure_ray
 
-TOP_TERMS = 3
 MARKER = "_neurcam_predictions.json"
 PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often
 
@@ -47,7 +46,7 @@ class _Evaluator:
         x = data_mod.matrix(table, plan.features, np.float64)
         contrib = fitted.contributions(x)                                     # (n, channels, K)
         labels = contrib.sum(1).argmax(1)
-        xr = fitted.standardize(x) if plan.repr_kind == "features" else data_mod.representation(table, plan)
+        xr = fitted.standardize(x) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
         xr = xr.astype(np.float64)
         k = fitted.n_clusters
         acc = {"n": len(labels), "counts": np.bincount(labels, minlength=k),
@@ -121,7 +120,7 @@ def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, 
     total = reduce_pass(plan, cols, _Evaluator, _combine, batch_size, concurrency, log, fitted=fitted, plan=plan)
     if total is None or total["n"] != plan.n_rows:
         seen = 0 if total is None else total["n"]
-        raise RuntimeError(f"the scoring pass saw {seen} rows, the data has {plan.n_rows}")
+        raise TrainingError(f"the scoring pass saw {seen} rows, the data has {plan.n_rows}")
     out = {"inertia": metrics.inertia_from_moments(total["counts"], total["sums"], total["sumsq"]),
            "cluster_sizes": total["counts"].astype(int).tolist(),
            "n_clusters_used": int((total["counts"] > 0).sum()),
@@ -138,21 +137,13 @@ def evaluate(fitted: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096, 
 
 def _refuse_non_finite(x: np.ndarray, table: pa.Table, names: list[str]) -> None:
     """A row that cannot be scored names its file and column (nulls read back as NaN)."""
-    bad = ~np.isfinite(x)
-    if bad.any():
-        row, col = (int(v[0]) for v in np.nonzero(bad))
+    counts = non_finite_counts(x, names)
+    if counts:
+        row, col = (int(v[0]) for v in np.nonzero(~np.isfinite(x)))
         where = table[data_mod.PATH_COLUMN][row].as_py() if data_mod.PATH_COLUMN in table.column_names else "input"
-        counts = {names[j]: int(n) for j, n in enumerate(bad.sum(0)) if n}
         raise data_mod.DataError(f"{where}: column {names[col]!r} has a null, NaN or infinite value "
                                  f"(value {float(x[row, col])!r}); missing or non-finite values per column in "
                                  f"this batch: {counts}. Nothing was written")
-
-
-def _data_error_in(exc: BaseException) -> str | None:
-    """The message of a ``DataError`` raised inside a Ray Data task: Ray hands it back wrapped,
-    with the remote traceback (ending in ``...DataError: message``) as its text."""
-    found = re.search(r"DataError: (.+)", str(exc))
-    return found.group(1) if found else None
 
 
 class _Scorer:
@@ -162,8 +153,8 @@ class _Scorer:
         self.fitted, self.id_column, self.carry = fitted, id_column, carry
         self.text = None
         if text is not None:    # raw documents: featurized here with the model's vocabulary
-            from ..represent import Vocabulary
-            from ..represent.text import join_text
+            from ..text import Vocabulary
+            from ..text.vocabulary import join_text
             self.text, self._join = Vocabulary.from_json(text), join_text
             index = {c: j for j, c in enumerate(self.text.columns)}
             self._order = [index[c] for c in fitted.feature_names]   # the model's columns among the terms
@@ -179,32 +170,19 @@ class _Scorer:
         fitted = self.fitted
         x = self._features(table)
         _refuse_non_finite(x, table, fitted.feature_names)
-        rows = rows_from_contributions(fitted, fitted.contributions(x))
-        logits = rows.logits
-        z = logits - logits.max(1, keepdims=True)
-        proba = np.exp(z)
-        proba /= proba.sum(1, keepdims=True)
-        cluster = logits.argmax(1)
-        ids = fitted.ids
-        toward = rows.contributions[np.arange(len(x)), :, cluster]                          # (n, terms)
-        order = np.argsort(-toward, axis=1, kind="stable")
-        names = np.asarray(rows.terms, dtype=object)
+        scored = assignments(fitted, x, top_terms=TOP_TERMS)
         cols = {}
         if self.id_column:
             cols[self.id_column] = table[self.id_column]
         for c in self.carry:
             cols[c] = table[c]
-        cols["cluster"] = pa.array(ids[cluster].astype(np.int32))   # stable ids (``cluster_ids_``)
-        for k in range(proba.shape[1]):
-            cols[f"proba_{ids[k]}"] = pa.array(proba[:, k])
-        for r in range(TOP_TERMS):
-            if r < len(names):
-                idx = order[:, r]
-                cols[f"term_{r + 1}"] = pa.array(names[idx].tolist(), pa.string())
-                cols[f"term_{r + 1}_contribution"] = pa.array(toward[np.arange(len(x)), idx])
+        for name, values in scored.items():
+            if name == "cluster":
+                cols[name] = pa.array(values.astype(np.int32))   # stable ids (``cluster_ids_``)
+            elif values.dtype == object:
+                cols[name] = pa.array(values.tolist(), pa.string())
             else:
-                cols[f"term_{r + 1}"] = pa.nulls(len(x), pa.string())
-                cols[f"term_{r + 1}_contribution"] = pa.nulls(len(x), pa.float64())
+                cols[name] = pa.array(values, pa.float64(), mask=np.isnan(values))
         return pa.table(cols)
 
 
@@ -248,7 +226,10 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
     scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
     if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
-    progress line through ``log`` at most every ``progress_seconds``."""
+    progress line through ``log`` at most every ``progress_seconds``.
+
+    Kept whole: the checks, the choice of pass (here or Ray Data) and the atomic publication are
+    one transaction; split, a failure between the parts could leave a half-published output."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
@@ -288,7 +269,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
-            raise RuntimeError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
+            raise TrainingError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
         summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
                        input=redact(str(input_path)), where="here" if here else "ray")
         with fs.open_output_stream(f"{root}/{MARKER}") as f:
@@ -314,7 +295,7 @@ def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: s
         with watched(ds, _Scorer.__name__, total, say, every=every):
             ds.write_parquet(root, filesystem=fs)
     except Exception as exc:
-        msg = _data_error_in(exc)
-        if msg is None:
+        found = find_cause(exc, data_mod.DataError)   # Ray hands a task's error back wrapped
+        if found is None:
             raise
-        raise data_mod.DataError(msg) from None
+        raise data_mod.DataError(found.message) from None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 
+from ..errors import ConfigError
 from ..uris import configure_s3
 
 
@@ -48,11 +49,11 @@ def check_resources(num_workers: int, cpus_per_worker: float, gpu_share: float) 
     cpus, gpus = res.get("CPU", 0.0), res.get("GPU", 0.0)
     need = num_workers * cpus_per_worker
     if cpus - need < 1:
-        raise ValueError(f"train.num_workers x train.cpus_per_worker = {need:g} CPUs leaves "
+        raise ConfigError(f"train.num_workers x train.cpus_per_worker = {need:g} CPUs leaves "
                          f"{max(cpus - need, 0):g} of the cluster's {cpus:g} CPUs for Ray Data to read the "
                          f"shards (at least 1 is needed): lower train.cpus_per_worker or add CPUs")
     if gpu_share and gpus < num_workers * gpu_share:
-        raise ValueError(f"train.use_gpu with train.num_workers={num_workers} x train.gpus_per_worker="
+        raise ConfigError(f"train.use_gpu with train.num_workers={num_workers} x train.gpus_per_worker="
                          f"{gpu_share:g} needs {num_workers * gpu_share:g} GPUs; the cluster has {gpus:g}")
 
 

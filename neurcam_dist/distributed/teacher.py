@@ -31,6 +31,8 @@ class RowTargets:
         self.computed = 0
 
     def targets(self, teacher, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """The frozen model's log-assignment of the batch's rows (computed once a row,
+        then taken from the cache by row key while the cache fits its budget)."""
         with torch.no_grad():
             if not self.enabled:
                 if not self.told:

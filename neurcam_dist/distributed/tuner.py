@@ -24,22 +24,20 @@ from pathlib import Path
 import numpy as np
 from ray.tune import Callback
 
+from ..errors import ConfigError, NeurcamError, SearchError, find_cause  # noqa: F401 - SearchError re-exported
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
-from ..params import check_params_for_data
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
-from .driver import (InitialState, computed_representation, finish_run, initial_state, log, planned_early, prepare,
-                     representation_dirs, run_workers, set_reference, training_dataset, worker_config)
-from .driver import unchanged_input, write_run
+from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
+                     set_reference, training_dataset, unchanged_input, worker_config, write_run)
+from . import events
 from .console import held_stderr, routed_logs
+from .events import log
+from .job import ResolvedJob, resolve, resolve_early, trial_model
 from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
-
-
-class SearchError(RuntimeError):
-    """No trial of the search finished; the message lists each trial's reason."""
 
 
 @dataclass
@@ -53,12 +51,20 @@ class Trial:
     metrics: dict = field(default_factory=dict)
     error: str | None = None
     output: str | None = None
+    reason: str | None = None        # a failed trial's own error (class: message), when it was one of ours
+
+    def failure(self) -> str:
+        """Why the trial failed, in one line: the service's own error as raised, else the line
+        of Ray's traceback text that names an error."""
+        return self.reason or error_summary(self.error)
 
     @property
     def inertia(self) -> float:
+        """The trial's hard inertia (the search's ranking)."""
         return float(self.metrics["inertia"])
 
     def row(self) -> dict:
+        """The trial as one row of the trial table (id, status, parameters, figures, error)."""
         return {"trial_id": self.trial_id, "status": self.status, **self.params,
                 **{k: self.metrics[k] for k in ("inertia", "ari", "nmi", "acc", "epochs", "train_seconds")
                    if k in self.metrics}, **({"error": self.error} if self.error else {})}
@@ -66,6 +72,8 @@ class Trial:
 
 @dataclass
 class SearchResult:
+    """What ``search`` returns: the winner, its metrics, every trial, the consistency of the
+    best runs' explanations, where the outputs are, and the configs it ran."""
     estimator: NeurCAM               # the winner
     metrics: dict                    # the winner's metrics.json (with a "search" summary)
     trials: list[Trial]
@@ -79,6 +87,7 @@ class SearchResult:
 
     @property
     def report_path(self) -> Path | str:
+        """The winner's HTML report (``OUTPUT/report/report.html``)."""
         return as_path(join(self.output, "report", "report.html"))
 
 
@@ -97,40 +106,32 @@ def param_space(s: SearchConfig) -> dict:
 
 
 def n_trials(s: SearchConfig) -> int:
+    """How many trials a search runs: seeds x grid points x samples."""
     grid = len(s.seeds) * int(np.prod([len(v) for v in s.space().values() if isinstance(v, list)] or [1]))
     return grid * s.num_samples
 
 
-def trial_model(cfg: JobConfig, params: dict) -> ModelConfig:
-    """The trial's hyperparameters (validated like a config's ``model`` section)."""
-    clean = {k: (int(v) if k in ("n_single", "n_pairs", "random_state") else float(v)) for k, v in params.items()}
-    return ModelConfig.model_validate({**cfg.model.model_dump(), **clean})
-
-
 # ---------------------------------------------------------------------------- one trial
-def _trial(params: dict, job: dict) -> None:
-    """A Tune trial: one distributed training (``TorchTrainer``) then the full-data scoring pass."""
+def _trial(params: dict, shared: dict) -> None:
+    """A Tune trial: one distributed training (``TorchTrainer``) then the full-data scoring pass.
+    ``shared``: what every trial gets (the resolved job, the k-means inits, the dataset)."""
     from ray import tune
 
     quiet_data_progress()
-    cfg: JobConfig = job["config"]
-    plan = job["plan"]
-    ctx = tune.get_context()
-    trial_id = ctx.get_trial_id()
-    model = trial_model(cfg, params)
-    # the data-dependent checks (e.g. no shape function at all): a clear failure of this trial
-    check_params_for_data(model.estimator_params(), plan.n_rows, len(plan.features))
-    out = as_path(join(job["trials_dir"], trial_id))
-    tcfg = cfg.model_copy(update={"model": model, "output": str(out), "search": None, "tracking": None})
-    init = job["inits"][model.random_state]
-    wcfg = dataclasses.replace(worker_config(tcfg, plan, init), tag=f"trial {trial_id}: ")
-    run_name = f"{job['name']}-{trial_id}"
+    trial_id = tune.get_context().get_trial_id()
+    events.attach(shared["events"], trial=trial_id)
+    out = as_path(join(shared["trials_dir"], trial_id))
+    # the trial's values, checked as a model: section and against the data: a clear failure of this trial
+    job: ResolvedJob = shared["job"].for_trial(trial_id, params, str(out))
+    init = shared["inits"][job.model.random_state]
+    wcfg = dataclasses.replace(worker_config(job, init), trial=trial_id, events=shared["events"])
+    run_name = f"{shared['name']}-{trial_id}"
     t0 = time.perf_counter()
-    result = run_workers(tcfg, plan, wcfg, run_name, dataset=job["dataset"])
-    est, metrics = finish_run(tcfg, plan, wcfg, init, result, time.perf_counter() - t0, run_name)
+    result = run_workers(job, wcfg, run_name, dataset=shared["dataset"])
+    est, metrics = finish_run(job, wcfg, init, result, time.perf_counter() - t0, run_name)
     metrics["trial_id"] = trial_id
     metrics["params"] = params
-    write_run(out, est, metrics, tcfg)
+    write_run(out, est, metrics, job)
     final = {k: float(metrics[k]) for k in ("inertia", "ari", "nmi", "acc", "train_seconds") if k in metrics}
     tune.report({**final, "epochs": int(metrics["epochs"]), "output": str(out), "done": True})
 
@@ -172,7 +173,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     cfg = cfg.model_copy(update={"search": s})
     t_start = time.perf_counter()
     tc = cfg.train
-    planned = planned_early(cfg)
+    early = resolve_early(cfg)
     with held_stderr() as start:
         ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
         check_search_resources(s, tc)
@@ -181,19 +182,16 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
     with routed_logs(cfg.output, log, earlier=start.text):
-        return _search(cfg, s, name, t_start, prepare_winner, planned)
+        return _search(resolve(cfg, early), name, t_start, prepare_winner)
 
 
-def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_winner,
-            planned=None) -> SearchResult:
-    tc = cfg.train
-    cfg = computed_representation(cfg)
-    plan, prof = prepare(cfg, planned)
+def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> SearchResult:
+    s, tc = job.config.search, job.train
+    plan, prof = prepare(job)
     with unchanged_input(plan):
-        inits = {seed: initial_state(cfg.model_copy(update={"model": cfg.model.model_copy(
-            update={"random_state": seed})}), plan, prof) for seed in s.seeds}
+        inits = {seed: initial_state(job.with_seed(seed), prof) for seed in s.seeds}
         t_search = time.perf_counter()
-        trials = run_trials(cfg, plan, inits, name)
+        trials = run_trials(job, inits, name)
         search_seconds = time.perf_counter() - t_search
         ranked = rank(trials, name)
     best = ranked[0]
@@ -211,33 +209,36 @@ def _search(cfg: JobConfig, s: SearchConfig, name: str, t_start: float, prepare_
     # one explanation per compared run, on the winner's reference rows; the winner's is its report
     explanations = [est.explain()] + [load(t).explain(est.reference_) for t in ranked[1:s.consistency_runs]]
     consistency = explanation_consistency(explanations)
-    best_cfg = cfg.model_copy(update={"model": trial_model(cfg, best.params)})
+    best_job = job.with_params(best.params)
     metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
                "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ranked),
                           "best_trial": best.trial_id, "best_params": best.params,
                           "search_seconds": round(search_seconds, 2), **consistency}}
     summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
-    out = as_path(cfg.output)
-    write_run(out, est, metrics, best_cfg, extra={"search.json": json.dumps(summary, indent=1, default=str)},
-              report=explanations[0], dirs=representation_dirs(cfg))
+    out = as_path(job.output)
+    write_run(out, est, metrics, best_job, extra={"search.json": json.dumps(summary, indent=1, default=str)},
+              report=explanations[0], dirs=representation_dirs(job.config))
     log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
-                        output=out, plan=plan, config=best_cfg, search_config=cfg)
+                        output=out, plan=plan, config=best_job.effective_config(),
+                        search_config=job.effective_config())
 
 
-def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) -> list[Trial]:
+def run_trials(job: ResolvedJob, inits: dict[int, InitialState], name: str) -> list[Trial]:
     """The Tune run: one ``_trial`` per grid point and sample; every trial's outcome, failed ones included."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
+    cfg = job.config
     s = cfg.search
     trials_dir = join(cfg.output, "trials", name)
-    job = {"config": cfg, "plan": plan, "name": name,
-           "trials_dir": trials_dir if is_uri(trials_dir) else str(Path(trials_dir).resolve()),
-           "inits": {k: v.without_sample() for k, v in inits.items()},
-           "dataset": training_dataset(cfg, plan)}   # read (or cached) once for every trial
-    trainable = tune.with_resources(tune.with_parameters(_trial, job=job), {"CPU": s.trial_cpus})
+    shared = {"job": job, "name": name,
+              "trials_dir": trials_dir if is_uri(trials_dir) else str(Path(trials_dir).resolve()),
+              "inits": {k: v.without_sample() for k, v in inits.items()},
+              "dataset": training_dataset(job),   # read (or cached) once for every trial
+              "events": events.current_channel()}
+    trainable = tune.with_resources(tune.with_parameters(_trial, shared=shared), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
         trainable, param_space=param_space(s),
         # the generator limits concurrency (TuneConfig's max_concurrent_trials would only warn that it
@@ -247,10 +248,10 @@ def run_trials(cfg: JobConfig, plan, inits: dict[int, InitialState], name: str) 
                                                                      max_concurrent=s.max_concurrent_trials)),
         run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
                                   callbacks=[_Progress(n_trials(s))]))
-    trials = collect(tuner.fit(), cfg)
+    trials = collect(tuner.fit(), job.model)
     for t in trials:
         log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
-                                                  else f"FAILED: {error_summary(t.error)}"))
+                                                  else f"FAILED: {t.failure()}"))
     return trials
 
 
@@ -259,7 +260,7 @@ def rank(trials: list[Trial], name: str) -> list[Trial]:
     ok = [t for t in trials if t.status == "ok"]
     if not ok:
         raise SearchError(f"every one of the {len(trials)} trial(s) of search {name} failed:\n"
-                          + "\n".join(f"  {t.trial_id} {t.params}: {error_summary(t.error)}" for t in trials))
+                          + "\n".join(f"  {t.trial_id} {t.params}: {t.failure()}" for t in trials))
     ranked = sorted(ok, key=lambda t: t.inertia)
     best = ranked[0]
     log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
@@ -275,19 +276,19 @@ def check_search_resources(s: SearchConfig, tc) -> None:
     cpus = ray.cluster_resources().get("CPU", 0.0)
     need = s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus)
     if cpus - need < 1:
-        raise ValueError(f"search.max_concurrent_trials={s.max_concurrent_trials} trials x (train.num_workers="
+        raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} trials x (train.num_workers="
                          f"{tc.num_workers} x train.cpus_per_worker={tc.cpus_per_worker:g} + search.trial_cpus="
                          f"{s.trial_cpus:g}) = {need:g} CPUs leaves less than 1 of the cluster's {cpus:g} CPUs "
                          f"for Ray Data: lower search.max_concurrent_trials or train.num_workers")
     gpus = ray.cluster_resources().get("GPU", 0.0)
     if tc.use_gpu and gpus < s.max_concurrent_trials * tc.num_workers * tc.gpu_share:
-        raise ValueError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
+        raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
                          f"{tc.num_workers} x train.gpus_per_worker={tc.gpu_share:g} GPU workers need "
                          f"{s.max_concurrent_trials * tc.num_workers * tc.gpu_share:g} GPUs; the cluster has "
                          f"{gpus:g}")
 
 
-def collect(grid, cfg: JobConfig) -> list[Trial]:
+def collect(grid, base: ModelConfig) -> list[Trial]:
     """Tune's ``ResultGrid`` as ``Trial`` records: finished trials have a final ``done`` report."""
     trials = []
     for res in grid:
@@ -295,15 +296,17 @@ def collect(grid, cfg: JobConfig) -> list[Trial]:
         params = _plain(res.config)
         trial_id = m.get("trial_id") or Path(res.path).name
         try:
-            model = trial_model(cfg, params).model_dump()
+            model = trial_model(base, params).model_dump()
         except ValueError:  # parameters the model refused: record them as given
-            model = {**cfg.model.model_dump(), **params}
+            model = {**base.model_dump(), **params}
         if res.error is None and m.get("done"):
             metrics = json.loads(read_text(join(m["output"], "metrics.json")))
             trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=m["output"]))
         else:
             err = res.error if res.error is not None else "the trial ended without its final report"
-            trials.append(Trial(str(trial_id), params, "failed", model, error=_error_text(err)))
+            cause = find_cause(err, NeurcamError) if isinstance(err, BaseException) else None
+            trials.append(Trial(str(trial_id), params, "failed", model, error=_error_text(err),
+                                reason=f"{type(cause).__name__}: {cause.message}" if cause else None))
     return trials
 
 

@@ -27,7 +27,8 @@ import numpy as np
 import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
-from ..data import ROW_KEY, Plan, matrix, representation
+from ..errors import TrainingError
+from ..data import ROW_KEY, Plan, embedding, matrix
 from ..data.reading import HeldRows
 from ..model import TrainingSpec, build_trainer
 from ..model.device import resolve_precision
@@ -37,7 +38,8 @@ from ..model.fitted import log_assignment
 from ..model.step import Batch, EpochStats, batch_indices, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
-from .console import worker_say
+from . import events
+from .events import say
 from .teacher import RowTargets
 
 STATE_FILE = "trainer_state.pt"
@@ -60,13 +62,15 @@ class WorkerConfig:
     allowed: np.ndarray | None
     shuffle_buffer: int
     checkpoint_every: int
-    threads: float
-    resident: str = "auto"          # device: keep the shard on the device after epoch 1; auto: when it fits; never
-    resident_budget: int | None = None  # bytes per worker for a resident shard (None: from the device's memory)
+    cpus_per_worker: float          # train.cpus_per_worker: a CPU worker's torch threads
+    cache: str = "auto"             # train.cache: device keeps the shard on the device after epoch 1; auto: when
+                                    # it fits; always (the object store holds it) and never stream every epoch
+    device_cache_gib: float | None = None  # train.device_cache_gib: a resident shard's budget (None: from the device)
     gpu_share: float = 1.0          # this worker's fraction of its GPU (train.gpus_per_worker)
     cuda_graphs: bool = True        # the driver's NEURCAM_CUDA_GRAPHS (workers may not share its environment)
     max_epochs: int | None = None   # cut a run short (benchmarks only)
-    tag: str = ""                   # prefixes progress lines (a search's trial id: trials run side by side)
+    trial: str | None = None        # the search's trial id, which tags this run's records
+    events: events.Channel | None = None  # where progress records go (None: printed by the worker)
     held: HeldRows | None = None    # small rows to slice, instead of a Ray Data shard
 
 
@@ -79,7 +83,7 @@ class _Collate(ArrowBatchCollateFn):
 
     def __call__(self, table):
         x = standardize(matrix(table, self.plan.features, np.float64), self.mean, self.scale)
-        xr = x if self.plan.repr_kind == "features" else representation(table, self.plan)
+        xr = x if self.plan.repr_kind == "features" else embedding(table, self.plan)
         if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
             xr = xr.copy()
         keys = np.array(table[ROW_KEY].to_numpy(), dtype=np.int64)  # Arrow's view is read-only: torch warns
@@ -137,6 +141,7 @@ class HeldShard:
         self.shuffle = shuffle
 
     def batches(self, batch_size: int, device: torch.device, seed: int):
+        """This worker's rows in batches on ``device``, reshuffled with ``seed``."""
         gen = torch.Generator().manual_seed(seed) if self.shuffle else None
         for idx in batch_indices(self.keys.shape[0], batch_size, gen):
             yield self.x[idx].to(device), self.xr[idx].to(device), self.keys[idx].to(device)
@@ -155,9 +160,11 @@ class StreamedShard:
         self.shard, self.collate, self.shuffle_buffer = shard, collate, shuffle_buffer
 
     def batches(self, batch_size: int, device: torch.device, seed: int):
+        """This worker's Ray Data shard read once, in batches on ``device``."""
         return stream(self.shard, batch_size, self.collate, device, self.shuffle_buffer, seed)
 
     def release(self) -> None:
+        """Nothing to let go: a stream holds no rows between epochs."""
         pass  # a stream holds no rows between epochs
 
 
@@ -171,7 +178,7 @@ def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[di
         state = torch.load(os.path.join(d, STATE_FILE), map_location=device, weights_only=True)
     trainer.load_state_dict(state["trainer"])
     if rank == 0:
-        worker_say(f"resumed from checkpoint at epoch {trainer.schedule.epoch} (phase {trainer.schedule.phase})")
+        say(f"resumed from checkpoint at epoch {trainer.schedule.epoch} (phase {trainer.schedule.phase})")
     return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
 
 
@@ -194,7 +201,7 @@ def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer
         yield from shuffled_batches(keep.x, keep.xr, keep.targets if trainer.schedule.uses_teacher else None,
                                     bs, keep.gen)
         return
-    seed = c.spec.seed * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
+    seed = c.spec.random_state * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
     rows, start, last = 0, time.perf_counter(), time.perf_counter()
     teacher = trainer.teacher if trainer.schedule.annealing else None
     for x, xr, key in shard.batches(bs, group.device, seed):
@@ -203,7 +210,7 @@ def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer
         rows += x.shape[0]
         if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
             last = time.perf_counter()
-            worker_say(f"{c.tag}epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
+            say(f"epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
                        f"rows so far, {rows * group.world / (last - start):,.0f} rows/s")
     keep.seal()
     if keep.ready:
@@ -213,8 +220,8 @@ def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer
 def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> int:
     """Bytes this worker may hold: ``train.device_cache_gib``, else a share of its GPU's memory,
     else of its node's memory as Ray counts it (cgroup limits included)."""
-    if c.resident_budget is not None:
-        return int(c.resident_budget)
+    if c.device_cache_gib is not None:
+        return int(c.device_cache_gib * 2**30)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory * GPU_CACHE_SHARE * min(c.gpu_share, 1.0))
     import ray
@@ -286,8 +293,7 @@ class _Resident:
 def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
     """Metrics with a checkpoint (rank 0) every ``checkpoint_every`` epochs and at the end. A
     Train v2 report is a round trip through the controller, so reports go with checkpoints only;
-    the per-epoch history travels in the state. (A 1-worker trial's report with its checkpoint
-    took 0.015 s on 2026-11-27; the 1.5 s measured earlier no longer holds.)"""
+    the per-epoch history travels in the state (what a report costs: ``benchmarks/results/scale.md``)."""
     import ray.train
     metrics = {k: rec[k] for k in REPORTED}
     metrics["finished"] = trainer.finished
@@ -307,19 +313,49 @@ def expected_shard_bytes(c: WorkerConfig, world: int) -> int:
     return int(p.n_rows / max(world, 1) * width * 4 * 1.25)
 
 
+def _say_epoch(s, phase_before: str, rec: dict) -> None:
+    """The epoch's progress record: epoch, phase (``warmup->anneal`` when it moved), loss, rate."""
+    moved = phase_before + (f"->{s.phase}" if s.phase != phase_before else "")
+    say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s",
+        epoch=s.epoch, phase=moved, loss=rec["loss"], rows_per_s=rec["rows_per_s"])
+
+
+def _caches(c: WorkerConfig, device: torch.device, group: _Group) -> tuple["_Resident", RowTargets]:
+    """This worker's resident shard (``train.cache``, within its budget) and its cache of the
+    frozen model's per-row assignments (for a shard that streams every epoch)."""
+    import ray.train
+    budget = resident_budget(c, device, ray.train.get_context().get_local_world_size())
+    expected = expected_shard_bytes(c, group.world)
+    wanted = c.cache == "device" or (c.cache == "auto" and expected <= budget)
+    if group.rank == 0 and c.cache in ("auto", "device") and not wanted:
+        say(f"the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident budget of "
+            f"{budget / 2**30:.2f} GiB: " + ("taken from the held rows" if c.held is not None else "streaming")
+            + " every epoch")
+    keep = _Resident(wanted, budget, c.spec.random_state, group.rank, lambda msg: say(f"worker {group.rank}: {msg}"),
+                     repr_is_x=c.plan.repr_kind == "features",
+                     expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
+    rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
+                            lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
+    return keep, rows_cache
+
+
 def train_loop_per_worker(config: dict) -> None:
-    """The Ray Train entry point: build, restore, then epochs until the schedule finishes."""
+    """The Ray Train entry point: build, restore, then epochs until the schedule finishes.
+
+    Kept whole: Ray Train's examples keep one plain training function per worker, and its epoch
+    loop reads best in one place (set-up is in ``_caches``, the progress record in ``_say_epoch``)."""
     import ray
     import ray.train
     import ray.train.torch
 
     c: WorkerConfig = config["worker"]
+    events.attach(c.events, trial=c.trial)
     device = ray.train.torch.get_device()
     if device.type == "cpu":
-        torch.set_num_threads(max(1, int(c.threads)))
+        torch.set_num_threads(max(1, int(c.cpus_per_worker)))
         keep_freed_memory()
     precision = resolve_precision(c.spec.precision, device)
-    torch.manual_seed(c.spec.seed)
+    torch.manual_seed(c.spec.random_state)
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
                             cuda_graphs=c.cuda_graphs,
@@ -333,29 +369,14 @@ def train_loop_per_worker(config: dict) -> None:
         shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate, shuffle=c.shuffle_buffer > 0)
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
-    local_world = ray.train.get_context().get_local_world_size()
-    budget = resident_budget(c, device, local_world)
-    expected = expected_shard_bytes(c, group.world)
-    wanted = c.resident == "device" or (c.resident == "auto" and expected <= budget)
-    if group.rank == 0 and c.resident != "never" and not wanted:
-        worker_say(f"{c.tag}the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident "
-                   f"budget of {budget / 2**30:.2f} GiB: "
-                   + ("taken from the held rows" if c.held is not None else "streaming") + " every epoch")
-    keep = _Resident(wanted, budget, c.spec.seed, group.rank,
-                     lambda msg: worker_say(f"{c.tag}worker {group.rank}: {msg}"),
-                     repr_is_x=c.plan.repr_kind == "features",
-                     expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
-
-    rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
-                            lambda msg: worker_say(f"{c.tag}worker {group.rank}: {msg}")
-                            if group.rank == 0 else None)
+    keep, rows_cache = _caches(c, device, group)
 
     def target_fn(batch: Batch) -> torch.Tensor:
         """The k-means assignment while distilling (the teacher's comes with the batch)."""
         with torch.no_grad():
             if trainer.schedule.phase == "distill":
                 return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
-            raise RuntimeError(f"phase {trainer.schedule.phase!r}: a batch came without the frozen model's assignment")
+            raise TrainingError(f"phase {trainer.schedule.phase!r}: a batch came without the frozen model's assignment")
 
     epochs_run, last_line = 0, 0.0
     while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
@@ -381,8 +402,7 @@ def train_loop_per_worker(config: dict) -> None:
         if group.rank == 0 and (time.monotonic() - last_line >= LOG_SECONDS or s.phase != phase_before
                                 or trainer.finished):
             last_line = time.monotonic()
-            worker_say(f"{c.tag}epoch {s.epoch} {phase_before}{'->' + s.phase if s.phase != phase_before else ''} "
-                       f"loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s")
+            _say_epoch(s, phase_before, rec)
         cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
         if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:
             _report(trainer, rec, {"records": records, "resumes": resumes, "precision": precision,

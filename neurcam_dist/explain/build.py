@@ -31,7 +31,10 @@ def _term_table(fitted, channels: np.ndarray, features: tuple[int, ...], grids: 
 
 def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30) -> Explanation:
     """The ``Explanation`` of a fitted model over data ``X`` (its distribution centres the terms,
-    weights the purification and defines importance)."""
+    weights the purification and defines importance).
+
+    Kept whole: the terms, their grids, the purification and the importance are computed from
+    one pass over ``X`` and share its per-term arrays; the steps are the comments inside."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
     arr, _, _ = check_matrix(X, "X", expected_columns=names)  # original units, fitted order
@@ -162,6 +165,8 @@ def _text_card(est) -> dict | None:
 
 
 def model_card(est, arr: np.ndarray) -> dict:
+    """The model card: hyperparameters, training record (epochs, phases, stop reason, k-means
+    init), data summary and selected features, as JSON-ready values."""
     h = est.history_ or {}
     epochs = h.get("epochs", [])
     return jsonable({

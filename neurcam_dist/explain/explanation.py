@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DataError, ModelFileError
+from ..numerics import softmax
 from ..storage import atomic_directory, write_text_atomic
 from .grids import interp_main, interp_pair
 
@@ -25,6 +27,8 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class Term:
+    """One shape function of the explanation: its name, kind (main or pair), features, grids in
+    the original units, values per grid point and cluster, importance and histogram."""
     name: str
     kind: str                      # "main" or "pair"
     features: list[str]
@@ -35,6 +39,7 @@ class Term:
     histogram: dict | None = None  # main terms: {"edges": [...], "counts": [...]}
 
     def evaluate(self, columns: list[np.ndarray]) -> np.ndarray:
+        """The term's (n, K) contribution at the given feature columns (interpolated on its grid)."""
         if self.kind == "main":
             return interp_main(self.grids[0], self.values, columns[0])
         return interp_pair(self.grids[0], self.grids[1], self.values, columns[0], columns[1])
@@ -42,6 +47,8 @@ class Term:
 
 @dataclass
 class Explanation:
+    """Explanations as data: the intercept, the terms with their shape graphs, importance,
+    cluster profiles, cluster ids and the model card; JSON round-trips exactly."""
     feature_names: list[str]
     n_clusters: int
     intercept: np.ndarray
@@ -54,6 +61,7 @@ class Explanation:
     # ---- derived views
     @property
     def ids(self) -> list[int]:
+        """The stable id of each cluster column (0..K-1 unless a re-clustering renamed them)."""
         return list(range(self.n_clusters)) if self.cluster_ids is None else [int(v) for v in self.cluster_ids]
 
     @property
@@ -64,6 +72,7 @@ class Explanation:
         return sorted(rows, key=lambda r: -r["importance"])
 
     def term(self, name: str) -> Term:
+        """The term named ``name`` (``KeyError`` listing the terms otherwise)."""
         for t in self.terms:
             if t.name == name:
                 return t
@@ -78,10 +87,12 @@ class Explanation:
         return out
 
     def to_scorer(self) -> "TableScorer":
+        """The table-only scorer of this explanation (``TableScorer``)."""
         return TableScorer(self)
 
     # ---- serialisation
     def to_dict(self) -> dict:
+        """The explanation as JSON-ready values (``schema`` and ``schema_version`` first)."""
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
             "feature_names": list(self.feature_names), "n_clusters": int(self.n_clusters),
@@ -98,10 +109,11 @@ class Explanation:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Explanation":
+        """The explanation ``to_dict`` gave; ``ModelFileError`` for another schema or version."""
         if d.get("schema") != SCHEMA:
-            raise ValueError(f"not a NeurCAM explanation (schema {d.get('schema')!r})")
+            raise ModelFileError(f"not a NeurCAM explanation (schema {d.get('schema')!r})")
         if d.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"explanation schema version {d.get('schema_version')} is not supported "
+            raise ModelFileError(f"explanation schema version {d.get('schema_version')} is not supported "
                              f"(this version reads {SCHEMA_VERSION})")
         terms = [Term(name=t["name"], kind=t["kind"], features=list(t["features"]),
                       grids=[np.asarray(g, dtype=np.float64) for g in t["grids"]], discrete=list(t["discrete"]),
@@ -114,10 +126,12 @@ class Explanation:
                    model_card=dict(d.get("model_card", {})), cluster_ids=d.get("cluster_ids"))
 
     def to_json(self, path) -> None:
+        """Write ``to_dict`` to ``path`` atomically."""
         write_text_atomic(Path(path), json.dumps(self.to_dict()))
 
     @classmethod
     def from_json(cls, path) -> "Explanation":
+        """The explanation written by ``to_json``."""
         return cls.from_dict(json.loads(Path(path).read_text()))
 
     def to_parquet(self, directory) -> None:
@@ -189,16 +203,17 @@ class TableScorer:
         self.explanation = explanation
 
     def decision_function(self, X) -> np.ndarray:
+        """(N, K) logits from the lookup tables (intercept + every term)."""
         return self.explanation.logits(X)
 
     def predict_proba(self, X) -> np.ndarray:
-        g = self.decision_function(X)
-        g = g - g.max(1, keepdims=True)
-        e = np.exp(g)
-        return e / e.sum(1, keepdims=True)
+        """(N, K) cluster probabilities (softmax of the table logits)."""
+        return softmax(self.decision_function(X))
 
     def predict(self, X) -> np.ndarray:
-        return self.decision_function(X).argmax(1)
+        """Each row's stable cluster id (``Explanation.ids``) from the table logits, as
+        ``NeurCAM.predict`` gives it."""
+        return np.asarray(self.explanation.ids, dtype=np.int64)[self.decision_function(X).argmax(1)]
 
 
 def _columns(X, names: list[str]) -> dict[str, np.ndarray]:
@@ -206,9 +221,9 @@ def _columns(X, names: list[str]) -> dict[str, np.ndarray]:
     if isinstance(X, pd.DataFrame):
         missing = [n for n in names if n not in X.columns]
         if missing:
-            raise ValueError(f"X lacks the model's feature columns {missing}")
+            raise DataError(f"X lacks the model's feature columns {missing}")
         return {n: X[n].to_numpy(np.float64) for n in names}
     arr = np.asarray(X, dtype=np.float64)
     if arr.ndim != 2 or arr.shape[1] != len(names):
-        raise ValueError(f"X must have {len(names)} columns ({names}), got shape {arr.shape}")
+        raise DataError(f"X must have {len(names)} columns ({names}), got shape {arr.shape}")
     return {n: arr[:, j] for j, n in enumerate(names)}

@@ -18,6 +18,7 @@ def feature_grid(values: np.ndarray, size: int) -> tuple[np.ndarray, bool]:
 
 
 def nearest_index(grid: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The index of the grid point nearest each value (ties to the left)."""
     pos = np.clip(np.searchsorted(grid, values), 1, len(grid) - 1)
     left = grid[pos - 1]
     return np.where(np.abs(values - left) <= np.abs(grid[pos] - values), pos - 1, pos)

@@ -112,6 +112,7 @@ def thumbnail_figure(term: Term, c: int, n_clusters: int, ids: list[int], band: 
 
 
 def importance_figure(expl: Explanation, top: int = 25) -> bytes:
+    """The global importance bar chart (top ``top`` terms) as PNG bytes."""
     hidden = {expl.terms[i].name for i in left_out_terms(expl)}
     ranking = [r for r in expl.importance if r["term"] not in hidden][:top][::-1] or expl.importance[:1]
     fig, ax = plt.subplots(figsize=(6.5, 0.28 * len(ranking) + 1.2))
@@ -181,6 +182,7 @@ def cluster_terms(expl: Explanation, profile: dict, left_out: dict[int, str] | N
 
 
 def thumbnail_name(cluster_id: int, index: int, term: Term) -> str:
+    """The file name of a cluster's term thumbnail (safe characters only)."""
     return f"cluster{cluster_id}_{index:03d}_{_safe(term.name)}.png"
 
 
@@ -202,6 +204,7 @@ def render_figures(expl: Explanation) -> dict[str, bytes]:
 
 
 def write_plots(expl: Explanation, directory) -> list[Path]:
+    """Every figure of the explanation as PNG files in ``directory``; returns their paths."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     paths = []

@@ -24,6 +24,7 @@ def term_groups(net) -> tuple[list[tuple[int, ...]], np.ndarray]:
 
 
 def term_name(term: tuple[int, ...], names: list[str]) -> str:
+    """A term's display name: its features joined with `` & ``."""
     return " & ".join(names[i] for i in term)
 
 
@@ -37,6 +38,7 @@ class RowExplanation:
     logits: np.ndarray          # (rows, clusters)
 
     def to_frame(self):
+        """One row per (row, term, cluster) with the contribution, as a long DataFrame."""
         import pandas as pd
         n, t, k = self.contributions.shape
         return pd.DataFrame({

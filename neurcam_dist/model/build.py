@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from ..params import DEFAULTS, check_params, resolved_n_single
+from ..params import DEFAULTS, check_params, check_params_for_data, resolved_n_single
 from .network import NeurCAMNet
 from .schedule import Schedule
 from .trainer import Trainer
@@ -20,13 +20,15 @@ from .trainer import Trainer
 
 @dataclass(frozen=True)
 class TrainingSpec:
+    """The hyperparameters as the training step uses them, once the data's width is known:
+    immutable, checked, one name each as in the hyperparameter table (``params``)."""
     n_features: int
     n_clusters: int
     n_single: int
     n_pairs: int
     hidden: tuple[int, ...]
     n_bases: int
-    seed: int
+    random_state: int
     m: float
     gamma: float
     epsilon: float
@@ -42,15 +44,27 @@ class TrainingSpec:
     precision: str                # fp32, bf16 or auto (resolved per device by the driver)
 
     @classmethod
+    def for_data(cls, params: dict, n_rows: int, n_features: int) -> "TrainingSpec":
+        """From estimator-style hyperparameters, checked against the table and the data's size
+        (``params.check_params_for_data``): the one check a fit or a Ray job makes."""
+        check_params_for_data(params, n_rows, n_features)
+        return cls._build({**DEFAULTS, **params}, n_features)
+
+    @classmethod
     def from_params(cls, params: dict, n_features: int) -> "TrainingSpec":
-        """From estimator-style hyperparameters (the table in ``params``; missing keys: defaults)."""
+        """From estimator-style hyperparameters (the table in ``params``; missing keys: defaults),
+        checked against the table only."""
         p = {**DEFAULTS, **params}
         check_params(p)
+        return cls._build(p, n_features)
+
+    @classmethod
+    def _build(cls, p: dict, n_features: int) -> "TrainingSpec":
         distill = p["init"] == "distill" and p["distill_epochs"] > 0
         return cls(n_features=int(n_features), n_clusters=int(p["n_clusters"]),
                    n_single=resolved_n_single(p, n_features), n_pairs=int(p["n_pairs"]),
                    hidden=tuple(int(h) for h in p["hidden"]), n_bases=int(p["n_bases"]),
-                   seed=int(p["random_state"]), m=float(p["m"]), gamma=float(p["gamma"]),
+                   random_state=int(p["random_state"]), m=float(p["m"]), gamma=float(p["gamma"]),
                    epsilon=float(p["epsilon"]), lr=float(p["lr"]), lr_patience=int(p["lr_patience"]),
                    epochs=int(p["epochs"]), warmup_epochs=int(p["warmup_epochs"]),
                    distill_epochs=int(p["distill_epochs"]) if distill else 0,
@@ -58,6 +72,7 @@ class TrainingSpec:
                    tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]))
 
     def to_dict(self) -> dict:
+        """The spec as a dict (for records and checkpoints)."""
         return asdict(self)
 
 
@@ -66,7 +81,7 @@ def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None) ->
     ``baseline``: the standardized zero of each feature (``numerics.standardized_zero``), where
     locked channels skip rows (sparse inputs)."""
     net = NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
-                     torch.tensor(np.array(centroids, np.float32)), seed=spec.seed,
+                     torch.tensor(np.array(centroids, np.float32)), seed=spec.random_state,
                      allowed=None if allowed is None else torch.tensor(np.array(allowed, bool)))
     if baseline is not None:
         net.set_baseline(torch.tensor(np.asarray(baseline, np.float32)))
@@ -74,6 +89,7 @@ def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None) ->
 
 
 def build_schedule(spec: TrainingSpec) -> Schedule:
+    """Algorithm 1's schedule for ``spec`` (distill, warm-up, annealing, final)."""
     return Schedule(epochs=spec.epochs, warmup_epochs=spec.warmup_epochs, distill_epochs=spec.distill_epochs,
                     epsilon=spec.epsilon, has_pairs=spec.n_pairs > 0, early_stopping=spec.early_stopping,
                     n_iter_no_change=spec.n_iter_no_change, tol=spec.tol)

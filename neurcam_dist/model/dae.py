@@ -23,6 +23,8 @@ def _mlp(dims: tuple[int, ...]) -> nn.Sequential:
 
 
 class DenoisingAutoencoder(nn.Module):
+    """The paper's denoising autoencoder (input dropout, a mirrored MLP); its bottleneck is
+    the embedding the clustering loss uses with ``representation: {kind: dae}``."""
     def __init__(self, n_features: int, hidden: tuple[int, ...] = HIDDEN, bottleneck: int = BOTTLENECK,
                  dropout: float = DROPOUT, seed: int = 0):
         super().__init__()
@@ -33,6 +35,7 @@ class DenoisingAutoencoder(nn.Module):
         self.corrupt = nn.Dropout(dropout)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """The bottleneck (the embedding) of ``x``."""
         return self.encoder(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

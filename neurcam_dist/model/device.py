@@ -5,6 +5,7 @@ import torch
 
 
 def resolve_device(device: str) -> torch.device:
+    """``auto``: CUDA when available, else the CPU; other names as torch reads them."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)

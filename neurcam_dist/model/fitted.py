@@ -1,15 +1,21 @@
-"""A trained network ready to score: what prediction needs and nothing else.
+"""The fitted state of a NeurCAM: one object that every way of training and loading produces.
 
-The estimator scores through it, and batch scoring ships exactly this to every Ray Data actor
-(not the estimator with its reference rows, warm-up network and history).
+``FittedNet`` holds the locked network and what scoring and explaining need (standardization,
+temperatures, feature names, channel means, stable cluster ids), plus the record of the fit
+(history, representation, precision, a text model's vocabulary). The in-memory fit and the Ray
+driver build it with ``from_trainer``; ``NeurCAM.save``/``load`` and the registry go through
+``to_dict``/``from_dict``; the estimator's learned attributes read it. Batch scoring ships it to
+every Ray Data actor (not the estimator with its reference rows and warm-up network).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from ..errors import ModelFileError, TrainingError
 from ..numerics import standardize, standardized_zero
 from .network import NeurCAMNet
 
@@ -31,7 +37,38 @@ def log_assignment(net: NeurCAMNet, x: torch.Tensor, t: float = 1.0, t2: float =
 @dataclass
 class FittedNet:
     """A locked network plus its standardization, temperatures, feature names and (once known)
-    the training-data mean of every channel, which centres per-row explanations."""
+    the training-data mean of every channel, which centres per-row explanations; the stable
+    cluster ids; and the record of the fit.
+
+    Attributes
+    ----------
+    net : NeurCAMNet
+        The network, every gate one-hot.
+    mean, scale : ndarray
+        Standardization of the raw features (the network sees ``(x - mean) / scale``).
+    temperatures : tuple of float
+        The single-feature and pair gates' final temperatures.
+    feature_names : list of str
+        The raw feature columns, in the network's order.
+    channel_means : ndarray or None
+        (C + P, K) mean contribution of each channel over the training rows.
+    cluster_ids : ndarray or None
+        Stable id of each logit column (None: 0..K-1).
+    next_cluster_id : int or None
+        The smallest id the model's lineage never used (None: K).
+    repr_dim : int
+        Width of the clustering space (the embedding, or the standardized features).
+    uses_features_as_repr : bool
+        True when the clustering space is the standardized features themselves.
+    precision : str
+        ``fp32`` or ``bf16``: what the network trained in.
+    history : dict
+        Per-epoch records, schedule events, stop reason, epochs, seconds, k-means init, and what
+        a driver adds (resumes, world size, clusters used).
+    text : dict or None
+        The vocabulary of a model trained on featurized documents (raw documents are featurized
+        with it).
+    """
 
     net: NeurCAMNet
     mean: np.ndarray
@@ -40,6 +77,86 @@ class FittedNet:
     feature_names: list[str]
     channel_means: np.ndarray | None = None
     cluster_ids: np.ndarray | None = None   # stable id of each output column (default 0..K-1)
+    next_cluster_id: int | None = None
+    repr_dim: int = 0
+    uses_features_as_repr: bool = True
+    precision: str = "fp32"
+    history: dict = field(default_factory=dict)
+    text: dict | None = None
+
+    @classmethod
+    def from_trainer(cls, trainer, records: list, seconds: float, *, feature_names: list[str], mean, scale,
+                     repr_dim: int, uses_features_as_repr: bool, precision: str, init_info: dict | None = None,
+                     text: dict | None = None, **history) -> "FittedNet":
+        """The state at the end of training (in memory or on Ray): the trainer's network, locked,
+        its schedule's temperatures and record. ``history``: what the driver adds to the record.
+
+        Raises
+        ------
+        TrainingError
+            When a gate is not exactly one-hot (a schedule that ended early: a bug).
+        """
+        net, sched = trainer.net, trainer.schedule
+        if not net.all_one_hot(sched.t, sched.t2):
+            raise TrainingError("internal error: training ended with a gate that is not one-hot")
+        record = {"epochs": list(records), "events": sched.events, "stop_reason": sched.stop_reason,
+                  "n_epochs": sched.epoch, "fit_seconds": seconds, "init": init_info, **history}
+        return cls(net=net.eval(), mean=np.asarray(mean, np.float64), scale=np.asarray(scale, np.float64),
+                   temperatures=(sched.t, sched.t2), feature_names=list(feature_names), repr_dim=int(repr_dim),
+                   uses_features_as_repr=bool(uses_features_as_repr), precision=precision, history=record,
+                   text=text)
+
+    def to_dict(self) -> tuple[dict, dict]:
+        """``(config, weights)``: the fitted state as plain values (what ``config.json`` of a
+        model directory holds, less the hyperparameters) and the network's state dict."""
+        singles, pairs = self.selected()
+        config = {
+            "n_single": self.net.single.n, "n_pairs": self.net.pairs.n,
+            "feature_names": list(self.feature_names),
+            "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+            "repr_dim": int(self.repr_dim), "uses_features_as_repr": bool(self.uses_features_as_repr),
+            "precision": self.precision, "temperatures": list(self.temperatures),
+            "channel_means": None if self.channel_means is None else np.asarray(self.channel_means).tolist(),
+            "cluster_ids": [int(v) for v in self.ids], "next_cluster_id": self.next_id,
+            "selected_features": singles, "selected_pairs": [list(p) for p in pairs],
+            "history": self.history,
+        }
+        if self.text is not None:
+            config["text"] = self.text
+        return config, self.net.state_dict()
+
+    @classmethod
+    def from_dict(cls, config: dict, weights: dict, device: str = "cpu", where: str = "the model") -> "FittedNet":
+        """The state ``to_dict`` gave (``config`` with its ``params``: hidden, n_bases); models
+        saved before stable cluster ids or constant-feature masks load with their defaults.
+
+        Raises
+        ------
+        ModelFileError
+            When the weights do not match the config (naming ``where``).
+        """
+        params = config["params"]
+        k, r = weights["centroids"].shape
+        net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"],
+                         tuple(params["hidden"]), params["n_bases"], torch.zeros(k, r))
+        weights = dict(weights)
+        for key, value in net.state_dict().items():  # models saved before constant-feature masks
+            if key.endswith("gates.allowed"):
+                weights.setdefault(key, value)
+        try:
+            net.load_state_dict(weights, strict=True)
+        except RuntimeError as exc:
+            raise ModelFileError(f"{where}/weights.safetensors does not match config.json: {exc}") from exc
+        means = config.get("channel_means")
+        return cls(net=net.to(device).eval(), mean=np.asarray(config["mean"], np.float64),
+                   scale=np.asarray(config["scale"], np.float64), temperatures=tuple(config["temperatures"]),
+                   feature_names=list(config["feature_names"]),
+                   channel_means=None if means is None else np.asarray(means, np.float64),
+                   cluster_ids=np.asarray(config.get("cluster_ids", range(k)), dtype=np.int64),
+                   next_cluster_id=int(config.get("next_cluster_id", k)), repr_dim=int(config["repr_dim"]),
+                   uses_features_as_repr=bool(config["uses_features_as_repr"]),
+                   precision=config.get("precision", params.get("precision", "fp32")),
+                   history=config.get("history", {}), text=config.get("text"))
 
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
@@ -47,7 +164,18 @@ class FittedNet:
 
     @property
     def n_clusters(self) -> int:
+        """The number of clusters (logit columns)."""
         return self.net.n_clusters
+
+    def for_scoring(self) -> "FittedNet":
+        """This state without the record of the fit (the network is shared, not copied): what a
+        scoring actor needs and nothing else."""
+        return dataclasses.replace(self, history={})
+
+    @property
+    def next_id(self) -> int:
+        """The smallest cluster id this model's lineage never used."""
+        return int(self.n_clusters if self.next_cluster_id is None else self.next_cluster_id)
 
     @property
     def ids(self) -> np.ndarray:
@@ -75,10 +203,12 @@ class FittedNet:
             yield self.net.contributions(x[i:i + chunk], t, t2).float().cpu().numpy()
 
     def contributions(self, arr: np.ndarray) -> np.ndarray:
+        """(n, C + P, K) per-channel contributions of raw feature rows ``arr``."""
         return np.concatenate(list(self.contribution_chunks(arr)))
 
     @torch.no_grad()
     def logits(self, arr: np.ndarray) -> np.ndarray:
+        """(n, K) logits of raw feature rows ``arr`` (fp32, in chunks, no autograd)."""
         x = torch.from_numpy(self.standardize(arr)).to(self._device())
         t, t2 = self.temperatures
         return torch.cat([self.net(x[i:i + CHUNK], t, t2).float() for i in range(0, x.shape[0], CHUNK)]).cpu().numpy()

@@ -61,6 +61,7 @@ class SelectionGates(nn.Module):
                         if locked else None)
 
     def masked_logits(self) -> torch.Tensor:
+        """The gate logits with the features a gate may not select pushed far down."""
         return self.logits.masked_fill(~self.allowed, EXCLUDED_LOGIT)
 
     def matrix(self, temperature: float) -> torch.Tensor:
@@ -71,6 +72,7 @@ class SelectionGates(nn.Module):
 
     @torch.no_grad()
     def one_hot_at(self, temperature: float) -> bool:
+        """True when every gate is exactly one-hot at ``temperature`` (or locked)."""
         return self.is_locked or is_one_hot(relaxed_gates(self.masked_logits(), temperature))
 
     @torch.no_grad()

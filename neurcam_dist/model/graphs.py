@@ -36,6 +36,7 @@ class CudaRecorder:
     """Captures into a ``torch.cuda.CUDAGraph``; warm-up steps run on a side stream."""
 
     def warm(self, fn):
+        """Run ``fn`` on a side stream a few times before capture (CUDA graphs' rule)."""
         current = torch.cuda.current_stream()
         side = torch.cuda.Stream()
         side.wait_stream(current)
@@ -45,6 +46,7 @@ class CudaRecorder:
         return out
 
     def capture(self, fn):
+        """``fn`` captured as a CUDA graph; returns its replay."""
         graph = torch.cuda.CUDAGraph()
         # thread_local: a Ray worker's batch thread may copy the next batch to the GPU meanwhile;
         # only this thread's calls must keep off the capture
@@ -58,9 +60,11 @@ class RerunRecorder:
     sums on any device (the CPU tests), without CUDA."""
 
     def warm(self, fn):
+        """Run ``fn`` once (no capture: the CPU and tests)."""
         return fn()
 
     def capture(self, fn):
+        """``fn`` itself: each replay runs it eagerly."""
         return fn
 
 
@@ -104,6 +108,7 @@ class StepGraphs:
         self._family = None
 
     def begin_epoch(self, t: float, t2: float) -> None:
+        """Set the epoch's temperatures in the captured steps' device tensors."""
         if self._now != (t, t2):  # a fill is a kernel with the value as argument: no host sync
             self.t.fill_(t)
             self.t2.fill_(t2)
@@ -160,6 +165,7 @@ class StepGraphs:
         graph.rows += n
 
     def end_epoch(self, stats: EpochStats) -> None:
+        """Fold the captured steps' loss sums into the epoch's statistics."""
         for g in self._graphs.values():
             if g.rows:
                 stats.merge(g.sums, g.rows)

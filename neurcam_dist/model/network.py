@@ -33,6 +33,7 @@ class Backbone(nn.Module):
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
+        """The shared MLP over every channel's input at once: (n, channels, in) -> bases."""
         h = s
         for i, layer in enumerate(self.layers):
             h = layer(h)
@@ -74,6 +75,7 @@ class ShapeFunctions(nn.Module):
         return self.backbone(s)
 
     def matrix(self, temperature: float) -> torch.Tensor:
+        """The gates' (relaxed or one-hot) selection matrix at ``temperature``."""
         return self.gates.matrix(temperature)
 
     def logits(self, x: torch.Tensor, temperature: float, baseline: torch.Tensor | None = None) -> torch.Tensor:
@@ -134,6 +136,7 @@ class NeurCAMNet(nn.Module):
             self.centroids.device)
 
     def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
+        """(n, K) logits: the sum of the single-feature and pair shape functions' outputs."""
         out = self.single.logits(x, t, self.baseline) if self.single.n else None
         if self.pairs.n:
             p = self.pairs.logits(x, t2, self.baseline)

@@ -29,6 +29,7 @@ class Plateau:
     stale: int = 0
 
     def update(self, value: float) -> None:
+        """Count an epoch without relative improvement by ``tol`` (or reset on one)."""
         if value < self.best - self.tol * abs(self.best if math.isfinite(self.best) else value):
             self.best, self.stale = value, 0
         else:
@@ -65,6 +66,7 @@ class Schedule:
 
     @property
     def annealing(self) -> bool:
+        """True once annealing began (the teacher's assignment is the KL target)."""
         return self.phase in ("anneal_pairs", "anneal_single", "final")
 
     @property
@@ -128,11 +130,13 @@ class Schedule:
         return self.phase == "final" and bool(self.stop_reason)
 
     def state_dict(self) -> dict:
+        """The schedule as plain values (checkpoints)."""
         d = asdict(self)
         return d
 
     @classmethod
     def from_state_dict(cls, d: dict) -> "Schedule":
+        """The schedule ``state_dict`` gave, its plateau counter included."""
         d = dict(d)
         plateau = Plateau(**d.pop("plateau"))
         s = cls(**d)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import ConfigError
 from .loss import fuzzy_loss, kl_to_target, squared_distances
 
 DISTILL_WEIGHT = 1.0  # weight of the KL toward the k-means assignment during ``init='distill'``
@@ -22,6 +23,8 @@ TINY_GRADIENT = 1e-20
 
 @dataclass
 class Batch:
+    """One optimizer step's rows: standardized features, embedding and, when the phase uses
+    one, the frozen model's log-assignment."""
     x: torch.Tensor            # (n, D) interpretable features (standardized)
     xr: torch.Tensor           # (n, R) representation used by the clustering loss
     target: torch.Tensor | None = None  # (n, K) teacher log-assignment, when the phase uses one
@@ -36,6 +39,7 @@ class EpochStats:
         self.rows = 0
 
     def add(self, loss: torch.Tensor, clust: torch.Tensor, kl: torch.Tensor, n: int) -> None:
+        """Add one step's loss, clustering loss and KL over ``n`` rows."""
         self.merge(weighted_sums(loss, clust, kl, n), n)
 
     def merge(self, sums: torch.Tensor, rows: int) -> None:
@@ -50,11 +54,13 @@ class EpochStats:
 
     @staticmethod
     def means_of(sums: torch.Tensor) -> dict:
+        """Per-row means from (all-reduced) sums: loss, clust_loss, kl, rows."""
         loss, clust, kl, rows = (float(v) for v in sums)
         r = max(rows, 1.0)
         return {"loss": loss / r, "clust_loss": clust / r, "kl": kl / r, "rows": int(rows)}
 
     def means(self) -> dict:
+        """This worker's per-row means."""
         return self.means_of(self.sums())
 
 
@@ -120,6 +126,8 @@ def batch_loss(model, centroids: torch.Tensor, batch: Batch, t, t2, m: float,
 
 
 def kl_weight_for(phase: str, gamma: float) -> float:
+    """The KL term's weight in ``phase``: the distillation weight, ``gamma`` while annealing,
+    0 in warm-up."""
     if phase == "distill":
         return DISTILL_WEIGHT
     if phase in ("anneal_pairs", "anneal_single", "final"):
@@ -151,7 +159,7 @@ def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer
     for batch in batches:
         if kl_weight > 0 and batch.target is None:
             if target_fn is None:
-                raise ValueError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
+                raise ConfigError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
             batch.target = target_fn(batch)
         if graphs is not None:
             graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision)

@@ -32,6 +32,8 @@ def make_plateau(opt: torch.optim.Optimizer, patience: int):
 
 
 class Trainer:
+    """What a training driver keeps between epochs: optimizer, learning-rate plateau,
+    schedule, teacher (see the module docstring)."""
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
                  lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
                  cuda_graphs: bool = True, graphs: StepGraphs | None = None):
@@ -51,9 +53,11 @@ class Trainer:
 
     @property
     def finished(self) -> bool:
+        """True once the schedule has ended (every gate one-hot)."""
         return self.schedule.finished
 
     def run_epoch(self, batches: Iterable[Batch], target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
+        """One epoch of optimizer steps over ``batches``; returns the epoch's loss sums."""
         s = self.schedule
         graphs = self.graphs if self.model is self.net else None  # DDP's all-reduce stays eager
         return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
@@ -84,11 +88,13 @@ class Trainer:
         return record, action
 
     def state_dict(self) -> dict:
+        """Network, optimizer, plateau, schedule and teacher: a checkpoint."""
         return {"net": self.net.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "plateau": self.plateau.state_dict(), "schedule": self.schedule.state_dict(),
                 "teacher": None if self.teacher is None else self.teacher.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore a checkpoint exactly (phase, temperatures, locked gates, optimizer moments)."""
         if self.graphs is not None:
             self.graphs.reset()
         self.net.load_state_dict(state["net"])

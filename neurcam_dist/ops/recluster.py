@@ -19,13 +19,14 @@ import time
 
 import numpy as np
 
-from .. import service, tracking
+from .. import tracking
+from . import runs
 from ..clusterids import match_ids, size_shift, top_terms_overlap
 from ..config import ConfigError, JobConfig, ReclusterConfig, coerce_config
 from ..data import DataError
 from ..data.snapshots import pick_snapshot
 from ..distributed.compare import compare
-from ..distributed.driver import log
+from ..distributed.events import log
 from ..redaction import redact
 from ..storage import write_text_atomic
 from ..storage.published import read_text
@@ -61,7 +62,13 @@ def recluster(config) -> dict:
 
 
 def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
-    with service.mlflow_lines(cfg):   # a new local store's set-up lines, say
+    """The champion, the search with the challenger's stable ids, the registration and the
+    policy's decision, filling ``record`` as it goes (steps 1-4 of the module docstring).
+
+    Kept whole: the champion found at the start is the one the promotion's compare-and-set
+    checks at the end; one function keeps that pair in one scope.
+    """
+    with runs.mlflow_lines(cfg):   # a new local store's set-up lines, say
         tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
         seen = tracking.champion_version(name)
         record["champion_version"] = seen
@@ -92,7 +99,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
         found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old)
 
-    result = service.search(cfg, prepare_winner=prepare_winner)
+    result = runs.search(cfg, prepare_winner=prepare_winner)
     est = result.estimator
     version = (result.tracking or {}).get("version")
     record["challenger_version"] = version
@@ -119,7 +126,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
     want, reason = decide(rc, name, version, seen, record, found.get("unscorable"))
-    with service.mlflow_lines(cfg):
+    with runs.mlflow_lines(cfg):
         if want:
             moved, now = tracking.promote_if_unchanged(name, version, seen, wait_s=rc.lease_wait_s, log=log)
             if moved:

@@ -9,6 +9,7 @@ import shlex
 import time
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..config import ENV_OVERRIDES
 
 JOBS = ("train", "tune", "predict", "recluster")
@@ -21,11 +22,13 @@ FORWARDED = tuple(ENV_OVERRIDES)
 def entrypoint(job: str, config: str, overrides: list[str]) -> str:
     """The command the job runs, relative to the uploaded working directory."""
     if job not in JOBS:
-        raise ValueError(f"unknown job {job!r}: one of {', '.join(JOBS)}")
+        raise ConfigError(f"unknown job {job!r}: one of {', '.join(JOBS)}")
     return shlex.join(["python", f"jobs/{job}.py", "--config", config, *[a for o in overrides for a in ("--set", o)]])
 
 
 def runtime_env(working_dir: str | None, config: str, log=print) -> dict:
+    """The Ray job's runtime environment: the working directory to upload and the
+    ``NEURCAM_*`` / MLflow variables to forward (a password in one is not passed, and ``log`` says so)."""
     from ..redaction import split_credentials
     env = {"env_vars": {}}
     for k in FORWARDED:
@@ -40,11 +43,11 @@ def runtime_env(working_dir: str | None, config: str, log=print) -> dict:
     if working_dir is not None:
         wd = Path(working_dir).resolve()
         if not (wd / "jobs").is_dir():
-            raise ValueError(f"--working-dir {working_dir} has no jobs/ folder (submit from the repository root, "
+            raise ConfigError(f"--working-dir {working_dir} has no jobs/ folder (submit from the repository root, "
                              f"or the image's /app)")
         path = (wd / config).resolve()
         if not path.is_file() or not path.is_relative_to(wd):
-            raise ValueError(f"--config {config} is not a file under --working-dir {working_dir}: the job reads "
+            raise ConfigError(f"--config {config} is not a file under --working-dir {working_dir}: the job reads "
                              f"it from the uploaded copy of that directory")
         env["working_dir"] = str(wd)
     return env

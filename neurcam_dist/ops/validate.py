@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from ..errors import ConfigError
 from ..config import JobConfig
 from ..data import DataError, footers, plan, resolve
 from ..data.snapshots import PLACEHOLDER, pick_snapshot
@@ -21,7 +22,7 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     the first problem."""
     sections = ("data", "model", "train", "search", "tracking", "recluster", "text", "representation")
     lines = [f"schema: ok ({', '.join(k for k in sections if getattr(cfg, k, None) is not None)})"]
-    lines += [f"environment: {n}" for n in getattr(cfg, "_notes", [])]
+    lines += [f"environment: {n}" for n in cfg.notes()]
     data = cfg.data
     if cfg.recluster is not None or (isinstance(data.path, str) and PLACEHOLDER in data.path):
         path, value = pick_snapshot(data.path, cfg.recluster.snapshot if cfg.recluster else "latest")
@@ -56,13 +57,13 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
             fs, root = uri_filesystem(out)
             fs.get_file_info(root)
         except (OSError, ValueError) as exc:
-            raise ValueError(f"output: {redact(out)} cannot be reached: {redact(str(exc))}") from None
+            raise ConfigError(f"output: {redact(out)} cannot be reached: {redact(str(exc))}") from None
     else:
         parent = os.path.abspath(out)
         while not os.path.exists(parent):
             parent = os.path.dirname(parent)
         if not os.access(parent, os.W_OK):
-            raise ValueError(f"output: {out} cannot be created ({parent} is not writable)")
+            raise ConfigError(f"output: {out} cannot be created ({parent} is not writable)")
     lines.append(f"output: {redact(out)}")
     if cfg.tracking is not None:
         from ..tracking import check_reachable, tracking_uri
@@ -80,8 +81,8 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
 
 def _check_text(cfg: JobConfig, data, lines: list[str]):
     """The documents' files and columns, and the embedding model on disk (nothing is read)."""
-    from ..represent import TextJob, check_model_path
-    from ..represent.featurize import check_documents
+    from ..text import TextJob, check_model_path
+    from ..text.featurize import check_documents
     t = cfg.text
     src, is_csv = check_documents(TextJob.for_config(cfg.model_copy(update={"data": data}), cfg.output))
     lines.append(f"text: {len(src.files)} {'CSV' if is_csv else 'Parquet'} file(s) of documents with columns "

@@ -10,6 +10,7 @@ import time
 import uuid
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..uris import is_uri, local
 from .published import publish_dir, put_text, write_version
 
@@ -27,11 +28,11 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
     target = Path(local(target))
     recover(target)
     if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
-        raise ValueError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
+        raise ConfigError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
     if own is not None and target.is_dir():
         foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.startswith("."))
         if foreign:
-            raise ValueError(f"{target} holds {foreign}, which this command did not write (another command's "
+            raise ConfigError(f"{target} holds {foreign}, which this command did not write (another command's "
                              f"output?): refusing to replace it; choose another output directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
@@ -140,7 +141,25 @@ def _link(path: Path, target: str) -> None:
         os.replace(tmp, path)
 
 
-def write_run_output(out: Path, write, extra: tuple[str, ...] = ()) -> None:
+def refuse_foreign_output(out, own: set[str]) -> None:
+    """Refuse (``ConfigError``) a local ``out`` that is a file, or a folder holding names other
+    than ``own`` (and hidden ones): another command's output, or a user's files. Called before
+    any work, so nothing is trained only to be refused. (On an object store the publication
+    itself refuses foreign content.)"""
+    if is_uri(out):
+        return
+    target = Path(local(out))
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{target} exists and was not written by neurcam (a file, not a folder): refusing to "
+                          f"replace it; choose another output directory")
+    if target.is_dir():
+        foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.startswith("."))
+        if foreign:
+            raise ConfigError(f"{target} holds {foreign}, which this command did not write (another command's "
+                              f"output?): refusing to replace it; choose another output directory")
+
+
+def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str] | None = None) -> None:
     """Publish ``model/``, ``metrics.json``, ``config.json`` (and ``extra`` files) in ``out`` as one set.
 
     ``write(dir)`` fills a new version directory ``out/.versions/ID``; after it is complete and
@@ -149,9 +168,12 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = ()) -> None:
     one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
     set in place (the half-written version is removed on the next write). Other content of
     ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone. On an object store
-    (``out`` a URI) the set is published as one version through a manifest instead."""
+    (``out`` a URI) the set is published as one version through a manifest instead. With ``own``
+    (the names this kind of run writes), ``out`` must hold nothing else (``refuse_foreign_output``)."""
+    if own is not None:
+        refuse_foreign_output(out, own | {CURRENT})
     if is_uri(out):
-        _publish_built(str(out), write)
+        _publish_built(str(out), write, refuse_foreign=own is not None)
         return
     out = Path(local(out))
     versions = out / VERSIONS

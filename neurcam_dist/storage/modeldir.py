@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..errors import ModelFileError
 from ..redaction import redact
 from .atomic import atomic_directory, recover
 from .published import NotPublishedError, local_copy
@@ -57,7 +58,7 @@ def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
             with local_copy(path) as copy:
                 return _read_local(copy, shown=redact(str(path)))
         except NotPublishedError as exc:
-            raise ValueError(f"no model at {redact(str(path))}: {exc}") from None
+            raise ModelFileError(f"no model at {redact(str(path))}: {exc}") from None
     return _read_local(Path(local(path)))
 
 
@@ -66,22 +67,22 @@ def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, t
     if recover(path) is not None:
         warnings.warn(f"{path}: an interrupted save had left the model aside; restored it", UserWarning, stacklevel=2)
     if not path.is_dir():
-        raise ValueError(f"no model directory at {name}")
+        raise ModelFileError(f"no model directory at {name}")
     missing = [f for f in (*FILES, MANIFEST) if not (path / f).is_file()]
     if missing:
-        raise ValueError(f"{name} is not a complete NeurCAM model: missing {missing}")
+        raise ModelFileError(f"{name} is not a complete NeurCAM model: missing {missing}")
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{name}/{MANIFEST} is not valid JSON: {exc}") from exc
+        raise ModelFileError(f"{name}/{MANIFEST} is not valid JSON: {exc}") from exc
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{name} is not a NeurCAM model directory (format {manifest.get('format')!r})")
+        raise ModelFileError(f"{name} is not a NeurCAM model directory (format {manifest.get('format')!r})")
     for f in FILES:
         expected = manifest.get("files", {}).get(f)
         if expected != _sha256(path / f):
-            raise ValueError(f"{name}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
+            raise ModelFileError(f"{name}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
     config = json.loads((path / "config.json").read_text())
     if config.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{name}: model format version {config.get('format_version')} is not supported "
+        raise ModelFileError(f"{name}: model format version {config.get('format_version')} is not supported "
                          f"(this version reads {FORMAT_VERSION})")
     return config, load_file(str(path / "weights.safetensors"))

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import ConfigError, DataError, NotPublishedError  # noqa: F401 - NotPublishedError re-exported
 from ..redaction import redact
 from ..uris import filesystem, is_uri, join, local
 
@@ -32,10 +33,6 @@ MANIFEST = "_neurcam_manifest.json"
 VERSIONS = ".v"
 FORMAT = "neurcam-dist/published"
 CHUNK = 8 << 20
-
-
-class NotPublishedError(FileNotFoundError):
-    """No neurcam output at a URI (no manifest there or in a parent)."""
 
 
 def _read_json(fs, path: str) -> dict | None:
@@ -47,6 +44,7 @@ def _read_json(fs, path: str) -> dict | None:
 
 
 def read_manifest(uri: str) -> dict | None:
+    """The manifest of a published output at ``uri``, or None."""
     fs, root = filesystem(uri)
     return _read_json(fs, f"{root.rstrip('/')}/{MANIFEST}")
 
@@ -67,7 +65,7 @@ def check_target(uri: str) -> None:
     if _read_json(fs, f"{root}/{MANIFEST}") is None:
         foreign = _foreign(fs, root)
         if foreign:
-            raise ValueError(f"{redact(uri)} holds {foreign[:5]}, which neurcam did not publish there (no "
+            raise ConfigError(f"{redact(uri)} holds {foreign[:5]}, which neurcam did not publish there (no "
                              f"{MANIFEST}): refusing to write over it; choose another output")
 
 
@@ -192,6 +190,7 @@ class Resolved:
     manifest: dict
 
     def paths(self) -> list[str]:
+        """The published files' full paths."""
         return [self.root if self.single else f"{self.root}/{rel}" for rel in self.files]
 
 
@@ -207,7 +206,7 @@ def resolve(uri: str, depth: int = 4) -> Resolved:
         if manifest is None:
             continue
         if manifest.get("format") != FORMAT:
-            raise ValueError(f"{redact(uri)}: {MANIFEST} is not a neurcam manifest")
+            raise DataError(f"{redact(uri)}: {MANIFEST} is not a neurcam manifest")
         vroot = f"{base}/{VERSIONS}/{manifest['version']}"
         sub = "/".join(parts[len(parts) - up:])
         files = manifest["files"]
@@ -232,7 +231,7 @@ def _download(fs, src: str, dst: Path, meta: dict, uri: str) -> None:
             out.write(block)
     size = dst.stat().st_size
     if size != meta.get("size", size) or ("sha256" in meta and h.hexdigest() != meta["sha256"]):
-        raise ValueError(f"{redact(uri)}: {src.rsplit('/', 1)[-1]} does not match the manifest "
+        raise DataError(f"{redact(uri)}: {src.rsplit('/', 1)[-1]} does not match the manifest "
                          f"({size} bytes read; the manifest says {meta.get('size')}): altered or incomplete")
 
 

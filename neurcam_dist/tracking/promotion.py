@@ -14,13 +14,11 @@ import random
 import socket
 import time
 import uuid
+
+from ..errors import LeaseTimeout  # noqa: F401 - re-exported here
 from contextlib import contextmanager
 
 LEASE_SUFFIX = ".promotion-lease"
-
-
-class LeaseTimeout(RuntimeError):
-    """Another process held the promotion lease for longer than we were willing to wait."""
 
 
 def champion_version(name: str, alias: str = "champion") -> str | None:

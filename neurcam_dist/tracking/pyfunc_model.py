@@ -11,23 +11,23 @@ import mlflow
 import pandas as pd
 from mlflow.pyfunc import PythonModel
 
+from neurcam_dist.errors import DataError  # absolute: MLflow loads this file as code, outside the package
+
 
 class NeurCAMPyfunc(PythonModel):
+    """The registered model's MLflow pyfunc: scores a DataFrame of feature rows."""
     def load_context(self, context) -> None:
+        """Load the model directory the registry stored beside this code."""
         from neurcam_dist.estimator import NeurCAM
         self.estimator = NeurCAM.load(context.artifacts["model"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+        """``cluster`` and ``proba_ID`` columns for each input row (``NeurCAM.score_frame``)."""
         est = self.estimator
         missing = [c for c in est.feature_names_in_ if c not in model_input.columns]
         if missing:
-            raise ValueError(f"the input lacks the model's feature columns {missing}")
-        proba = est.predict_proba(model_input[list(est.feature_names_in_)])
-        ids = est.cluster_ids_
-        out = pd.DataFrame({"cluster": ids[proba.argmax(1)]}, index=model_input.index)
-        for k in range(proba.shape[1]):
-            out[f"proba_{ids[k]}"] = proba[:, k]
-        return out
+            raise DataError(f"the input lacks the model's feature columns {missing}")
+        return est.score_frame(model_input[list(est.feature_names_in_)])
 
 
 mlflow.models.set_model(NeurCAMPyfunc())

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..errors import ConfigError, ModelFileError
+
 
 def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
     """Log ``est`` as a pyfunc in the active run; register it and alias the new version.
@@ -20,10 +22,7 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
     from mlflow.models import infer_signature
 
     example = X_example[list(est.feature_names_in_)].head(5)
-    proba = est.predict_proba(example)
-    ids = est.cluster_ids_
-    output = pd.DataFrame({"cluster": ids[proba.argmax(1)],
-                           **{f"proba_{ids[k]}": proba[:, k] for k in range(proba.shape[1])}})
+    output = est.score_frame(example).reset_index(drop=True)
     with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
         signature = infer_signature(example.astype(np.float64), output)
@@ -62,7 +61,7 @@ def promote(name: str, version: str, alias: str = "champion") -> None:
     try:
         client.get_model_version(name, str(version))
     except MlflowException as exc:
-        raise ValueError(f"registered model {name!r} has no version {version}: {exc.message}") from None
+        raise ConfigError(f"registered model {name!r} has no version {version}: {exc.message}") from None
     client.set_registered_model_alias(name, alias, str(version))
 
 
@@ -81,10 +80,10 @@ def load_estimator(uri: str):
         try:
             local = Path(download_artifacts(artifact_uri=uri, dst_path=tmp))
         except MlflowException as exc:
-            raise ValueError(f"cannot fetch {uri} from the MLflow registry: {exc.message}") from None
+            raise ModelFileError(f"cannot fetch {uri} from the MLflow registry: {exc.message}") from None
         model_dir = local / "artifacts" / "model"
         if not (model_dir / "manifest.json").is_file():
-            raise ValueError(f"{uri} holds no NeurCAM model directory (artifacts/model with a manifest): "
+            raise ModelFileError(f"{uri} holds no NeurCAM model directory (artifacts/model with a manifest): "
                              f"it was not logged by neurcam-dist")
         return NeurCAM.load(model_dir)
 

@@ -12,6 +12,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from ..errors import TrackingError  # noqa: F401 - re-exported here
 from ..estimator import NeurCAM
 from ..explain.report import write_report
 from ..redaction import redact
@@ -22,11 +23,8 @@ from .registry import log_model
 from .uri import use
 
 
-class TrackingError(RuntimeError):
-    """Training succeeded but MLflow logging did not: the CLI exits non-zero and says what is missing."""
-
-
 def data_fingerprint(plan) -> dict:
+    """The data's identity as MLflow params: path, rows, files, schema hash, features, embedding."""
     return {"data.path": redact(plan.source.spec), "data.n_rows": plan.n_rows, "data.n_files": len(plan.source.files),
             "data.schema_hash": plan.schema_hash, "data.features": ",".join(plan.features)[:6000],
             "data.repr": f"{plan.repr_kind}:{plan.repr_dim}"}

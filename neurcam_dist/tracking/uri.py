@@ -13,6 +13,8 @@ LOCAL_ARTIFACTS = "mlartifacts"
 
 
 def tracking_uri(configured: str | None = None, workdir: str | os.PathLike = ".") -> str:
+    """The tracking URI: the configured one, else ``MLFLOW_TRACKING_URI``, else the embedded
+    store ``./mlflow.db`` under ``workdir``."""
     uri = configured or os.environ.get("MLFLOW_TRACKING_URI")
     if uri:
         return uri

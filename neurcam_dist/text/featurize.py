@@ -18,12 +18,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..errors import DataError
 from ..data.reading import map_with_actors
 from ..data.sources import CSV, PARQUET, DataError, listing, resolve
 from ..redaction import redact
 from ..storage import write_dataset
 from .sentences import EMBEDDING_COLUMN, SentenceEmbedder, check_model_path
-from .text import VOCABULARY_FILE, Analyzer, Vocabulary, check_thresholds, document_frequencies, join_text
+from .vocabulary import VOCABULARY_FILE, Analyzer, Vocabulary, check_thresholds, document_frequencies, join_text
 
 TEXT_TMP = "__neurcam_text"
 N_TERMS = "n_terms"      # occurrences of vocabulary terms in the document (0: an all-zero row)
@@ -62,13 +63,13 @@ class TextJob:
     def __post_init__(self):
         check_thresholds(self.min_df, self.max_df)
         if not self.text_columns:
-            raise ValueError("name the text column(s) (--text-column)")
+            raise DataError("name the text column(s) (--text-column)")
         named = [*self.text_columns, self.id_column, *self.carry]
         dup = sorted({c for c in named if named.count(c) > 1})
         if dup:
-            raise ValueError(f"columns {dup} are named twice among the text, id and carried columns")
+            raise DataError(f"columns {dup} are named twice among the text, id and carried columns")
         if EMBEDDING_COLUMN in named:
-            raise ValueError(f"{EMBEDDING_COLUMN!r} is the output's embedding column: rename that input column")
+            raise DataError(f"{EMBEDDING_COLUMN!r} is the output's embedding column: rename that input column")
 
 
 def check_documents(job: TextJob):
@@ -103,7 +104,8 @@ def _read_documents(job: TextJob):
                                        column_types={c: pa.string() for c in job.text_columns})
         ds = ray.data.read_csv(src.files, filesystem=src.filesystem, file_extensions=None, convert_options=convert)
     else:
-        ds = ray.data.read_parquet(src.files, filesystem=src.filesystem, columns=wanted, file_extensions=None)
+        from ..data.reading import read_source
+        ds = read_source(src, wanted)
     ds.context.execution_options.preserve_order = True   # the same shards, row for row, every run
     return src, ds
 
@@ -173,7 +175,10 @@ def fingerprint(job: TextJob, src, model_path: str | None) -> str:
 
 def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     """Both passes and the atomic write; returns the summary also saved in ``_vocabulary.json``.
-    ``reuse``: keep an output written from the same input files with the same settings."""
+    ``reuse``: keep an output written from the same input files with the same settings.
+
+    Kept whole: the vocabulary pass, the featurization pass and the atomic write share the
+    resolved source and its fingerprint; the steps are the log lines it says."""
     model_path = check_model_path(job.model) if job.embed else None
     t_start = time.perf_counter()
     src, ds = _read_documents(job)

@@ -20,16 +20,18 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from ..errors import TrainingError
 from .. import data as data_mod
 from ..data.pacing import pace
-from ..config import JobConfig, RepresentationConfig
+from ..config import DataConfig, JobConfig, RepresentationConfig
 from ..model import dae
 from ..model.dae import DenoisingAutoencoder
 from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..storage import write_dataset
 from ..uris import join
-from .console import worker_say
+from . import events
+from .events import log
 from .session import worker_group
 
 DAE_COLUMN = "dae_embedding"
@@ -39,6 +41,8 @@ DAE_DIR = "_dae"          # "_": skipped by every reader of the shards
 
 @dataclass(frozen=True)
 class DaeJob:
+    """What each autoencoder worker receives: the settings, the plan, the standardization, the
+    seed, its threads, the shuffle buffer and where its progress records go."""
     rep: RepresentationConfig
     plan: data_mod.Plan
     mean: np.ndarray
@@ -46,6 +50,7 @@ class DaeJob:
     seed: int
     threads: float
     shuffle_buffer: int
+    events: events.Channel | None = None   # where the progress records go
 
 
 def _build(job: DaeJob) -> DenoisingAutoencoder:
@@ -60,6 +65,7 @@ def dae_loop_per_worker(config: dict) -> None:
     import torch.distributed as dist
 
     job: DaeJob = config["job"]
+    events.attach(job.events)
     r = job.rep
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
@@ -97,7 +103,7 @@ def dae_loop_per_worker(config: dict) -> None:
         done = epoch == r.epochs or plateau.stale >= r.n_iter_no_change
         if rank == 0 and (done or epoch == 1 or time.perf_counter() - last_log > 20):
             last_log = time.perf_counter()
-            worker_say(f"autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}")
+            events.say(f"autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}")
         if done:
             break
     metrics = {"epochs": len(history), "loss": history[-1]["loss"]}
@@ -128,18 +134,18 @@ class _Encoder:
         return table.append_column(DAE_COLUMN, col)
 
 
-def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
-    """Train the autoencoder and write the data with its embedding; the config of that data.
-    ``prepare``: the driver's checks and profile pass of the input (``driver.prepare``)."""
+def dae_data(cfg: JobConfig, prepare) -> DataConfig:
+    """Train the autoencoder and write the data with its embedding; the ``data:`` of that data.
+    ``prepare()``: the checks and profile pass of the input, ``(plan, profile)`` (``job.prepare``)."""
     from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
     r, tc, m = cfg.representation, cfg.train, cfg.model
-    plan, prof = prepare(cfg)
+    plan, prof = prepare()
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     job = DaeJob(rep=r, plan=plan, mean=mean, scale=scale, seed=m.random_state, threads=tc.cpus_per_worker,
-                 shuffle_buffer=tc.shuffle_buffer)
+                 shuffle_buffer=tc.shuffle_buffer, events=events.current_channel())
     log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
         f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
     t0 = time.perf_counter()
@@ -152,7 +158,7 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
     try:
         result = trainer.fit()
     except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed
-        raise RuntimeError(f"the autoencoder's training failed: {exc}") from exc
+        raise TrainingError(f"the autoencoder's training failed: {exc}") from exc
     with result.checkpoint.as_directory() as d:
         saved = torch.load(os.path.join(d, WEIGHTS), map_location="cpu", weights_only=True)
     history = saved["history"]
@@ -177,8 +183,7 @@ def dae_run(cfg: JobConfig, log, prepare) -> JobConfig:
 
     write_dataset(staged, write, marker=DAE_DIR)
     log(f"wrote the data with its {r.bottleneck}-dim {DAE_COLUMN} to {staged}")
-    data = cfg.data.model_copy(update={"path": staged, "embedding": DAE_COLUMN, "features": plan.features})
-    return cfg.model_copy(update={"data": data})
+    return cfg.data.model_copy(update={"path": staged, "embedding": DAE_COLUMN, "features": plan.features})
 
 
 def _all_columns(plan: data_mod.Plan) -> list[str]:

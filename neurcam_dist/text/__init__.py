@@ -3,7 +3,7 @@ over a fitted vocabulary) and sentence embeddings, each written as Parquet besid
 Knows the data layer, nothing of the model or of training."""
 from .featurize import TextJob, featurize_text
 from .sentences import EMBEDDING_COLUMN, check_model_path
-from .text import VOCABULARY_FILE, Analyzer, Vocabulary
+from .vocabulary import VOCABULARY_FILE, Analyzer, Vocabulary
 
 __all__ = ["EMBEDDING_COLUMN", "VOCABULARY_FILE", "Analyzer", "TextJob", "Vocabulary", "check_model_path",
            "featurize_text"]

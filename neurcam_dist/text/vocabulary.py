@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from ..errors import DataError
 from ..data.sources import VOCABULARY_FILE  # noqa: F401 - re-exported: where the vocabulary lives
 
 SCHEMA_KEY = b"neurcam.text"          # Parquet schema metadata: the vocabulary's term columns
@@ -50,9 +51,9 @@ class Analyzer:
 
     def __post_init__(self):
         if self.lemmatizer not in ("simplemma", "none"):
-            raise ValueError(f"text lemmatizer {self.lemmatizer!r}: expected 'simplemma' or 'none'")
+            raise DataError(f"text lemmatizer {self.lemmatizer!r}: expected 'simplemma' or 'none'")
         if self.stop_words not in ("sklearn-english", "none"):
-            raise ValueError(f"text stop_words {self.stop_words!r}: expected 'sklearn-english' or 'none'")
+            raise DataError(f"text stop_words {self.stop_words!r}: expected 'sklearn-english' or 'none'")
 
     @functools.cached_property
     def _stops(self) -> frozenset[str]:
@@ -105,11 +106,11 @@ class Vocabulary:
         embedding) gets the column ``term_<term>``."""
         check_thresholds(min_df, max_df)
         if n_documents == 0:
-            raise ValueError("no documents to fit a vocabulary on")
+            raise DataError("no documents to fit a vocabulary on")
         lo, hi = min_df * n_documents, max_df * n_documents
         terms = sorted(t for t, c in df.items() if lo <= c <= hi)
         if not terms:
-            raise ValueError(f"no term is in between {min_df:g} and {max_df:g} of the {n_documents} documents "
+            raise DataError(f"no term is in between {min_df:g} and {max_df:g} of the {n_documents} documents "
                              f"({len(df)} distinct terms before the thresholds): lower text.min_df or raise "
                              f"text.max_df")
         columns = [f"term_{t}" if t in reserved else t for t in terms]
@@ -143,22 +144,25 @@ class Vocabulary:
         return out, counts
 
     def to_json(self) -> dict:
+        """The vocabulary as JSON-ready values (``kind`` and ``format`` first)."""
         return {"kind": KIND, "format": FORMAT, **asdict(self)}
 
     @classmethod
     def from_json(cls, d: dict) -> "Vocabulary":
+        """The vocabulary ``to_json`` gave; ``DataError`` for another kind or a newer format."""
         if d.get("kind") != KIND:
-            raise ValueError(f"not a neurcam text vocabulary (kind {d.get('kind')!r})")
+            raise DataError(f"not a neurcam text vocabulary (kind {d.get('kind')!r})")
         if d.get("format", 0) > FORMAT:
-            raise ValueError(f"text vocabulary format {d['format']} is newer than this neurcam-dist reads "
+            raise DataError(f"text vocabulary format {d['format']} is newer than this neurcam-dist reads "
                              f"({FORMAT}): upgrade neurcam-dist")
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
 def check_thresholds(min_df: float, max_df: float) -> None:
+    """Refuse document-frequency thresholds outside 0 <= min_df < max_df <= 1."""
     if not 0.0 <= min_df < max_df <= 1.0:
-        raise ValueError(f"text thresholds: need 0 <= min_df < max_df <= 1 (fractions of the documents), got "
+        raise DataError(f"text thresholds: need 0 <= min_df < max_df <= 1 (fractions of the documents), got "
                          f"min_df={min_df}, max_df={max_df}")
 
 

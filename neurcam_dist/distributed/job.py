@@ -1,0 +1,199 @@
+"""A job resolved once: the config as given, the data and model settings in effect, the data's
+plan and the ``TrainingSpec`` the step uses, checked together in one place.
+
+``resolve_early`` does it from the Parquet footers before Ray starts, so a wrong path, column or
+hyperparameter fails at once with nothing written; a job whose data a step writes first (``text:``
+documents, ``representation: dae``, a features/embeddings join) is resolved by ``resolve`` after
+that step. Nothing downstream rewrites the config: the staged data and the text model defaults
+are fields of the ``ResolvedJob``; a search's trials get a derived copy (``for_trial``); workers get
+its ``TrainingSpec``. Each hyperparameter keeps its YAML name from the file to the step.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from .. import data as data_mod
+from ..config import DataConfig, JobConfig, ModelConfig
+from ..errors import DataError
+from ..validation import constant_features_note
+from ..model import TrainingSpec
+from ..uris import join
+from .events import log
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    """An immutable, checked job.
+
+    Attributes
+    ----------
+    config : JobConfig
+        As the user gave it (after ``--set`` and the environment); never rewritten.
+    data : DataConfig
+        The data the model trains on: ``config.data``, or what a step before training wrote.
+    model : ModelConfig
+        The model section in effect: ``config.model`` with the paper's text settings where it is
+        silent on text data (``text_defaults`` says which), or a trial's values.
+    plan : data.Plan
+        Files, rows, column roles and the representation, from the footers.
+    spec : TrainingSpec
+        The model's settings as the training step uses them, checked against the data's size.
+    output : str
+        Where this run writes (a search trial's own folder, else ``config.output``).
+    text_defaults : dict
+        The model settings filled in for text data.
+    trial : str or None
+        A search trial's id (its job neither searches nor tracks).
+    """
+
+    config: JobConfig
+    data: DataConfig
+    model: ModelConfig
+    plan: data_mod.Plan
+    spec: TrainingSpec
+    output: str
+    text_defaults: dict = field(default_factory=dict)
+    trial: str | None = None
+
+    @property
+    def train(self):
+        """The ``train:`` section: workers, resources, caching, checkpoints."""
+        return self.config.train
+
+    def storage_path(self) -> str:
+        """Ray Train's checkpoints and the staged data (``train.storage_path``, else OUTPUT/_ray)."""
+        return self.config.storage_path()
+
+    def effective_config(self) -> JobConfig:
+        """The config as the run used it (staged data, model settings in effect, this output):
+        what ``config.json`` and MLflow record."""
+        update = {"data": self.data, "model": self.model, "output": str(self.output)}
+        if self.trial is not None:
+            update.update(search=None, tracking=None)
+        cfg = self.config.model_copy(update=update)
+        cfg._notes = self.config.notes()
+        return cfg
+
+    def public_json(self) -> str:
+        """``effective_config`` as saved beside the outputs: credentials redacted."""
+        return self.effective_config().public_json()
+
+    def with_seed(self, seed: int) -> "ResolvedJob":
+        """This job with another ``model.random_state`` (a search's k-means inits, one a seed; the
+        seeds were validated with the ``search:`` section, and nothing else changes)."""
+        return dataclasses.replace(self, model=self.model.model_copy(update={"random_state": int(seed)}),
+                                   spec=dataclasses.replace(self.spec, random_state=int(seed)))
+
+    def with_params(self, params: dict) -> "ResolvedJob":
+        """This job with ``params`` over its model (validated as a ``model:`` section and against
+        the data): the winner of a search, say.
+
+        Raises
+        ------
+        ConfigError, DataError
+            A value the ``model:`` section refuses, or one the data cannot take.
+        """
+        model = trial_model(self.model, params)
+        return dataclasses.replace(self, model=model, spec=spec_for(model, self.plan))
+
+    def for_trial(self, trial: str, params: dict, output: str) -> "ResolvedJob":
+        """A search trial's job: ``with_params``, writing to the trial's ``output``."""
+        return dataclasses.replace(self.with_params(params), output=str(output), trial=trial)
+
+
+def trial_model(model: ModelConfig, params: dict) -> ModelConfig:
+    """``model`` with a trial's hyperparameters (Tune hands numbers as numpy scalars and floats),
+    validated as a ``model:`` section."""
+    clean = {k: (int(v) if k in ("n_single", "n_pairs", "random_state") else float(v)) for k, v in params.items()}
+    return ModelConfig.model_validate({**model.model_dump(), **clean})
+
+
+def spec_for(model: ModelConfig, plan: data_mod.Plan) -> TrainingSpec:
+    """The ``TrainingSpec`` of ``model`` on ``plan``'s data: the one data-aware check of the
+    hyperparameters (``params.check_params_for_data``), from the footers alone."""
+    try:
+        return TrainingSpec.for_data(model.estimator_params(), plan.n_rows, len(plan.features))
+    except ValueError as exc:
+        raise DataError(f"model: {exc}") from None
+
+
+def needs_staging(cfg: JobConfig) -> bool:
+    """True when a step must write the training data first (documents, an autoencoder, a join)."""
+    return cfg.text is not None or cfg.representation is not None or cfg.data.embeddings is not None
+
+
+def resolve_early(cfg: JobConfig) -> ResolvedJob | None:
+    """The job from the footers, before Ray starts or anything is written; None when a step must
+    write the data first (``resolve`` then runs it)."""
+    if needs_staging(cfg):
+        return None
+    return _resolved(cfg, cfg.data)
+
+
+def resolve(cfg: JobConfig, early: ResolvedJob | None = None) -> ResolvedJob:
+    """The job, running first the steps that write its training data (``early``: what
+    ``resolve_early`` gave, returned as it is)."""
+    if early is not None:
+        return early
+    return _resolved(cfg, staged_data(cfg))
+
+
+def staged_data(cfg: JobConfig) -> DataConfig:
+    """The data a config asks the service to compute before training, computed: text documents
+    featurized (and embedded), the autoencoder's embedding, features joined with embeddings; else
+    ``cfg.data``. Kept under the storage path's ``staging/`` (text: reused while unchanged)."""
+    data = cfg.data
+    if cfg.text is not None:
+        from ..text import TextJob, featurize_text
+        staged = join(cfg.storage_path(), "staging", "text")
+        featurize_text(TextJob.for_config(cfg, staged), log, reuse=True)
+        log(f"training on the featurized documents in {staged} (text: kept in the saved config)")
+        data = data.model_copy(update={"path": staged, "embedding": "embedding" if cfg.text.embed else None})
+    if cfg.representation is not None:
+        from .autoencoder import dae_data
+        data = dae_data(cfg, lambda: prepare(_resolved(cfg, cfg.data)))
+    if data.embeddings is not None:
+        staging = join(cfg.storage_path(), "staging")
+        log(f"joining features and embeddings on {data.embeddings.key!r} into {staging}/joined")
+        data = data_mod.join_embeddings(data, staging)
+    return data
+
+
+def model_in_effect(cfg: JobConfig, data: DataConfig) -> tuple[ModelConfig, dict]:
+    """``cfg.model``, with the paper's text settings (``JobConfig.with_text_defaults``) where it is silent
+    when the data is text (documents, or data written by ``featurize-text``); and what was filled."""
+    if cfg.text is None and data_mod.sources.find_vocabulary(data.path) is None:
+        return cfg.model, {}
+    with_defaults, filled = cfg.with_text_defaults()
+    return with_defaults.model, filled
+
+
+def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
+    plan = data_mod.plan(data)
+    model, filled = model_in_effect(cfg, data)
+    if filled:
+        log("text data: the paper's text settings where model: is silent: "
+            + ", ".join(f"{k}={v}" for k, v in filled.items()))
+    return ResolvedJob(config=cfg, data=data, model=model, plan=plan, spec=spec_for(model, plan),
+                       output=cfg.output, text_defaults=filled)
+
+
+def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
+    """The pass that must succeed before a worker starts: every value of every file checked, the
+    standardization moments, the constant features (named, or refused with
+    ``constant_features: error``). Returns the job's plan and the profile."""
+    plan, m = job.plan, job.model
+    log(f"data: {plan.describe()}")
+    data_mod.sources.refuse_output_inside(job.output, plan.source)
+    t0 = time.perf_counter()
+    prof = data_mod.profile(plan)
+    log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+    try:
+        note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)
+    except ValueError as exc:
+        raise data_mod.DataError(f"data: {exc}") from None
+    if note:
+        log(note)
+    return plan, prof

@@ -1,0 +1,62 @@
+"""The one scorer of rows: each row's stable cluster id, its probabilities, and the terms that
+pushed it hardest toward its cluster.
+
+``NeurCAM.score_frame`` (and through it the registry's pyfunc and its signature) and batch
+scoring (``neurcam predict``) build their output columns here, so they agree value for value.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..numerics import softmax
+from .terms import rows_from_contributions
+
+TOP_TERMS = 3   # terms per row that batch scoring reports
+
+
+def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.ndarray]:
+    """The scored columns of raw feature rows ``x`` (fitted column order, float64).
+
+    Parameters
+    ----------
+    fitted : model.FittedNet
+        The fitted state.
+    x : ndarray
+        (N, features) raw feature values, already validated (finite).
+    top_terms : int
+        How many of the terms that pushed each row hardest toward its cluster to report
+        (0: none, and no per-term pass).
+
+    Returns
+    -------
+    dict of str to ndarray
+        In order: ``cluster`` (stable ids, int64), ``proba_ID`` for each cluster id (float64),
+        then for ``r`` in 1..top_terms ``term_r`` (object: the term's name, None past the
+        model's terms) and ``term_r_contribution`` (float64: its centred logit contribution
+        toward the row's cluster, NaN past the model's terms).
+    """
+    if top_terms:
+        rows = rows_from_contributions(fitted, fitted.contributions(x))
+        logits = rows.logits
+    else:
+        logits = fitted.logits(x)
+    proba = softmax(logits)
+    raw = logits.argmax(1)
+    ids = fitted.ids
+    cols: dict[str, np.ndarray] = {"cluster": ids[raw].astype(np.int64)}
+    for k in range(proba.shape[1]):
+        cols[f"proba_{ids[k]}"] = proba[:, k]
+    if top_terms:
+        n = len(x)
+        toward = rows.contributions[np.arange(n), :, raw]                      # (n, terms)
+        order = np.argsort(-toward, axis=1, kind="stable")
+        names = np.asarray(rows.terms, dtype=object)
+        for r in range(top_terms):
+            if r < len(names):
+                idx = order[:, r]
+                cols[f"term_{r + 1}"] = names[idx]
+                cols[f"term_{r + 1}_contribution"] = toward[np.arange(n), idx]
+            else:
+                cols[f"term_{r + 1}"] = np.full(n, None, dtype=object)
+                cols[f"term_{r + 1}_contribution"] = np.full(n, np.nan)
+    return cols

@@ -1,0 +1,101 @@
+"""Tracked runs: train or search on Ray, then log the result to MLflow when the config has a
+``tracking:`` section. The front door (``neurcam_dist.service``) and the re-clustering call these;
+training itself (``distributed``) knows nothing of MLflow, and tracking nothing of Ray.
+
+When MLflow is unreachable the run still finishes and its model is saved in ``output/``;
+``tracking.TrackingError`` then says what was not logged (and that nothing was registered).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+from ..config import JobConfig, coerce_config
+from ..distributed import SearchResult, TrainResult
+from ..distributed import search as _search
+from ..distributed import train as _train
+from ..distributed.console import library_logs
+from ..distributed.events import log
+from ..redaction import redact
+
+
+@contextmanager
+def _sigterm_as_exit():
+    """SIGTERM (``kill``, a Kubernetes pod stopping, ``ray job stop``) raises ``SystemExit`` so that
+    open MLflow runs end FAILED and temporary outputs are removed, instead of the process vanishing
+    with runs left RUNNING. Only the main thread can install handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def train(config, *, name: str | None = None) -> TrainResult:
+    """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
+    cfg = coerce_config(config)
+    with _sigterm_as_exit():
+        result = _train(cfg, name=name)
+        if cfg.tracking is not None:
+            _log(cfg, result, "run", "the run", lambda t: t.log_training(result, result.config))
+        return result
+
+
+def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
+    """``distributed.search``, then a parent run, a nested run per trial and the winner registered
+    as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
+    start (the search still runs: its winner is saved locally)."""
+    cfg = coerce_config(config)
+    with _sigterm_as_exit():
+        if cfg.tracking is not None:
+            _warn_if_unreachable(cfg)
+        result = _search(cfg, name=name, prepare_winner=prepare_winner)
+        if cfg.tracking is not None:
+            _log(cfg, result, "parent run", "the search's parent run, its trial runs",
+                 lambda t: t.log_search(result, result.search_config))
+        return result
+
+
+def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
+    """``log_with(tracking)`` into ``result.tracking``, MLflow's own lines in the run's log; a
+    failure raises ``TrackingError`` saying what was not logged (the model is safe on disk)."""
+    from .. import tracking
+    try:
+        with mlflow_lines(cfg):
+            result.tracking = log_with(tracking)
+    except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
+        raise tracking.tracking_failed(cfg, result.output, exc, runs) from exc
+    _say_logged(cfg, result.tracking, what)
+
+
+def mlflow_lines(cfg: JobConfig):
+    """MLflow's own lines (database set-up, model validation, "Successfully registered model")
+    go to the run's ``logs/`` beside Ray's; the console keeps the service's line that says what
+    was logged."""
+    import mlflow  # noqa: F401 - its logger gets its handlers on import: route them after
+    return library_logs(cfg.output, ("mlflow",), "MLflow's", log)
+
+
+def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
+    log(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
+        + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
+           if cfg.tracking.model_name else ""))
+
+
+def _warn_if_unreachable(cfg: JobConfig) -> None:
+    from ..tracking import check_reachable, tracking_uri
+    uri = tracking_uri(cfg.tracking.uri)
+    if uri.startswith(("http://", "https://")):
+        try:
+            check_reachable(uri)
+        except ConnectionError as exc:
+            log(f"WARNING: {exc}; the run goes on and its model is saved locally, but the command "
+                f"will exit non-zero if MLflow is still unreachable at the end")

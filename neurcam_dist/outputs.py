@@ -1,0 +1,70 @@
+"""The one writer of a run's outputs, for every command that trains (``fit``, ``train``, a
+search's trials and winner) and every target (a local folder or an object-store URI).
+
+A run folder holds ``model/``, ``metrics.json``, ``config.json`` and, as the run asks, a
+``report/``, more JSON files and copied folders, published together and atomically
+(``storage.write_run_output``): a reader sees the whole previous set or the whole new one.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from .storage import refuse_foreign_output, write_run_output
+from .storage.published import local_copy
+
+RUN_FILES = ("model", "metrics.json", "config.json")
+
+
+def run_files(*, report: bool = False, extra=(), dirs=()) -> set[str]:
+    """The names a run with these parts writes into its folder."""
+    return {*RUN_FILES, *extra, *dirs, *(("report",) if report else ())}
+
+
+def check_run_target(out, *, report: bool = False, extra=(), dirs=()) -> None:
+    """Before any work: refuse an output that is a file or holds what such a run does not write
+    (``errors.ConfigError`` naming it), so nothing is trained only to be refused at the end."""
+    refuse_foreign_output(out, run_files(report=report, extra=extra, dirs=dirs))
+
+
+def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str] | None = None, report=None,
+              dirs: dict[str, str] | None = None, exclusive: bool = False) -> None:
+    """Publish a run's outputs in ``out`` as one set.
+
+    Parameters
+    ----------
+    out : str or Path
+        A local folder or an object-store URI.
+    est : NeurCAM
+        The fitted estimator; written as ``model/`` (``NeurCAM.save``).
+    metrics : dict
+        Written as ``metrics.json``.
+    config_json : str
+        What made the run (the job config, or a fit's parameters), written as ``config.json``.
+    extra : dict of str to str, optional
+        More files: name -> text (``search.json``).
+    report : Explanation, optional
+        Rendered into ``report/`` (``explain.report.write_report``).
+    dirs : dict of str to str, optional
+        Folders (or published URIs) copied in under a name (a computed representation's model).
+    exclusive : bool
+        Refuse an ``out`` holding anything else (``fit``: a folder of its own); a Ray run keeps
+        its checkpoints and trials beside its outputs.
+    """
+    def write(tmp: Path) -> None:
+        for name, src in (dirs or {}).items():
+            with local_copy(src) as copy:
+                shutil.copytree(copy, tmp / name)
+        est.save(tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+        (tmp / "config.json").write_text(config_json)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text)
+        if report is not None:
+            from .explain.report import write_report
+            write_report(report, tmp / "report")
+
+    names = tuple(extra or ()) + tuple(dirs or ()) + (("report",) if report is not None else ())
+    write_run_output(out, write, extra=names,
+                     own=run_files(report=report is not None, extra=extra or (), dirs=dirs or ()) if exclusive else None)

@@ -1,0 +1,159 @@
+"""One way through: a job resolved once, one fitted state, one scorer, one run-output writer, the
+front door's checks up front, and one error base whose messages survive Ray."""
+import dataclasses
+import json
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.cli import main
+from neurcam_dist.config import TrainConfig, parse_config
+from neurcam_dist.errors import (ConfigError, DataError, ModelFileError, NeurcamError, NotPublishedError,
+                                 TrainingError, find_cause)
+from neurcam_dist.model import FittedNet, TrainingSpec
+from neurcam_dist.params import HYPERPARAMETERS
+
+from .conftest import SMALL
+
+
+@pytest.fixture()
+def shards(tmp_path, data):
+    from neurcam_dist.data.bundled import write_frame_shards
+    X, y = data
+    d = tmp_path / "data"
+    write_frame_shards(X.assign(label=y), str(d), 2)
+    return d
+
+
+def _cfg(shards, tmp_path, **model):
+    return parse_config({"data": {"path": str(shards), "label": "label", "id": "id"},
+                         "model": {"n_clusters": 3, "epsilon": 0.7, **model}, "output": str(tmp_path / "out")})
+
+
+# ---------------------------------------------------------------- a job resolved once
+def test_a_job_is_resolved_once_and_its_config_never_rewritten(shards, tmp_path, monkeypatch):
+    from neurcam_dist.distributed.job import resolve_early
+    from neurcam_dist.model import build
+    calls = []
+    real = build.check_params_for_data
+    monkeypatch.setattr(build, "check_params_for_data", lambda *a: calls.append(a) or real(*a))
+    cfg = _cfg(shards, tmp_path)
+    before = cfg.model_dump()
+    job = resolve_early(cfg)
+    # epsilon: YAML -> ModelConfig -> TrainingSpec, under one name, checked against the data once
+    assert job.spec.epsilon == 0.7 and job.spec.random_state == cfg.model.random_state and len(calls) == 1
+    assert {f.name for f in dataclasses.fields(TrainingSpec)} - {"n_features"} <= set(HYPERPARAMETERS)
+    trial = job.for_trial("t1", {"epsilon": 0.5, "random_state": 3}, str(tmp_path / "t1"))
+    assert trial.spec.epsilon == 0.5 and trial.spec.random_state == 3 and job.spec.epsilon == 0.7
+    assert cfg.model_dump() == before and job.config is cfg
+    eff = trial.effective_config()
+    assert eff.model.epsilon == 0.5 and eff.output == str(tmp_path / "t1") and eff.search is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.spec = trial.spec
+    with pytest.raises(DataError, match=r"model: n_single=0 and n_pairs=0"):
+        job.for_trial("t2", {"n_single": 0, "n_pairs": 0}, str(tmp_path / "t2"))
+    with pytest.raises(DataError, match=r"model: n_clusters=500 is larger than the number of rows \(240\)"):
+        resolve_early(_cfg(shards, tmp_path, n_clusters=500))
+
+
+def test_workers_get_the_train_settings_under_their_config_names():
+    from neurcam_dist.distributed.worker import WorkerConfig
+    names = {f.name for f in dataclasses.fields(WorkerConfig)}
+    assert {"cpus_per_worker", "cache", "device_cache_gib", "shuffle_buffer", "checkpoint_every"} <= names
+    assert {"cpus_per_worker", "cache", "device_cache_gib", "shuffle_buffer", "checkpoint_every"} <= set(
+        TrainConfig.model_fields)
+    assert not {"threads", "resident", "resident_budget", "seed"} & names
+
+
+# ---------------------------------------------------------------- one fitted state
+def test_fit_save_load_go_through_one_fitted_state(fitted, data, tmp_path):
+    X, _ = data
+    state, weights = fitted.fitted_.to_dict()
+    back = FittedNet.from_dict({**state, "params": fitted.get_params()}, weights)
+    np.testing.assert_array_equal(back.logits(X.to_numpy()), fitted.fitted_.logits(X.to_numpy()))
+    fitted.save(tmp_path / "m")
+    loaded = NeurCAM.load(tmp_path / "m")
+    for attr in ("mean_", "scale_", "channel_means_", "cluster_ids_", "cluster_centers_"):
+        np.testing.assert_array_equal(getattr(loaded, attr), getattr(fitted, attr))
+    for attr in ("temperatures_", "next_cluster_id_", "n_iter_", "repr_dim_", "uses_features_as_repr_",
+                 "precision_", "selected_features_", "selected_pairs_", "text_"):
+        assert getattr(loaded, attr) == getattr(fitted, attr), attr
+    # the learned attributes are views of the one state, not copies that could drift
+    assert loaded.net_ is loaded.fitted_.net and loaded.history_ is loaded.fitted_.history
+    loaded.set_cluster_ids([5, 2, 8], 9)
+    assert loaded.fitted_.ids.tolist() == [5, 2, 8] and loaded.scoring_model().ids.tolist() == [5, 2, 8]
+    with pytest.raises(ModelFileError):
+        NeurCAM.load(tmp_path / "nowhere")
+
+
+# ---------------------------------------------------------------- one scorer
+def test_one_scorer_for_the_estimator_the_registry_and_batch_scoring(fitted, data):
+    from neurcam_dist.distributed.scoring import _Scorer
+    X, _ = data
+    frame = fitted.score_frame(X, top_terms=3)
+    k = fitted.n_clusters
+    assert list(frame.columns[:k + 1]) == ["cluster"] + [f"proba_{i}" for i in fitted.cluster_ids_]
+    np.testing.assert_array_equal(frame["cluster"], fitted.predict(X))
+    np.testing.assert_allclose(frame.iloc[:, 1:k + 1].to_numpy(), fitted.predict_proba(X), atol=1e-6)
+    plain = fitted.score_frame(X)
+    assert list(plain.columns) == list(frame.columns[:k + 1])
+    out = _Scorer(fitted.scoring_model(), None, [])(pa.Table.from_pandas(X, preserve_index=False)).to_pandas()
+    assert list(out.columns) == list(frame.columns)
+    pd.testing.assert_frame_equal(out.astype({"cluster": "int64"}), frame.reset_index(drop=True))
+
+
+def test_the_table_scorer_predicts_stable_ids(data):
+    X, _ = data
+    est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X)
+    est.set_cluster_ids([7, 3, 9], 10)
+    scorer = est.explain(X).to_scorer()
+    assert set(scorer.predict(X).tolist()) <= {3, 7, 9}
+    assert (scorer.predict(X) == est.predict(X)).mean() >= 0.99
+
+
+# ---------------------------------------------------------------- the front door
+def test_fit_checks_its_output_before_reading_or_training(tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["fit", "--data", str(tmp_path / "missing.csv"), "--out", str(out), "--n-clusters", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "which this command did not write" in err and "no such file" not in err
+    assert (out / "notes.txt").read_text() == "keep me"
+    assert main(["fit", "--data", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "o"), "--n-clusters", "1"]) == 2
+    assert "n_clusters must be >= 2" in capsys.readouterr().err   # a bad value before the data is read
+
+
+def test_fit_writes_the_run_folder_that_train_writes(tmp_path, data):
+    from neurcam_dist import service
+    X, y = data
+    X.assign(label=y).to_csv(tmp_path / "d.csv", index=False)
+    res = service.fit(str(tmp_path / "d.csv"), str(tmp_path / "run"), label="label",
+                      params={"n_clusters": 3, **{k: v for k, v in SMALL.items() if k != "device"}})
+    made = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert made["command"] == "fit" and made["features"] == list(X.columns) and made["label"] == "label"
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == res.metrics
+    assert (tmp_path / "run" / "model").is_symlink() and (tmp_path / "run" / "current").is_symlink()
+    np.testing.assert_array_equal(NeurCAM.load(tmp_path / "run" / "model").predict(X), res.estimator.predict(X))
+
+
+# ---------------------------------------------------------------- one error base
+def test_errors_share_one_base_are_the_builtins_callers_expect_and_keep_their_message():
+    assert issubclass(ConfigError, ValueError) and issubclass(DataError, ValueError)
+    assert issubclass(TrainingError, RuntimeError) and issubclass(NotPublishedError, FileNotFoundError)
+    assert all(issubclass(c, NeurcamError) for c in (ConfigError, DataError, TrainingError, NotPublishedError))
+    e = DataError("f.parquet: column 'x' has a NaN")
+    e.args = (e.args[0] + "\nFailed to apply UDF transform after 1/1 attempts",)   # what Ray Data appends
+    back = pickle.loads(pickle.dumps(e))
+    assert back.message == "f.parquet: column 'x' has a NaN"
+    try:
+        try:
+            raise back
+        except DataError as inner:
+            raise RuntimeError("wrapped by a library") from inner
+    except RuntimeError as outer:
+        assert find_cause(outer, DataError) is back and find_cause(outer, ConfigError) is None
