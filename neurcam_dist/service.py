@@ -5,23 +5,19 @@ go through the command; a Python user can call them directly. Each validates its
 and raises a class of ``neurcam_dist.errors`` (a ``ValueError`` for bad input, nothing done; a
 ``RuntimeError`` for a run that failed).
 
-==================  ============================================================================
-function            does
-==================  ============================================================================
-``fit``             fit in memory on a CSV or Parquet table; write the run folder
-``explain``         shape graphs, importance and the HTML report of a model over a table
-``predict``         score Parquet rows (in this process when small, else with Ray Data)
-``train``           train on Ray over sharded Parquet as a job config says (MLflow with tracking:)
-``search``          the Ray Tune search of seeds and hyperparameters; lowest inertia wins
-``recluster``       re-cluster the newest snapshot; promote only a better model, ids kept stable
-``demo``            the whole service on the bundled digits
-``validate``        check a job config without running it
-``promote``         move a registry alias
-``submit``          run a job on a Ray cluster and follow it
-``featurize_text``  documents to term columns and sentence embeddings
-``generate``        bundled or synthetic example data as Parquet shards
-``sample``          a seeded (per-class) sample of a table as Parquet shards
-==================  ============================================================================
+- ``fit``: fit in memory on a CSV or Parquet table; write the run folder
+- ``explain``: shape graphs, importance and the HTML report of a model over a table
+- ``predict``: score Parquet rows (in this process when small, else with Ray Data)
+- ``train``: train on Ray over sharded Parquet as a job config says (MLflow with ``tracking:``)
+- ``search``: the Ray Tune search of seeds and hyperparameters; lowest inertia wins
+- ``recluster``: re-cluster the newest snapshot; promote only a better model, ids kept stable
+- ``demo``: the whole service on the bundled digits
+- ``validate``: check a job config without running it
+- ``promote``: move a registry alias
+- ``submit``: run a job on a Ray cluster and follow it
+- ``featurize_text``: documents to term columns and sentence embeddings
+- ``generate``: bundled or synthetic example data as Parquet shards
+- ``sample``: a seeded (per-class) sample of a table as Parquet shards
 """
 from __future__ import annotations
 
@@ -92,8 +88,10 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     data : str
         A CSV(.gz) or Parquet file, or a Parquet folder.
     output : str
-        The run folder (``model/``, ``metrics.json``, ``config.json``, ``report/``), a local path
-        or an object-store URI; checked before training and published atomically.
+        The run folder (``model/``, ``metrics.json``, ``config.json``, ``assignments.parquet`` or,
+        for CSV input, ``assignments.csv``: each row's id columns, cluster, probability and top
+        terms; ``report/``), a local path or an object-store URI; checked before training and
+        published atomically.
     features : list of str, optional
         The feature columns (default: every numeric column that is not id-like or the label).
     label : str, optional
@@ -108,14 +106,16 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     import json
 
     from . import metrics as metrics_mod
-    from .data.tables import read_table, split_columns
+    from .data.tables import id_columns, is_csv, read_table, split_columns
     from .estimator import NeurCAM
     from .outputs import check_run_target, write_run
     from .params import check_params
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
-    check_run_target(output, report=report)
-    X, y = split_columns(read_table(data, encoding), features, label, quiet=not params.get("verbose", True))
+    assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
+    check_run_target(output, report=report, extra=(assignments,))
+    df = read_table(data, encoding)
+    X, y = split_columns(df, features, label, quiet=not params.get("verbose", True))
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     seconds = time.perf_counter() - t0
@@ -127,8 +127,26 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": {k: v for k, v in est.get_params().items()}}
     write_run(output, est, result, json.dumps(made, indent=1, default=str),
+              extra={assignments: _assignments(est, X, df[id_columns(df, X.columns, label)], assignments)},
               report=est.explain(X) if report else None, exclusive=True)
     return FitResult(estimator=est, metrics=result, output=output)
+
+
+def _assignments(est, X, ids, name: str) -> bytes:
+    """Each row's ids (the columns set aside), ``cluster``, its ``probability`` and the three
+    terms that pushed it hardest toward its cluster, as CSV or Parquet bytes."""
+    import io
+    scored = est.score_frame(X, top_terms=3)
+    proba = scored[[f"proba_{i}" for i in est.cluster_ids_]].to_numpy()
+    frame = ids.reset_index(drop=True).assign(
+        cluster=scored["cluster"].to_numpy(), probability=proba.max(axis=1),
+        **{c: scored[c].to_numpy() for c in scored.columns if c.startswith("term_")})
+    buf = io.BytesIO()
+    if name.endswith(".csv"):
+        frame.to_csv(buf, index=False)
+    else:
+        frame.to_parquet(buf, index=False)
+    return buf.getvalue()
 
 
 @dataclass

@@ -134,3 +134,41 @@ def test_demo_runs_the_whole_service_on_embedded_defaults(tmp_path, monkeypatch,
     mv = mlflow.MlflowClient().get_model_version_by_alias("digits-demo", "candidate")
     best = min(summary["trials"], key=lambda t: t["inertia"])
     assert mlflow.MlflowClient().get_run(mv.run_id).data.metrics["inertia"] == pytest.approx(best["inertia"])
+
+
+def test_every_command_speaks_one_vocabulary_with_help_and_defaults(capsys):
+    """``--input``, ``--output``, ``--config``, ``--id``, ``--seed`` on every command that takes
+    them; the old spellings work hidden, with a deprecation line; every flag has help text and
+    the model flags come from the hyperparameter table."""
+    import argparse
+
+    from neurcam_dist.cli import build_parser
+    from neurcam_dist.params import HYPERPARAMETERS
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    old = {"--out", "--data", "--id-column"}
+    for name, sub in commands.items():
+        visible = [a for a in sub._actions if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+        for action in visible:
+            assert action.help, f"neurcam {name}: {action.option_strings or action.dest} has no help"
+        shown = {o for a in visible for o in a.option_strings}
+        assert not shown & old, f"neurcam {name} shows {shown & old}"
+        with pytest.raises(SystemExit) as info:
+            parser.parse_args([name, "--help"])
+        assert info.value.code == 0
+        assert name in capsys.readouterr().out
+    for name in ("fit", "explain", "sample", "featurize-text", "predict"):
+        assert "--input" in {o for a in commands[name]._actions for o in a.option_strings}, name
+    for name in ("fit", "explain", "sample", "featurize-text", "predict", "generate", "demo"):
+        assert "--output" in {o for a in commands[name]._actions for o in a.option_strings}, name
+    for name in ("train", "tune", "recluster", "validate", "submit", "predict"):
+        assert "--config" in {o for a in commands[name]._actions for o in a.option_strings}, name
+    fit_flags = {a.dest for a in commands["fit"]._actions}
+    assert {n for n, s in HYPERPARAMETERS.items() if s.in_config} <= fit_flags
+    # an old spelling still works, says what to use, and satisfies a required flag
+    args = parser.parse_args(["fit", "--data", "x.csv", "--out", "runs/x", "--n-clusters", "3", "--epsilon", "0.5"])
+    assert (args.input, args.output, args.epsilon) == ("x.csv", "runs/x", 0.5)
+    assert "--data is deprecated" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["fit", "--n-clusters", "3", "--output", "runs/x"])
+    assert info.value.code == 2 and "the following arguments are required: --input" in capsys.readouterr().err

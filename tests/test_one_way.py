@@ -131,7 +131,7 @@ def test_fit_checks_its_output_before_reading_or_training(tmp_path, capsys):
 def test_fit_writes_the_run_folder_that_train_writes(tmp_path, data):
     from neurcam_dist import service
     X, y = data
-    X.assign(label=y).to_csv(tmp_path / "d.csv", index=False)
+    X.assign(label=y, customer_id=np.arange(len(X)) + 1000).to_csv(tmp_path / "d.csv", index=False)
     res = service.fit(str(tmp_path / "d.csv"), str(tmp_path / "run"), label="label",
                       params={"n_clusters": 3, **{k: v for k, v in SMALL.items() if k != "device"}})
     made = json.loads((tmp_path / "run" / "config.json").read_text())
@@ -139,6 +139,12 @@ def test_fit_writes_the_run_folder_that_train_writes(tmp_path, data):
     assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == res.metrics
     assert (tmp_path / "run" / "model").is_symlink() and (tmp_path / "run" / "current").is_symlink()
     np.testing.assert_array_equal(NeurCAM.load(tmp_path / "run" / "model").predict(X), res.estimator.predict(X))
+    # each row's cluster, beside the id column fit set aside (CSV in, CSV out)
+    got = pd.read_csv(tmp_path / "run" / "assignments.csv")
+    assert list(got.columns[:3]) == ["customer_id", "cluster", "probability"] and "term_1" in got.columns
+    assert got["customer_id"].tolist() == list(range(1000, 1000 + len(X)))
+    np.testing.assert_array_equal(got["cluster"], res.estimator.predict(X))
+    np.testing.assert_allclose(got["probability"], res.estimator.predict_proba(X).max(1), atol=1e-6)
 
 
 # ---------------------------------------------------------------- one error base

@@ -82,6 +82,18 @@ def _numeric_or_error(df: pd.DataFrame, col) -> None:
                         f"{row} ({values[row]!r}): fix those cells, or name the features with --features")
 
 
+def id_columns(df: pd.DataFrame, features, label: str | None) -> list:
+    """The columns automatic feature selection sets aside as ids (index-, id- or key-like names):
+    what ``fit``'s assignments carry beside each row's cluster."""
+    from ..validation import is_id_like
+    return [c for c in df.columns if c not in set(features) and c != label and is_id_like(c)]
+
+
+def is_csv(path) -> bool:
+    """A CSV file (``.csv``, compressed or not) rather than Parquet."""
+    return Path(path).name.lower().endswith(CSV_SUFFIXES)
+
+
 def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False):
     """``(X, y)``: the feature columns (named, or chosen by ``validation.auto_features``) and the
     label's values (None without a label). Says on stderr which columns were chosen and which
