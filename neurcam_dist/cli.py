@@ -273,7 +273,7 @@ def _add_predict(sub) -> argparse.ArgumentParser:
     _sets(pred)
     pred.add_argument("--model", default=None,
                       help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
-    _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI")
+    _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI, or a CSV file (read as fit reads it)")
     _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
     _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")

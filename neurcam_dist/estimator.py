@@ -263,6 +263,23 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     selected_pairs_ = property(lambda self: self.fitted_.selected()[1], doc="The pair each pair gate selected.")
 
     # ------------------------------------------------------------------ inference
+    def _html_repr(self) -> str:
+        """scikit-learn's estimator diagram and, once fitted, a compact table for notebooks: each
+        cluster's id and training rows, the selected terms and how the fit ended."""
+        import html
+        out = super()._html_repr()
+        if getattr(self, "fitted_", None) is None:
+            return out
+        labels = getattr(self, "labels_", None)
+        sizes = {int(i): int((labels == i).sum()) for i in self.cluster_ids_} if labels is not None else {}
+        rows = "".join(f"<tr><td>{int(i)}</td><td>{sizes.get(int(i), '')}</td></tr>" for i in self.cluster_ids_)
+        terms = list(dict.fromkeys(self.selected_features_)) + [" & ".join(p) for p in self.selected_pairs_]
+        return (out + f"<div><b>fitted</b>: {self.n_clusters} clusters, {self.n_iter_} epochs "
+                f"({html.escape(str(self.history_.get('stop_reason')))}); terms: "
+                f"{html.escape(', '.join(map(str, terms[:20])))}{' ...' if len(terms) > 20 else ''}"
+                f"<table><thead><tr><th>cluster</th><th>training rows</th></tr></thead><tbody>{rows}</tbody>"
+                f"</table></div>")
+
     def scoring_model(self) -> FittedNet:
         """The fitted state less the record of the fit: what scoring needs and nothing else (the
         network is shared, not copied). Batch scoring ships this to its actors instead of the
@@ -351,10 +368,16 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
 
     def explain_rows(self, X):
-        """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``)."""
+        """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),
+        with the rows' feature values and each row's cluster (``to_frame()`` shows them)."""
+        import dataclasses
+
         from .explain import rows_from_contributions
         fitted = self.scoring_model()
-        return rows_from_contributions(fitted, fitted.contributions(self._validated(X)))
+        arr = self._validated(X)
+        rows = rows_from_contributions(fitted, fitted.contributions(arr))
+        return dataclasses.replace(rows, cluster_ids=fitted.ids, assigned=fitted.ids[rows.logits.argmax(1)],
+                                   features=pd.DataFrame(arr, columns=list(self.feature_names_in_)))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

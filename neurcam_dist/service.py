@@ -219,6 +219,7 @@ class PredictSettings:
     id_column: str | None
     log_dir: str
     tracking_uri: str | None = None
+    id_given: bool = True            # False: ``id`` is the default, and another id-like column may stand in
 
 
 def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: str | None = None,
@@ -239,7 +240,7 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
         if missing:
             raise ConfigError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
         return PredictSettings(model=model, input=input, output=output, id_column=None if no_id else id_column or "id",
-                               log_dir=log_dir or _temp_logs())
+                               log_dir=log_dir or _temp_logs(), id_given=no_id or id_column is not None)
     cfg = load_config(config, overrides)
     tracking_uri = None
     if model is None:
@@ -253,26 +254,105 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
             input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
     return PredictSettings(model=model, input=input, output=output or join(cfg.output, "predictions"),
                            id_column=None if no_id else id_column or cfg.data.id or "id",
-                           log_dir=log_dir or join(cfg.output, "logs"), tracking_uri=tracking_uri)
+                           log_dir=log_dir or join(cfg.output, "logs"), tracking_uri=tracking_uri,
+                           id_given=no_id or id_column is not None or cfg.data.id is not None)
 
 
 def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_size: int = 4096,
             concurrency: int = 2, log=None) -> dict:
-    """Score ``settings.input`` with ``settings.model`` into Parquet shards at ``settings.output``
-    (``distributed.predict_parquet``): each row's cluster, probabilities and top terms.
+    """Score ``settings.input`` with ``settings.model`` into Parquet shards at ``settings.output``:
+    each row's id, cluster, probabilities and top terms. A CSV file is read like ``fit`` reads it
+    and scored in this process; Parquet goes through ``distributed.predict_parquet`` (in this
+    process when small, else Ray Data). Without ``--id``, when the input has no ``id`` column,
+    its one id-like column that is not a feature (``customer_id``, say) is the id, and the line
+    says so.
 
     Returns
     -------
     dict
         ``n_rows``, ``files`` and ``seconds``.
     """
-    from .distributed import predict_parquet
+    import dataclasses
+
+    from .data.tables import is_csv
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
+    log = log or _say
     est = load_model(settings.model)
+    table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
+    if not settings.id_given:
+        columns = _input_columns(settings.input, table)
+        if settings.id_column not in columns:
+            found = _id_candidates(columns, est)
+            if len(found) == 1:
+                log(f"id column: {found[0]!r} (the input has no 'id'; --id names another, --no-id none)")
+                settings = dataclasses.replace(settings, id_column=found[0])
+    if table:
+        return _predict_table(est, settings, carry or [], log)
+    from .distributed import predict_parquet
     return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
-                           batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir,
-                           log=log or _say)
+                           batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir, log=log)
+
+
+def _input_columns(path, table: bool) -> list[str]:
+    """The input's column names, from a CSV header or the first Parquet footer."""
+    if table:
+        from .data.tables import table_columns
+        return [str(c) for c in table_columns(str(path))]
+    from .data import footers, resolve
+    return list(footers(resolve(path))[0][1].names)
+
+
+def _id_candidates(columns: list[str], est) -> list[str]:
+    """The input's id-like columns that are not the model's features."""
+    from .validation import is_id_like
+    features = set(map(str, est.feature_names_in_))
+    return [c for c in columns if is_id_like(c) and c not in features]
+
+
+def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dict:
+    """A CSV file scored in this process, written like a Parquet input's scores (one shard and
+    the summary marker, atomically)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .data.tables import read_table
+    from .distributed.scoring import MARKER
+    from .storage import write_dataset
+    from .validation import missing_columns_note
+    t0 = time.perf_counter()
+    df = read_table(str(settings.input))
+    wanted = list(map(str, est.feature_names_in_)) + ([settings.id_column] if settings.id_column else []) + carry
+    missing = [c for c in dict.fromkeys(wanted) if c not in df.columns]
+    if missing:
+        hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
+        raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
+    if df.empty:
+        raise DataError(f"the input at {str(settings.input)!r} is empty: 0 rows")
+    log(f"scoring {len(df):,} rows from {settings.input} in this process")
+    scored = est.score_frame(df[list(map(str, est.feature_names_in_))], top_terms=3).reset_index(drop=True)
+    scored["cluster"] = scored["cluster"].astype("int32")
+    kept = df[[c for c in dict.fromkeys(([settings.id_column] if settings.id_column else []) + carry)]]
+    out = pa.Table.from_pandas(_side_by_side(kept.reset_index(drop=True), scored), preserve_index=False)
+    summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here"}
+
+    def write(root: str, fs) -> None:
+        with fs.open_output_stream(f"{root}/part-00000.parquet") as f:
+            pq.write_table(out, f)
+        summary["seconds"] = round(time.perf_counter() - t0, 2)
+        with fs.open_output_stream(f"{root}/{MARKER}") as f:
+            f.write(json.dumps(summary, indent=1).encode())
+
+    write_dataset(settings.output, write, marker=MARKER)
+    return summary
+
+
+def _side_by_side(left, right):
+    """Two frames side by side, row for row."""
+    import pandas as pd
+    return pd.concat([left, right], axis=1)
 
 
 # ---------------------------------------------------------------- on Ray

@@ -163,3 +163,68 @@ def test_errors_share_one_base_are_the_builtins_callers_expect_and_keep_their_me
             raise RuntimeError("wrapped by a library") from inner
     except RuntimeError as outer:
         assert find_cause(outer, DataError) is back and find_cause(outer, ConfigError) is None
+
+
+# ---------------------------------------------------------------- pandas-friendly views
+def test_explanations_read_as_dataframes_and_in_notebooks(fitted_pairs, data):
+    X, _ = data
+    expl = fitted_pairs.explain(X)
+    imp = expl.importance_frame()
+    assert imp["term"].tolist() == [r["term"] for r in expl.importance]
+    assert [c for c in imp.columns if c.startswith("importance_")] == [f"importance_{i}" for i in expl.ids]
+    prof = expl.profiles_frame()
+    assert prof["cluster"].tolist() == expl.ids and prof["size"].sum() == len(X)
+    html = expl._repr_html_()
+    assert html.count("<tr>") == expl.n_clusters + 1 and imp["term"][0] in html
+    rows = fitted_pairs.explain_rows(X.iloc[:5])
+    frame = rows.to_frame()
+    assert len(frame) == rows.contributions.size
+    first = frame[frame["row"] == 0]
+    assert (first["assigned"] == fitted_pairs.predict(X.iloc[:1])[0]).all()
+    for term, group in first.groupby("term"):
+        feats = term.split(" & ")
+        assert np.allclose(group["value"], X[feats[0]].iloc[0])
+        if len(feats) == 2:
+            assert np.allclose(group["value_2"], X[feats[1]].iloc[0])
+        else:
+            assert group["value_2"].isna().all()
+
+
+def test_the_estimator_shows_its_clusters_in_a_notebook(fitted):
+    html = fitted._repr_mimebundle_()["text/html"]
+    assert "fitted</b>: 3 clusters" in html and html.count("<td>") >= 2 * fitted.n_clusters
+    assert "fitted</b>" not in NeurCAM(n_clusters=3)._repr_mimebundle_()["text/html"]
+
+
+def test_predict_reads_the_csv_fit_read_and_finds_its_id_column(tmp_path, data, capsys):
+    """``fit`` then ``predict`` on the same CSV, with an id column named ``wine_id``: no flags but
+    the files, and the scores carry the ids."""
+    X, _ = data
+    X.assign(wine_id=np.arange(len(X)) + 7, note="a text column").to_csv(tmp_path / "wine.csv", index=False)
+    fit_args = ["fit", "--input", str(tmp_path / "wine.csv"), "--output", str(tmp_path / "run"),
+                "--n-clusters", "3", "--quiet", *[a for k, v in SMALL.items() if k not in ("verbose", "device")
+                                                   for a in (f"--{k.replace('_', '-')}",
+                                                             *(map(str, v) if isinstance(v, tuple) else [str(v)]))]]
+    assert main(fit_args) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "wine.csv"),
+                 "--output", str(tmp_path / "scored")]) == 0
+    out = capsys.readouterr().out
+    assert "id column: 'wine_id'" in out and "wrote 240 rows in 1 Parquet file(s)" in out
+    got = pd.read_parquet(tmp_path / "scored")
+    assert got["wine_id"].tolist() == list(range(7, 7 + len(X)))
+    np.testing.assert_array_equal(got["cluster"], NeurCAM.load(tmp_path / "run" / "model").predict(X))
+    assigned = pd.read_csv(tmp_path / "run" / "assignments.csv")
+    np.testing.assert_array_equal(got["cluster"], assigned["cluster"])
+    # Parquet input too (through predict_parquet)
+    (tmp_path / "pq").mkdir()
+    X.assign(wine_id=np.arange(len(X)) + 7).to_parquet(tmp_path / "pq" / "part.parquet")
+    assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "pq"),
+                 "--output", str(tmp_path / "scored_pq")]) == 0
+    got_pq = pd.read_parquet(tmp_path / "scored_pq")
+    assert got_pq["wine_id"].tolist() == got["wine_id"].tolist() and (got_pq["cluster"] == got["cluster"]).all()
+    capsys.readouterr()
+    # a named id that is not there is refused with the nearest name
+    assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "wine.csv"),
+                 "--output", str(tmp_path / "scored2"), "--id", "wine"]) == 2
+    assert "no column(s) ['wine']" in capsys.readouterr().err

@@ -71,6 +71,35 @@ class Explanation:
                  "per_cluster": t.importance.tolist()} for t in self.terms]
         return sorted(rows, key=lambda r: -r["importance"])
 
+    def importance_frame(self):
+        """``importance`` as a DataFrame: one row per term (largest first) with its kind, global
+        importance and one ``importance_ID`` column per cluster."""
+        import pandas as pd
+        rows = self.importance
+        return pd.DataFrame([{"term": r["term"], "kind": r["kind"], "importance": r["importance"],
+                              **{f"importance_{i}": v for i, v in zip(self.ids, r["per_cluster"])}}
+                             for r in rows])
+
+    def profiles_frame(self):
+        """``profiles`` as a DataFrame: one row per cluster with its size, share of the rows and
+        the terms that pull rows into it and push them out (strongest first)."""
+        import pandas as pd
+        total = max(sum(p["size"] for p in self.profiles), 1)
+        return pd.DataFrame([{"cluster": p["cluster"], "size": p["size"], "share": p["size"] / total,
+                              "into": ", ".join(q["term"] for q in p["into"]),
+                              "out_of": ", ".join(q["term"] for q in p["out_of"])} for p in self.profiles])
+
+    def _repr_html_(self) -> str:
+        """A compact table for notebooks: each cluster's size and the terms that define it."""
+        import html
+        top = ", ".join(html.escape(r["term"]) for r in self.importance[:5])
+        rows = "".join(f"<tr><td>{r.cluster}</td><td>{r.size:,}</td><td>{r.share:.1%}</td>"
+                       f"<td>{html.escape(r.into)}</td><td>{html.escape(r.out_of)}</td></tr>"
+                       for r in self.profiles_frame().itertuples())
+        return (f"<div><b>NeurCAM explanation</b>: {self.n_clusters} clusters, {len(self.terms)} terms; most "
+                f"important: {top}<table><thead><tr><th>cluster</th><th>rows</th><th>share</th>"
+                f"<th>pulled in by</th><th>pushed out by</th></tr></thead><tbody>{rows}</tbody></table></div>")
+
     def term(self, name: str) -> Term:
         """The term named ``name`` (``KeyError`` listing the terms otherwise)."""
         for t in self.terms:
