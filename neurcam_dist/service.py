@@ -431,15 +431,15 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
     """Documents to term-frequency columns over a fitted vocabulary (and sentence embeddings with
     ``embed``) on Ray Data (``text.TextJob`` takes ``job``'s fields). Ray's lines go to
     ``log_dir``."""
-    from .distributed import ensure_ray
     from .distributed.console import stderr_to_log
+    from .distributed.session import ray_for
     from .text import TextJob
     from .text import featurize_text as _featurize
     text_job = TextJob(**job)
     log = log or _say
     with stderr_to_log(log_dir or _temp_logs(), "featurize-text", "Ray's", log):
-        ensure_ray(min_cpus=text_job.concurrency + 1)
-        _featurize(text_job, log=log)
+        with ray_for(min_cpus=text_job.concurrency + 1):
+            _featurize(text_job, log=log)
 
 
 def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,

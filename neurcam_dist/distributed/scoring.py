@@ -29,7 +29,7 @@ from ..redaction import redact
 from ..storage import write_dataset
 from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
-from .session import ensure_ray
+from .session import ray_for
 
 MARKER = "_neurcam_predictions.json"
 PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often
@@ -280,10 +280,10 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         write_dataset(output, write, marker=MARKER)
         return summary
     with stderr_to_log(log_dir, "predict", "Ray's", log) if log_dir is not None else nullcontext():
-        ensure_ray(min_cpus=concurrency + 1)   # the scoring actors, plus a CPU for the reads
-        log(f"scoring {n_rows:,} rows from {len(footers)} file(s) with Ray Data, "
-            f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")
-        write_dataset(output, write, marker=MARKER)
+        with ray_for(min_cpus=concurrency + 1):   # the scoring actors, plus a CPU for the reads
+            log(f"scoring {n_rows:,} rows from {len(footers)} file(s) with Ray Data, "
+                f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")
+            write_dataset(output, write, marker=MARKER)
     return summary
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+from contextlib import contextmanager
 
 from ..errors import ConfigError
 from ..uris import configure_s3
@@ -29,6 +30,21 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(min_cpus)))
     ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
     quiet_data_progress()
+
+
+@contextmanager
+def ray_for(min_cpus: float = 0):
+    """Within the block, a Ray session (``ensure_ray``); one this block started itself (a local
+    Ray, no ``RAY_ADDRESS``) is shut down at its end, inside the caller's log routing, so Ray's
+    shutdown lines (its C++ core's among them) land in the log and not on the console after it."""
+    import ray
+    started = not ray.is_initialized()
+    ensure_ray(min_cpus=min_cpus)
+    try:
+        yield
+    finally:
+        if started and not os.environ.get("RAY_ADDRESS"):
+            ray.shutdown()
 
 
 def quiet_data_progress() -> None:
