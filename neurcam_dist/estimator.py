@@ -287,9 +287,15 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "fitted_")
         return self.fitted_.for_scoring()
 
+    def _validated_state(self) -> FittedNet:
+        """The fitted state itself, for scoring in this process (``scoring_model`` makes the
+        trimmed copy that is shipped to actors)."""
+        check_is_fitted(self, "fitted_")
+        return self.fitted_
+
     def decision_function(self, X) -> np.ndarray:
         """(N, K) logits ``g(x)``: the sum of every shape function's contribution."""
-        return self.scoring_model().logits(self._validated(X))
+        return self._validated_state().logits(self._validated(X))
 
     def predict_proba(self, X) -> np.ndarray:
         """(N, K) cluster probabilities (softmax of the logits); column ``k`` is cluster
@@ -314,7 +320,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             One row per input row, with ``X``'s index when it is a DataFrame.
         """
         from .explain.assignments import assignments
-        cols = assignments(self.scoring_model(), self._validated(X), top_terms=top_terms)
+        cols = assignments(self._validated_state(), self._validated(X), top_terms=top_terms)
         return pd.DataFrame(cols, index=X.index if isinstance(X, pd.DataFrame) else None)
 
     def predict(self, X) -> np.ndarray:
@@ -341,11 +347,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def transform_features(self, X) -> np.ndarray:
         """The standardized features the network sees (and the default representation)."""
-        return self.scoring_model().standardize(self._validated(X))
+        return self._validated_state().standardize(self._validated(X))
 
     def contributions(self, X) -> np.ndarray:
         """(N, C + P, K) per-channel contributions; they sum over channels to ``decision_function``."""
-        return self.scoring_model().contributions(self._validated(X))
+        return self._validated_state().contributions(self._validated(X))
 
     def inertia(self, X, X_repr=None) -> float:
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
@@ -373,7 +379,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         import dataclasses
 
         from .explain import rows_from_contributions
-        fitted = self.scoring_model()
+        fitted = self._validated_state()
         arr = self._validated(X)
         rows = rows_from_contributions(fitted, fitted.contributions(arr))
         return dataclasses.replace(rows, cluster_ids=fitted.ids, assigned=fitted.ids[rows.logits.argmax(1)],

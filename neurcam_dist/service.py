@@ -315,6 +315,7 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dic
     the summary marker, atomically)."""
     import json
 
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -335,7 +336,7 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dic
     scored = est.score_frame(df[list(map(str, est.feature_names_in_))], top_terms=3).reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     kept = df[[c for c in dict.fromkeys(([settings.id_column] if settings.id_column else []) + carry)]]
-    out = pa.Table.from_pandas(_side_by_side(kept.reset_index(drop=True), scored), preserve_index=False)
+    out = pa.Table.from_pandas(pd.concat([kept.reset_index(drop=True), scored], axis=1), preserve_index=False)
     summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here"}
 
     def write(root: str, fs) -> None:
@@ -347,12 +348,6 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dic
 
     write_dataset(settings.output, write, marker=MARKER)
     return summary
-
-
-def _side_by_side(left, right):
-    """Two frames side by side, row for row."""
-    import pandas as pd
-    return pd.concat([left, right], axis=1)
 
 
 # ---------------------------------------------------------------- on Ray

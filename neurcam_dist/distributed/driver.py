@@ -101,7 +101,7 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
                         allowed=init.allowed, shuffle_buffer=tc.shuffle_buffer, checkpoint_every=tc.checkpoint_every,
                         cpus_per_worker=tc.cpus_per_worker, max_epochs=max_epochs, cache=tc.cache,
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
-                        cuda_graphs=cuda_graphs_enabled(), events=events.current_channel())
+                        cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial)
 
 
 def training_dataset(job: ResolvedJob):

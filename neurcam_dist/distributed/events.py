@@ -75,8 +75,9 @@ _ATTACHED: dict = {"channel": None, "trial": None}   # this process's channel, a
 
 
 def current_channel() -> Channel | None:
-    """The channel the driver is listening on (``listening``), or None outside one."""
-    return _CURRENT.get()
+    """Where this process's records go: the channel the driver is listening on (``listening``),
+    or in a trial's process the one it attached to; None outside both."""
+    return _CURRENT.get() or _ATTACHED["channel"]
 
 
 @contextmanager

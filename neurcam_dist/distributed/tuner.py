@@ -13,7 +13,6 @@ measures how consistent the best runs' explanations are. It returns what trackin
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import time
@@ -124,7 +123,7 @@ def _trial(params: dict, shared: dict) -> None:
     # the trial's values, checked as a model: section and against the data: a clear failure of this trial
     job: ResolvedJob = shared["job"].for_trial(trial_id, params, str(out))
     init = shared["inits"][job.model.random_state]
-    wcfg = dataclasses.replace(worker_config(job, init), trial=trial_id, events=shared["events"])
+    wcfg = worker_config(job, init)   # tagged with the trial; records to the channel attached above
     run_name = f"{shared['name']}-{trial_id}"
     t0 = time.perf_counter()
     result = run_workers(job, wcfg, run_name, dataset=shared["dataset"])
