@@ -46,7 +46,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     until every gate is exactly one-hot, so a fitted model is a valid GAM even when that takes
     longer than ``epochs``. Every parameter, its range and default: ``neurcam_dist.params``.
 
-    Learned attributes: ``labels_``, ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
+    Learned attributes: ``labels_`` (each training row's cluster; saved with the model),
+    ``importance_`` and ``profiles_`` (DataFrames over the training rows; saved too), ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
     ``temperatures_``, ``selected_features_``, ``selected_pairs_``, ``channel_means_``,
     ``history_``, ``cluster_ids_`` (what ``predict`` returns for each logit column: 0..K-1, or the
     stable ids a re-clustering gave them) and ``next_cluster_id_``, ``n_iter_``, ``n_features_in_``,
@@ -164,8 +165,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             labels.append(c.sum(1).argmax(1))
             sums = sums + c.astype(np.float64).sum(0)
         fitted.channel_means = sums / n
+        fitted.labels = np.concatenate(labels).astype(np.int64)
         self.adopt(fitted, teacher=trainer.teacher)
-        self.labels_ = np.concatenate(labels)
         self._note_empty_clusters(arr)
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
         self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
@@ -262,6 +263,47 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                   doc="The feature each single-feature gate selected.")
     selected_pairs_ = property(lambda self: self.fitted_.selected()[1], doc="The pair each pair gate selected.")
 
+    @property
+    def labels_(self) -> np.ndarray:
+        """The cluster id of every training row (saved with the model). A model trained by
+        ``neurcam train`` on Ray has none: its rows' clusters are in the run's assignments."""
+        labels = self.fitted_.labels
+        if labels is None:
+            raise AttributeError("labels_: this model carries no training labels (trained on Ray, or saved by a "
+                                 "release before model format 2); predict(X) gives them")
+        return labels
+
+    @property
+    def importance_(self) -> pd.DataFrame:
+        """Importance of every term over the training rows (``reference_``), largest first: one
+        row per term with its ``kind``, ``importance`` (mean absolute centred contribution) and
+        one ``importance_ID`` column per cluster; what ``explain().importance_frame()`` gives, kept
+        with the model when it is saved."""
+        from .explain.explanation import importance_table
+        return importance_table(self._summary()["importance"], self.cluster_ids_)
+
+    @property
+    def profiles_(self) -> pd.DataFrame:
+        """Each cluster over the training rows: its ``size`` and ``share`` of them and the terms
+        that pull rows ``into`` it and push them ``out_of`` it (strongest first); what
+        ``explain().profiles_frame()`` gives, kept with the model when it is saved."""
+        from .explain.explanation import profiles_table
+        return profiles_table(self._summary()["profiles"], self.cluster_ids_)
+
+    def _summary(self) -> dict:
+        """Importance and profiles over the reference rows, computed once (``explain``) and kept
+        in the fitted state, which saves them."""
+        fitted = self.fitted_
+        if fitted.summary is None:
+            ref = getattr(self, "reference_", None)
+            if ref is None:
+                raise AttributeError("importance_ and profiles_ come from the training rows, which this model "
+                                     "does not carry (saved by a release before model format 2): use "
+                                     "explain(X).importance_frame() / .profiles_frame() on rows of its data")
+            from .explain.explanation import summary_of
+            fitted.summary = summary_of(self.explain(ref))
+        return fitted.summary
+
     # ------------------------------------------------------------------ inference
     def _html_repr(self) -> str:
         """scikit-learn's estimator diagram and, once fitted, a compact table for notebooks: each
@@ -339,9 +381,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         next_id = int(ids.max()) + 1 if next_id is None else int(next_id)
         if next_id <= ids.max():
             raise ConfigError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
-        if getattr(self, "labels_", None) is not None:
+        if self.fitted_.labels is not None:
             order = np.argsort(self.cluster_ids_)
-            self.labels_ = ids[order[np.searchsorted(self.cluster_ids_[order], self.labels_)]]
+            self.fitted_.labels = ids[order[np.searchsorted(self.cluster_ids_[order], self.fitted_.labels)]]
         self.fitted_.cluster_ids, self.fitted_.next_cluster_id = ids, next_id
         return self
 
@@ -395,6 +437,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             The directory to write (replaced atomically when it holds an earlier model).
         """
         check_is_fitted(self, "fitted_")
+        if getattr(self, "reference_", None) is not None:
+            self._summary()   # importance and profiles travel with the model
         state, weights = self.fitted_.to_dict()
         config = {"written_by": f"neurcam-dist {__version__}", "params": self.get_params(), **state}
         write_model_dir(path, jsonable(config), weights)

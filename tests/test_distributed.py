@@ -338,6 +338,9 @@ def test_predict_writes_every_row_exactly_once(two_workers, shards, tmp_path, mo
     with pytest.raises(DataError, match=r"x.parquet: no column\(s\) \['f1'\]"):
         predict_parquet(est, str(bad), out)
     assert sorted(p.name for p in out.iterdir()) == before  # a failed run leaves the old output intact
+    import duckdb      # a user's own reader at the output path: every row once, the marker not read
+    assert duckdb.sql(f"SELECT count(*), count(DISTINCT id) FROM read_parquet('{out}/**/*.parquet')").fetchall() == \
+        [(N_ROWS, N_ROWS)]
 
 
 def test_nan_in_a_shard_fails_naming_file_and_column(shards, tmp_path):

@@ -94,6 +94,54 @@ def test_save_load_round_trip(fitted, data, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+def test_labels_importance_and_profiles_are_learned_attributes_that_survive_load(fitted, data, tmp_path):
+    X, _ = data
+    expl = fitted.explain()       # over the same reference rows
+    pd.testing.assert_frame_equal(fitted.importance_, expl.importance_frame())
+    pd.testing.assert_frame_equal(fitted.profiles_, expl.profiles_frame())
+    assert fitted.importance_["importance"].is_monotonic_decreasing
+    assert fitted.profiles_["size"].sum() == len(fitted.reference_)
+    assert np.array_equal(fitted.labels_, fitted.predict(X)) and len(fitted.labels_) == len(X)
+    fitted.save(tmp_path / "model")
+    loaded = NeurCAM.load(tmp_path / "model")
+    assert not hasattr(loaded, "reference_")
+    assert np.array_equal(loaded.labels_, fitted.labels_)
+    pd.testing.assert_frame_equal(loaded.importance_, fitted.importance_)
+    pd.testing.assert_frame_equal(loaded.profiles_, fitted.profiles_)
+    # renamed clusters (a re-clustering's stable ids): labels, columns and profiles follow
+    loaded.set_cluster_ids([7, 3, 9])
+    assert np.array_equal(loaded.labels_, loaded.predict(X))
+    assert list(loaded.profiles_["cluster"]) == [7, 3, 9] and list(loaded.profiles_["size"]) == list(fitted.profiles_["size"])
+    assert list(loaded.importance_.columns[-3:]) == ["importance_7", "importance_3", "importance_9"]
+
+    # a model of format 1 (before labels were saved) still loads, and says what it lacks
+    import hashlib
+
+    from safetensors.torch import load_file, save_file
+    path = tmp_path / "model"
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(format_version=1)
+    del cfg["summary"]
+    (path / "config.json").write_text(json.dumps(cfg))
+    weights = load_file(str(path / "weights.safetensors"))
+    del weights["fit.labels"]
+    save_file(weights, str(path / "weights.safetensors"))
+    (path / "manifest.json").write_text(json.dumps({"format": "neurcam-dist/model", "files": {
+        f: hashlib.sha256((path / f).read_bytes()).hexdigest() for f in ("config.json", "weights.safetensors")}}))
+    old = NeurCAM.load(path)
+    assert np.array_equal(old.predict(X), fitted.predict(X))
+    with pytest.raises(AttributeError, match="carries no training labels"):
+        old.labels_
+    with pytest.raises(AttributeError, match=r"use explain\(X\).importance_frame\(\)"):
+        old.importance_
+    cfg.update(format_version=3)
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "manifest.json").write_text(json.dumps({"format": "neurcam-dist/model", "files": {
+        f: hashlib.sha256((path / f).read_bytes()).hexdigest() for f in ("config.json", "weights.safetensors")}}))
+    with pytest.raises(ValueError, match=r"model format version 3 is not supported \(this version reads 1, 2\)"):
+        NeurCAM.load(path)
+
+
 def test_load_refuses_altered_or_missing_files(fitted, tmp_path):
     path = tmp_path / "model"
     fitted.save(path)

@@ -73,8 +73,23 @@ def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, dat
     second = published.read_manifest(uri)
     fitted.save(uri)
     third = published.read_manifest(uri)
-    versions = {p.split("/")[1] for p in _objects(uri) if p.startswith(".v/")}
+    versions = {p.split("/")[0].removeprefix("run=") for p in _objects(uri) if p.startswith("run=")}
     assert versions == {second["version"], third["version"]} and first["version"] not in versions
+    assert f"run={third['version']}/_SUCCESS" in _objects(uri)
+    assert not _objects(f"{BUCKET}/models/.m1.staging")     # nothing left where versions are written
+
+    # a run folder: its top-level files also lie at their plain keys (`aws s3 cp OUT/metrics.json -`)
+    from neurcam_dist.storage import write_run_output
+
+    def run_folder(tmp):
+        (tmp / "model").mkdir()
+        (tmp / "model" / "config.json").write_text("{}")
+        (tmp / "metrics.json").write_text('{"inertia": 1.5}')
+    write_run_output(f"{BUCKET}/runs/plain", run_folder)
+    fs, root = filesystem(f"{BUCKET}/runs/plain")
+    with fs.open_input_stream(f"{root}/metrics.json") as f:
+        assert json.loads(f.read()) == {"inertia": 1.5} == json.loads(published.read_text(f"{BUCKET}/runs/plain/metrics.json"))
+    assert "model/config.json" not in _objects(f"{BUCKET}/runs/plain")   # folders only in the partition
 
     # a write that fails half-way: the manifest still names the last good version, which loads
     def broken(tmp):
@@ -86,7 +101,7 @@ def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, dat
     assert np.array_equal(NeurCAM.load(uri).predict(X), fitted.predict(X))
     # a file altered in the bucket is caught by its checksum
     fs, root = filesystem(uri)
-    with fs.open_output_stream(f"{root}/.v/{third['version']}/weights.safetensors") as f:
+    with fs.open_output_stream(f"{root}/run={third['version']}/weights.safetensors") as f:
         f.write(b"garbage")
     with pytest.raises(ValueError, match="does not match the manifest"):
         NeurCAM.load(uri)
@@ -129,6 +144,28 @@ def _upload_blobs(prefix: str, n_files: int = 2) -> pd.DataFrame:
     return df
 
 
+def _read_plainly(uri: str) -> dict:
+    """What a user's own tools read at ``uri``, with no neurcam code: pyarrow's dataset (Hive
+    partitions; names starting with '.' or '_' skipped) and DuckDB's ``read_parquet`` over
+    ``URI/**/*.parquet``. DuckDB reaches the bucket through fsspec (its httpfs extension is a
+    download, which this machine cannot make); the glob and the reader are DuckDB's own."""
+    import duckdb
+    import pyarrow.dataset as pads
+    from fsspec.implementations.arrow import ArrowFSWrapper
+    from pyarrow.fs import FileSystem
+    fs, path = FileSystem.from_uri(uri)
+    table = pads.dataset(path, filesystem=fs, partitioning="hive").to_table()
+
+    class S3(ArrowFSWrapper):
+        protocol = "s3"
+    con = duckdb.connect()
+    con.register_filesystem(S3(fs))
+    rows, ids, runs = con.sql(f"SELECT count(*), count(DISTINCT id), count(DISTINCT run) FROM "
+                              f"read_parquet('{uri}/**/*.parquet', hive_partitioning = true)").fetchall()[0]
+    return {"pyarrow": (table.num_rows, len(set(table["id"].to_pylist())), len(set(table["run"].to_pylist()))),
+            "duckdb": (rows, ids, runs)}
+
+
 def _job(data: str, out: str, **train) -> dict:
     model = {k: v for k, v in SMALL.items() if k not in ("verbose", "device")}
     return {"data": {"path": data, "features": ["f0", "f1", "f2", "f3"], "label": "label", "id": "id"},
@@ -145,10 +182,15 @@ def test_data_on_s3_is_listed_like_a_local_folder(s3_env):
     for stray in ("_SUCCESS", "a/.part-7.parquet.tmp", "_ray/x.parquet", "a/notes.txt"):
         with fs.open_output_stream(f"{root}/{stray}") as f:
             f.write(b"x")
+    # an output neurcam published inside the input prefix (scores beside their input) is not data
+    from neurcam_dist.storage.published import write_version
+    write_version(f"{BUCKET}/listing/scored", lambda r, fs_: pq.write_table(pa.table({"x": [1]}), f"{r}/p.parquet",
+                                                                            filesystem=fs_))
     src = resolve(f"{BUCKET}/listing")
     assert [f.rsplit("/", 2)[-2:] for f in src.files] == [["a", "part-0.parquet"], ["a", "part-1.parquet"],
                                                           ["b", "part-0.parquet"]]
-    assert src.skipped == 4
+    assert src.skipped == 7      # the strays; the output's shard, marker and manifest
+    assert len(resolve(f"{BUCKET}/listing/scored").files) == 1   # read as itself, through its manifest
     assert len(resolve(f"{BUCKET}/listing/*/part-0.parquet").files) == 2
     stamp = src.stamp()
     assert len(stamp) == 3 and all(v is not None for v in stamp.values())
@@ -188,6 +230,9 @@ def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, 
     assert not os.path.exists("s3:") and not (tmp_path / "s3:").exists()   # no local folder named after the URI
     metrics = json.loads(published.read_text(f"{out}/metrics.json"))
     assert metrics["n_rows"] == len(df) and metrics["num_workers"] == 2
+    fs, root = filesystem(out)     # a person's `aws s3 cp OUT/metrics.json -`: a plain object at that key
+    with fs.open_input_stream(f"{root}/metrics.json") as f:
+        assert json.loads(f.read()) == metrics
     est = NeurCAM.load(f"{out}/model")
     X = df[["f0", "f1", "f2", "f3"]]
     assert metrics["inertia"] > 0 and len(np.unique(est.predict(X))) == 3
@@ -229,8 +274,30 @@ def test_predict_from_and_to_s3(ray_cluster, s3_env, fitted, tmp_path, monkeypat
     got = rows(preds)
     assert len(got) == len(df) and np.array_equal(got["cluster"].to_numpy(), est.predict(X))
     pd.testing.assert_frame_equal(rows(f"{BUCKET}/scored-here"), got, check_exact=True)
+    # a plain Parquet reader at the output path reads every scored row once, also after a second
+    # publication there (the first partition is gone once the second is committed)
+    once = {"pyarrow": (len(df), len(df), 1), "duckdb": (len(df), len(df), 1)}
+    assert _read_plainly(preds) == once
+    predict_parquet(est, f"{BUCKET}/score-data", preds)
+    assert _read_plainly(preds) == once
     src = resolve(preds)
     good = published.read_manifest(preds)
+    assert [p for p in _objects(preds) if not p.startswith("run=")] == ["_neurcam_manifest.json"]
+    assert f"run={good['version']}/_SUCCESS" in _objects(preds)
+
+    # a writer that fails half-way, and one killed half-way (its shards left where versions are
+    # written): neither is seen by any reader, the previous scores stay readable once
+    from neurcam_dist.storage.published import write_version
+
+    def half(root, fs):
+        pq.write_table(pa.Table.from_pandas(df.head(50), preserve_index=False), f"{root}/part-0.parquet", filesystem=fs)
+        raise RuntimeError("killed while writing")
+    with pytest.raises(RuntimeError, match="killed while writing"):
+        write_version(preds, half)
+    fs, root = filesystem(preds)
+    pq.write_table(pa.Table.from_pandas(df.head(50), preserve_index=False),
+                   "neurcam/.scored.staging/29990101-000000.000000-dead/part-0.parquet", filesystem=fs)
+    assert _read_plainly(preds) == once and published.read_manifest(preds) == good
 
     # a failed run leaves the previous output readable: a scoring input without a feature column
     # (checked from the footers, before any Ray work: in-process)

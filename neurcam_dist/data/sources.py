@@ -117,11 +117,15 @@ def _is_data(name: str, suffixes: tuple[str, ...] = PARQUET) -> bool:
 
 
 def _select(root: str, found: list[str], suffixes: tuple[str, ...] = PARQUET) -> tuple[list[str], int]:
-    """Data files among ``found`` (paths under ``root``): no hidden parts below root, data names."""
+    """Data files among ``found`` (paths under ``root``): no hidden parts below root, data names,
+    nothing inside a neurcam output published there (an output written inside an input prefix is
+    not read back as data)."""
+    from ..storage.published import MANIFEST
+    outputs = tuple(f[:-len(MANIFEST)] for f in found if f.endswith("/" + MANIFEST))
     keep = []
     for f in found:
         rel = f[len(root):] if f.startswith(root) else os.path.basename(f)
-        if not _hidden(rel) and _is_data(f, suffixes):
+        if not _hidden(rel) and _is_data(f, suffixes) and not f.startswith(outputs):
             keep.append(f)
     return sorted(keep), len(found) - len(keep)
 

@@ -74,20 +74,12 @@ class Explanation:
     def importance_frame(self):
         """``importance`` as a DataFrame: one row per term (largest first) with its kind, global
         importance and one ``importance_ID`` column per cluster."""
-        import pandas as pd
-        rows = self.importance
-        return pd.DataFrame([{"term": r["term"], "kind": r["kind"], "importance": r["importance"],
-                              **{f"importance_{i}": v for i, v in zip(self.ids, r["per_cluster"])}}
-                             for r in rows])
+        return importance_table(self.importance, self.ids)
 
     def profiles_frame(self):
         """``profiles`` as a DataFrame: one row per cluster with its size, share of the rows and
         the terms that pull rows into it and push them out (strongest first)."""
-        import pandas as pd
-        total = max(sum(p["size"] for p in self.profiles), 1)
-        return pd.DataFrame([{"cluster": p["cluster"], "size": p["size"], "share": p["size"] / total,
-                              "into": ", ".join(q["term"] for q in p["into"]),
-                              "out_of": ", ".join(q["term"] for q in p["out_of"])} for p in self.profiles])
+        return profiles_table(self.profiles, self.ids)
 
     def _repr_html_(self) -> str:
         """A compact table for notebooks: each cluster's size and the terms that define it."""
@@ -195,6 +187,38 @@ class Explanation:
 
 
 DISTINCT = 0.5  # |standardized mean difference| from which a cluster's feature counts as high / low
+
+
+def _names(terms) -> list[str]:
+    return [t["term"] if isinstance(t, dict) else t for t in terms]
+
+
+def importance_table(rows: list[dict], ids):
+    """Importance records (``term``, ``kind``, ``importance``, ``per_cluster`` by logit column)
+    as a DataFrame with one ``importance_ID`` column per cluster id."""
+    import pandas as pd
+    return pd.DataFrame([{"term": r["term"], "kind": r["kind"], "importance": r["importance"],
+                          **{f"importance_{int(i)}": v for i, v in zip(ids, r["per_cluster"])}} for r in rows],
+                        columns=["term", "kind", "importance", *(f"importance_{int(i)}" for i in ids)])
+
+
+def profiles_table(profiles: list[dict], ids):
+    """Cluster profiles (by logit column: ``size``, ``into``, ``out_of``) as a DataFrame with the
+    cluster ids, each cluster's share of the rows and its terms joined strongest first."""
+    import pandas as pd
+    total = max(sum(p["size"] for p in profiles), 1)
+    return pd.DataFrame([{"cluster": int(i), "size": p["size"], "share": p["size"] / total,
+                          "into": ", ".join(_names(p["into"])), "out_of": ", ".join(_names(p["out_of"]))}
+                         for i, p in zip(ids, profiles)], columns=["cluster", "size", "share", "into", "out_of"])
+
+
+def summary_of(expl: "Explanation") -> dict:
+    """What a saved model keeps of an explanation over its training rows: the importance and
+    profile records, by logit column, with term names only (``importance_table``,
+    ``profiles_table`` render them with the model's current cluster ids)."""
+    return {"importance": [{k: r[k] for k in ("term", "kind", "importance", "per_cluster")} for r in expl.importance],
+            "profiles": [{"size": p["size"], "into": _names(p["into"]), "out_of": _names(p["out_of"])}
+                         for p in expl.profiles]}
 
 
 def cluster_summary(profile: dict, n: int = 2, digits=None) -> str:

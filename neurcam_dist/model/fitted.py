@@ -20,6 +20,7 @@ from ..numerics import standardize, standardized_zero
 from .network import NeurCAMNet
 
 CHUNK = 8192
+LABELS = "fit.labels"   # the training rows' ids, beside the network's tensors in weights.safetensors
 
 
 @torch.no_grad()
@@ -68,6 +69,12 @@ class FittedNet:
     text : dict or None
         The vocabulary of a model trained on featurized documents (raw documents are featurized
         with it).
+    labels : ndarray or None
+        The cluster id of every training row, for a model trained in memory (None for a run on
+        Ray, whose rows are in its ``assignments`` output, and for models saved before format 2).
+    summary : dict or None
+        Importance of every term and each cluster's profile over the training reference rows, by
+        logit column (see ``NeurCAM.importance_``); computed when first asked for or saved.
     """
 
     net: NeurCAMNet
@@ -83,6 +90,8 @@ class FittedNet:
     precision: str = "fp32"
     history: dict = field(default_factory=dict)
     text: dict | None = None
+    labels: np.ndarray | None = None
+    summary: dict | None = None
 
     @classmethod
     def from_trainer(cls, trainer, records: list, seconds: float, *, feature_names: list[str], mean, scale,
@@ -123,7 +132,12 @@ class FittedNet:
         }
         if self.text is not None:
             config["text"] = self.text
-        return config, self.net.state_dict()
+        if self.summary is not None:
+            config["summary"] = self.summary
+        weights = self.net.state_dict()
+        if self.labels is not None:
+            weights[LABELS] = torch.from_numpy(np.asarray(self.labels, dtype=np.int64))
+        return config, weights
 
     @classmethod
     def from_dict(cls, config: dict, weights: dict, device: str = "cpu", where: str = "the model") -> "FittedNet":
@@ -140,6 +154,7 @@ class FittedNet:
         net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"],
                          tuple(params["hidden"]), params["n_bases"], torch.zeros(k, r))
         weights = dict(weights)
+        labels = weights.pop(LABELS, None)
         for key, value in net.state_dict().items():  # models saved before constant-feature masks
             if key.endswith("gates.allowed"):
                 weights.setdefault(key, value)
@@ -156,7 +171,9 @@ class FittedNet:
                    next_cluster_id=int(config.get("next_cluster_id", k)), repr_dim=int(config["repr_dim"]),
                    uses_features_as_repr=bool(config["uses_features_as_repr"]),
                    precision=config.get("precision", params.get("precision", "fp32")),
-                   history=config.get("history", {}), text=config.get("text"))
+                   history=config.get("history", {}), text=config.get("text"),
+                   labels=None if labels is None else labels.numpy().astype(np.int64),
+                   summary=config.get("summary"))
 
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
@@ -170,7 +187,7 @@ class FittedNet:
     def for_scoring(self) -> "FittedNet":
         """This state without the record of the fit (the network is shared, not copied): what a
         scoring actor needs and nothing else."""
-        return dataclasses.replace(self, history={})
+        return dataclasses.replace(self, history={}, labels=None, summary=None)
 
     @property
     def next_id(self) -> int:

@@ -62,12 +62,12 @@ def write_dataset(output, write, marker: str | None = None) -> None:
     atomic_directory(Path(local(output)), lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
 
 
-def _publish_built(uri: str, write, refuse_foreign: bool = False) -> None:
+def _publish_built(uri: str, write, refuse_foreign: bool = False, mirror: bool = False) -> None:
     """Build the output with ``write(tmp_dir)`` locally, then publish it at ``uri`` (``published``)."""
     tmp = Path(tempfile.mkdtemp(prefix="neurcam-stage-"))
     try:
         write(tmp)
-        publish_dir(tmp, uri, refuse_foreign=refuse_foreign)
+        publish_dir(tmp, uri, refuse_foreign=refuse_foreign, mirror=mirror)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -168,12 +168,13 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
     set in place (the half-written version is removed on the next write). Other content of
     ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone. On an object store
-    (``out`` a URI) the set is published as one version through a manifest instead. With ``own``
+    (``out`` a URI) the set is published as one version through a manifest instead, with a copy of
+    each top-level file at ``out/NAME`` (``aws s3 cp OUT/metrics.json -`` works). With ``own``
     (the names this kind of run writes), ``out`` must hold nothing else (``refuse_foreign_output``)."""
     if own is not None:
         refuse_foreign_output(out, own | {CURRENT})
     if is_uri(out):
-        _publish_built(str(out), write, refuse_foreign=own is not None)
+        _publish_built(str(out), write, refuse_foreign=own is not None, mirror=True)
         return
     out = Path(local(out))
     versions = out / VERSIONS

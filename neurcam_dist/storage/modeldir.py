@@ -22,7 +22,8 @@ from .published import NotPublishedError, local_copy
 from ..uris import as_path, is_uri, local
 
 FORMAT = "neurcam-dist/model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2   # 2: the training rows' labels and the importance/profile summary
+READS = (1, 2)
 FILES = ("config.json", "weights.safetensors")
 MANIFEST = "manifest.json"
 
@@ -82,7 +83,8 @@ def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, t
         if expected != _sha256(path / f):
             raise ModelFileError(f"{name}/{f} was altered or corrupted: its sha256 does not match {MANIFEST}")
     config = json.loads((path / "config.json").read_text())
-    if config.get("format_version") != FORMAT_VERSION:
+    if config.get("format_version") not in READS:
         raise ModelFileError(f"{name}: model format version {config.get('format_version')} is not supported "
-                         f"(this version reads {FORMAT_VERSION})")
+                             f"(this version reads {', '.join(map(str, READS))}): load it with the neurcam-dist "
+                             f"that wrote it ({config.get('written_by', 'unknown')}) or newer")
     return config, load_file(str(path / "weights.safetensors"))

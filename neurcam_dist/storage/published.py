@@ -1,17 +1,24 @@
 """Outputs on an object store, where there is no rename: written under a new version prefix, made
-visible by one small object (the manifest) that readers go through.
+visible by one small object (the manifest) that neurcam's readers go through, in a layout that plain
+Parquet readers (pyarrow, DuckDB, Spark, Athena) read at ``URI`` too.
 
-Layout of an output at ``URI``::
+Layout of an output at ``URI`` (Hive-style partitions, one per version)::
 
-    URI/_neurcam_manifest.json      {"format", "version", "written", "files": {rel: {size, sha256}}}
-    URI/.v/VERSION/rel ...          the files of each version
+    URI/_neurcam_manifest.json      {"format", "version", "root", "written", "files": {rel: {size, sha256}}}
+    URI/run=VERSION/rel ...         the files of a version, and its ``_SUCCESS`` marker
+    URI/NAME                        run folders: a copy of each top-level file (``metrics.json``)
+    PARENT/.NAME.staging/VERSION/   a version being written (outside ``URI``: no reader lists it)
 
-``publish_dir`` uploads a local directory as a new version, then replaces the manifest (one PUT,
-which an object store applies whole): a reader sees the old version or the new one, never a mix,
-and a run that fails before that PUT leaves the previous output as it was. The previous version is
-kept (a reader may be fetching it), and so is any version started after it (a concurrent writer's);
-older ones, and failed uploads' leftovers after a day, are deleted when a version is committed. ``fetch`` reads through the manifest (also for a path inside a published output,
-such as ``URI/model``) and checks every file's size and checksum.
+A version is written (``publish_dir`` uploads a local directory; ``write_version`` lets Ray Data
+write its shards) under the hidden staging prefix beside ``URI``, moved to ``URI/run=VERSION/`` when
+complete, marked with ``_SUCCESS``, and committed by replacing the manifest (one PUT, which an
+object store applies whole). neurcam's readers see the old version or the new one, never a mix; a
+plain reader of ``URI`` sees the new partition from its move on, and the old one until the commit
+deletes it (datasets) or keeps it (run folders and models: a reader may be fetching one; older
+ones are deleted). A run that fails, or is killed, before the move leaves only staging objects,
+which no reader lists and the next commit deletes after a day. Outputs written in the earlier
+layout (``URI/.v/VERSION/``) are still read. ``fetch`` reads through the manifest (also for a path
+inside a published output, such as ``URI/model``) and checks every file's size and checksum.
 """
 from __future__ import annotations
 
@@ -30,7 +37,9 @@ from ..redaction import redact
 from ..uris import filesystem, is_uri, join, local
 
 MANIFEST = "_neurcam_manifest.json"
-VERSIONS = ".v"
+RUN = "run="          # a version's partition: URI/run=VERSION/
+VERSIONS = ".v"       # the earlier layout's versions (URI/.v/VERSION/), still read
+SUCCESS = "_SUCCESS"  # the marker of a complete partition (Hadoop's convention)
 FORMAT = "neurcam-dist/published"
 CHUNK = 8 << 20
 
@@ -54,7 +63,7 @@ def _foreign(fs, root: str) -> list[str]:
     from pyarrow.fs import FileSelector
     names = {i.path[len(root):].strip("/").split("/")[0]
              for i in fs.get_file_info(FileSelector(root, allow_not_found=True))}
-    return sorted(n for n in names if n and n not in (MANIFEST, VERSIONS))
+    return sorted(n for n in names if n and n not in (MANIFEST, VERSIONS) and not n.startswith(RUN))
 
 
 def check_target(uri: str) -> None:
@@ -69,10 +78,12 @@ def check_target(uri: str) -> None:
                              f"{MANIFEST}): refusing to write over it; choose another output")
 
 
-def publish_dir(local_dir, uri: str, *, refuse_foreign: bool = False, meta: dict | None = None) -> dict:
+def publish_dir(local_dir, uri: str, *, refuse_foreign: bool = False, meta: dict | None = None,
+                mirror: bool = False) -> dict:
     """Upload every file under ``local_dir`` as a new version of the output at ``uri`` and commit
     it. ``refuse_foreign``: a ``uri`` holding objects that neurcam did not publish there is someone
-    else's: refuse rather than shadow it. Returns the new manifest."""
+    else's: refuse rather than shadow it. ``mirror``: also copy each top-level file to ``uri/NAME``
+    (a run's ``metrics.json``, for ``aws s3 cp``). Returns the new manifest."""
     local_dir = Path(local_dir)
     fs, root = filesystem(uri)
     root = root.rstrip("/")
@@ -80,41 +91,71 @@ def publish_dir(local_dir, uri: str, *, refuse_foreign: bool = False, meta: dict
     if refuse_foreign and previous is None:
         check_target(uri)
     version = _version_name()
-    vroot = f"{root}/{VERSIONS}/{version}"
+    staging = _staging(root, version)
     files = {}
     try:
         for path in sorted(p for p in local_dir.rglob("*") if p.is_file()):
             rel = path.relative_to(local_dir).as_posix()
             h = hashlib.sha256()
-            with open(path, "rb") as src, fs.open_output_stream(f"{vroot}/{rel}") as dst:
+            with open(path, "rb") as src, fs.open_output_stream(f"{staging}/{rel}") as dst:
                 for block in iter(lambda: src.read(CHUNK), b""):
                     h.update(block)
                     dst.write(block)
             files[rel] = {"size": path.stat().st_size, "sha256": h.hexdigest()}
+        _promote(fs, staging, _partition(root, version))
     except BaseException:
-        _delete(fs, vroot)
+        _delete(fs, staging)
+        _delete(fs, _partition(root, version))
         raise
-    return commit(uri, version, files, previous=previous, meta=meta)
+    return commit(uri, version, files, previous=previous, meta=meta, mirror=mirror)
 
 
-def new_version(uri: str) -> tuple[str, str]:
-    """``(version, URI of its prefix)`` for a writer that puts its files there itself (Ray Data)."""
-    version = _version_name()
-    return version, join(uri, VERSIONS, version)
+def _staging(root: str, version: str) -> str:
+    """Where a version is written before it is complete: a hidden prefix beside ``root``, so that
+    no reader of ``root`` (DuckDB's ``**`` glob lists hidden names inside it) sees a part of it; at a
+    bucket's top level, where there is nothing beside, the earlier layout's ``.v/``."""
+    parent, _, name = root.rpartition("/")
+    return f"{parent}/.{name}.staging/{version}" if parent else f"{root}/{VERSIONS}/{version}"
+
+
+def _partition(root: str, version: str) -> str:
+    return f"{root}/{RUN}{version}"
+
+
+def _files_under(fs, path: str) -> dict:
+    """``rel -> {size}`` of the files under ``path``."""
+    from pyarrow.fs import FileSelector, FileType
+    return {i.path[len(path):].lstrip("/"): {"size": i.size}
+            for i in fs.get_file_info(FileSelector(path, recursive=True, allow_not_found=True))
+            if i.type == FileType.File}
+
+
+def _promote(fs, staging: str, partition: str) -> None:
+    """Move a complete version from its staging prefix into its partition (on an object store a
+    server-side copy and a delete per object), then remove the staging prefix."""
+    for rel in sorted(_files_under(fs, staging)):
+        fs.move(f"{staging}/{rel}", f"{partition}/{rel}")
+    _delete(fs, staging)
 
 
 def write_version(uri: str, write) -> dict:
     """Run ``write(prefix, fs)`` (a writer that puts its files under a prefix itself, such as Ray
     Data's ``write_parquet``) into a new version of the output at ``uri``, then commit it; a failure
-    deletes that version and leaves the previous output as it was. Returns the new manifest."""
+    deletes that version and leaves the previous output as it was. The version it replaces is deleted
+    at once, so that a plain Parquet reader of ``uri`` reads every row once. Returns the new manifest."""
     check_target(uri)
-    version, vuri = new_version(uri)
-    fs, root = filesystem(vuri)
+    fs, root = filesystem(uri)
+    root = root.rstrip("/")
+    version = _version_name()
+    staging = _staging(root, version)
     try:
-        write(root, fs)
-        return commit(uri, version, written_files(uri, version))
+        write(staging, fs)
+        files = _files_under(fs, staging)
+        _promote(fs, staging, _partition(root, version))
+        return commit(uri, version, files, keep_previous=False)
     except BaseException:
-        discard(uri, version)
+        _delete(fs, staging)
+        _delete(fs, _partition(root, version))
         raise
 
 
@@ -129,41 +170,50 @@ def _version_name(at: float | None = None) -> str:
 STALE_S = 86400  # an uncommitted version older than this is a failed writer's leftover
 
 
-def written_files(uri: str, version: str) -> dict:
-    """``rel -> {size}`` of what a writer put under a version's prefix."""
-    from pyarrow.fs import FileSelector, FileType
-    fs, root = filesystem(uri)
-    vroot = f"{root.rstrip('/')}/{VERSIONS}/{version}"
-    return {i.path[len(vroot):].lstrip("/"): {"size": i.size}
-            for i in fs.get_file_info(FileSelector(vroot, recursive=True, allow_not_found=True))
-            if i.type == FileType.File}
-
-
-def discard(uri: str, version: str) -> None:
-    """Delete an uncommitted version (a failed writer's files)."""
-    fs, root = filesystem(uri)
-    _delete(fs, f"{root.rstrip('/')}/{VERSIONS}/{version}")
-
-
-def commit(uri: str, version: str, files: dict, *, previous: dict | None = None, meta: dict | None = None) -> dict:
-    """Make ``version`` the output at ``uri`` (one PUT of the manifest), then delete the versions
-    older than the one it replaced, and leftovers older than ``STALE_S``. Versions started after the
-    replaced one are kept: a concurrent writer may still be uploading one."""
+def commit(uri: str, version: str, files: dict, *, previous: dict | None = None, meta: dict | None = None,
+           keep_previous: bool = True, mirror: bool = False) -> dict:
+    """Make the partition of ``version`` (already complete) the output at ``uri``: its ``_SUCCESS``
+    marker, then one PUT of the manifest; then, with ``mirror``, a copy of each top-level file at
+    ``uri/NAME``. Then delete the versions older than the one it replaced (with ``keep_previous``
+    False, that one too), and leftovers older than ``STALE_S``. Versions started after the replaced
+    one are kept: a concurrent writer may still be uploading one."""
     fs, root = filesystem(uri)
     root = root.rstrip("/")
     if previous is None:
         previous = _read_json(fs, f"{root}/{MANIFEST}")
-    manifest = {"format": FORMAT, "version": version, "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    partition = _partition(root, version)
+    with fs.open_output_stream(f"{partition}/{SUCCESS}"):
+        pass
+    manifest = {"format": FORMAT, "version": version, "root": f"{RUN}{version}",
+                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "files": files, **({"meta": meta} if meta else {})}
     with fs.open_output_stream(f"{root}/{MANIFEST}") as f:
         f.write(json.dumps(manifest, indent=1).encode())
+    if mirror:
+        for rel in sorted(r for r in files if "/" not in r):
+            fs.copy_file(f"{partition}/{rel}", f"{root}/{rel}")
     replaced = (previous or {}).get("version")
     stale = _version_name(time.time() - STALE_S)
+
+    def old(name: str) -> bool:
+        if name == version:
+            return False
+        if name == replaced:
+            return not keep_previous
+        return (replaced is not None and name < replaced) or name < stale or (not keep_previous and name < version)
     from pyarrow.fs import FileSelector
-    for info in fs.get_file_info(FileSelector(f"{root}/{VERSIONS}", allow_not_found=True)):
+    for info in fs.get_file_info(FileSelector(root, allow_not_found=True)):
         name = info.path.rstrip("/").rsplit("/", 1)[-1]
-        if name not in (version, replaced) and ((replaced and name < replaced) or name < stale):
+        if name.startswith(RUN) and old(name[len(RUN):]):
             _delete(fs, info.path)
+    parent, _, base = root.rpartition("/")
+    for where in (f"{root}/{VERSIONS}", f"{parent}/.{base}.staging" if parent else None):
+        if where is None:
+            continue
+        for info in fs.get_file_info(FileSelector(where, allow_not_found=True)):
+            name = info.path.rstrip("/").rsplit("/", 1)[-1]
+            if old(name) and (where.endswith(VERSIONS) or name < stale):   # staging: only a dead writer's
+                _delete(fs, info.path)
     return manifest
 
 
@@ -207,7 +257,7 @@ def resolve(uri: str, depth: int = 4) -> Resolved:
             continue
         if manifest.get("format") != FORMAT:
             raise DataError(f"{redact(uri)}: {MANIFEST} is not a neurcam manifest")
-        vroot = f"{base}/{VERSIONS}/{manifest['version']}"
+        vroot = f"{base}/{manifest.get('root') or VERSIONS + '/' + manifest['version']}"
         sub = "/".join(parts[len(parts) - up:])
         files = manifest["files"]
         if not sub:
@@ -295,6 +345,5 @@ def put_text(text: str, uri: str) -> None:
         dst.write(text.encode())
 
 
-__all__ = ["MANIFEST", "NotPublishedError", "Resolved", "check_target", "commit", "discard", "fetch", "local_copy",
-           "new_version", "publish_dir", "put_file", "put_text", "read_manifest", "read_text", "resolve", "write_version",
-           "written_files"]
+__all__ = ["MANIFEST", "NotPublishedError", "Resolved", "SUCCESS", "check_target", "commit", "fetch", "local_copy",
+           "publish_dir", "put_file", "put_text", "read_manifest", "read_text", "resolve", "write_version"]
