@@ -316,6 +316,9 @@ def _add_submit(sub) -> argparse.ArgumentParser:
     sbm.add_argument("--working-dir", default=".", help="uploaded to the cluster: must hold jobs/ and the config; "
                                                         "'-' uploads nothing (the image has them)")
     sbm.add_argument("--no-wait", action="store_true", help="return once submitted")
+    sbm.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                     help="stop the job after this long and exit 124 (default: no limit); SIGTERM to this "
+                          "command stops the job too (exit 143)")
     sbm.add_argument("job", choices=("train", "tune", "predict", "recluster"), help="the command to run there")
     _flag(sbm, "--config", required=True, help="path relative to the working directory")
     sbm.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to the job")
@@ -440,7 +443,7 @@ def _validate(args) -> None:
 def _submit(args) -> int:
     return service.submit(args.address, args.job, args.config, args.set,
                           working_dir=None if args.working_dir == "-" else args.working_dir, wait=not args.no_wait,
-                          log=lambda m: print(f"[neurcam submit] {m}", file=sys.stderr, flush=True))
+                          timeout=args.timeout, log=lambda m: print(f"[neurcam submit] {m}", file=sys.stderr, flush=True))
 
 
 def _predict(args) -> None:

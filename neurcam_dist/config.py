@@ -20,8 +20,34 @@ from .uris import is_uri, join, local
 from .validation import nearest_name
 
 
+def _takes_text(annotation) -> bool:
+    """Whether a field's type is text (``str``, ``str | None``, ``str | list[str]``)."""
+    import typing
+    return annotation is str or str in typing.get_args(annotation)
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_stays_text(cls, data):
+        """A text field given a number or a date keeps it as text: YAML reads ``snapshot: 2026-11-02``
+        (in a file or ``--set recluster.snapshot=2026-11-02``) as a date and ``experiment: 42`` as a
+        number, where the field wants the characters written."""
+        import datetime
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, field in cls.model_fields.items():
+            value = out.get(name)
+            if isinstance(value, bool) or not _takes_text(field.annotation):
+                continue
+            if isinstance(value, (datetime.date, datetime.datetime)):
+                out[name] = value.isoformat()
+            elif isinstance(value, (int, float)):
+                out[name] = str(value)
+        return out
 
 
 Paths = str | list[str]

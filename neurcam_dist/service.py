@@ -412,13 +412,16 @@ def promote(name: str, version: str, alias: str = "champion", tracking_uri: str 
 
 
 def submit(address: str | None, job: str, config: str, overrides: list[str], *, working_dir: str | None = ".",
-           wait: bool = True, log=None) -> int:
+           wait: bool = True, timeout: float | None = None, log=None) -> int:
     """Run ``job`` (train, tune, predict, recluster) on the Ray cluster at ``address`` and follow
-    it (``ops.submit``); returns the exit status."""
+    it (``ops.submit``); returns the exit status: 0 the job succeeded, 1 it failed, 143 this
+    command got SIGTERM and stopped the job, 124 ``timeout`` seconds passed and it stopped the job,
+    130 Ctrl-C (the job goes on)."""
     from .ops.submit import submit as _submit
     if not address:
         raise ConfigError("submit needs --address (the Ray job server, e.g. http://127.0.0.1:8265) or RAY_JOB_ADDRESS")
-    return _submit(address, job, config, overrides, working_dir=working_dir, wait=wait, log=log or _say)
+    return _submit(address, job, config, overrides, working_dir=working_dir, wait=wait, timeout=timeout,
+                   log=log or _say)
 
 
 # ---------------------------------------------------------------- data

@@ -4,6 +4,7 @@ and ``neurcam submit``; two re-clusterings racing for the champion; the Kubernet
 command run against the local head."""
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -118,6 +119,39 @@ def test_a_tune_job_registers_its_winner(ray_head, mlflow_server, events, tmp_pa
 def neurcam(*args, env: dict, cwd=None, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "neurcam_dist.cli", *map(str, args)], env=env, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def test_sigterm_or_timeout_to_submit_stops_the_ray_job(ray_head, tmp_path):
+    """A scheduler's deadline (the CronJob's activeDeadlineSeconds, Forbid) reaches the Ray job: the
+    submitting process, terminated, stops the job it submitted and exits 143; --timeout stops it
+    and exits 124. The job is a stand-in entrypoint that prints a line and sleeps."""
+    from ray.job_submission import JobSubmissionClient
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_head["token"], "PYTHONPATH": str(ROOT)}
+    wd = tmp_path / "wd"
+    (wd / "jobs").mkdir(parents=True)
+    (wd / "jobs" / "train.py").write_text("import time\nprint('job started', flush=True)\ntime.sleep(600)\n")
+    (wd / "c.yaml").write_text("data: {path: x}\nmodel: {n_clusters: 2}\noutput: y\n")
+    client = JobSubmissionClient(ray_head["jobs"], headers=ray_head["headers"])
+    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "submit", "--address", ray_head["jobs"],
+                             "--working-dir", str(wd), "train", "--config", "c.yaml"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    for line in proc.stdout:                      # the job's own output, streamed by submit
+        if "job started" in line or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    job_id = re.search(r"submitted (\S+) to", err).group(1)
+    assert client.get_job_status(job_id) == "STOPPED" and time.time() - t0 < 45, err
+    assert "terminated (SIGTERM): stopping job" in err
+
+    done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "--timeout", "8", "train",
+                   "--config", "c.yaml", env=env, timeout=120)
+    assert done.returncode == 124, done.stderr
+    job_id = re.search(r"submitted (\S+) to", done.stderr).group(1)
+    assert client.get_job_status(job_id) == "STOPPED" and "--timeout 8 s reached" in done.stderr
 
 
 def test_a_bad_config_job_fails_naming_the_field_and_submit_exits_non_zero(ray_head, tmp_path):

@@ -206,6 +206,11 @@ def test_environment_overrides_and_set_wins(tmp_path, monkeypatch):
     assert load_config(cfg, {"data.path": "/c"}).data.path == "/c"
     cfg.write_text("data: {path: /a}\nmodel: {n_clusters: 3}\noutput: /o\ntracking: {uri: http://x}\n")
     assert load_config(cfg).tracking.uri == "http://mlflow:5000"
+    # a text field keeps what was written, where YAML reads a date or a number (--set or the file)
+    from neurcam_dist.cli import _overrides
+    c = load_config(cfg, _overrides(["recluster.snapshot=2026-11-02", "tracking.experiment=42"]))
+    assert (c.recluster.snapshot, c.tracking.experiment) == ("2026-11-02", "42")
+    assert load_config(cfg, _overrides(["model.epochs=50"])).model.epochs == 50   # numbers stay numbers
 
 
 def test_validate_checks_the_data_without_running(tmp_path, capsys):

@@ -1,11 +1,13 @@
 """``neurcam submit``: run a job entrypoint (``jobs/*.py``) on a Ray cluster through its job
 server, stream the job's logs here and exit with the job's result, so a scheduler (a Kubernetes
-CronJob, CI) sees a failed job as a failed command."""
+CronJob, CI) sees a failed job as a failed command. The job is bounded by this command: SIGTERM
+(a CronJob's deadline, ``kubectl delete``, Forbid's replacement) and ``timeout`` stop it."""
 from __future__ import annotations
 
 import asyncio
 import os
 import shlex
+import signal
 import time
 from pathlib import Path
 
@@ -60,40 +62,97 @@ def job_config_path(working_dir: str | None, config: str) -> str:
     return str((Path(working_dir).resolve() / config).resolve().relative_to(Path(working_dir).resolve()))
 
 
+TIMED_OUT = 124     # as GNU timeout: the job ran past --timeout and was stopped
+TERMINATED = 128 + signal.SIGTERM   # 143: this command was terminated, and stopped its job
+INTERRUPTED = 130   # Ctrl-C: this command stopped following; the job goes on
+
+
 def submit(address: str, job: str, config: str, overrides: list[str], *, working_dir: str | None = ".",
-           wait: bool = True, log=print) -> int:
-    """Submit, then (``wait``) stream the logs and return 0 when the job SUCCEEDED, else 1."""
+           wait: bool = True, timeout: float | None = None, log=print) -> int:
+    """Submit, then (``wait``) stream the logs and return 0 when the job SUCCEEDED, else 1. While
+    it follows the job, SIGTERM stops the job and returns 143; ``timeout`` (seconds) stops it and
+    returns 124; Ctrl-C stops following (130) and leaves the job running."""
     from ray.job_submission import JobStatus, JobSubmissionClient
     env = runtime_env(working_dir, config, log)   # argument errors before any connection
     cmd = entrypoint(job, job_config_path(working_dir, config), overrides)
+    if timeout is not None and timeout <= 0:
+        raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # noqa: BLE001 - connection errors come in many types
         raise ConnectionError(f"cannot use the Ray job server at {address} (with token authentication, set "
                               f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
-    job_id = client.submit_job(entrypoint=cmd, runtime_env=env,
-                               submission_id=f"neurcam-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-                               metadata={"neurcam.job": job, "neurcam.config": config})
-    log(f"submitted {job_id} to {address}: {cmd}")
-    if not wait:
-        log(f"follow it with: ray job logs --address {address} --follow {job_id}")
-        return 0
-
-    async def tail() -> None:
-        async for lines in client.tail_job_logs(job_id):
-            print(lines, end="", flush=True)
-
+    terms: list[str] = []   # a SIGTERM while submitting is acted on once the job has an id
+    previous = signal.signal(signal.SIGTERM, lambda *_: terms.append("SIGTERM")) if wait else None
     try:
-        asyncio.run(tail())
-    except KeyboardInterrupt:
+        job_id = client.submit_job(entrypoint=cmd, runtime_env=env,
+                                   submission_id=f"neurcam-{job}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+                                   metadata={"neurcam.job": job, "neurcam.config": config})
+        log(f"submitted {job_id} to {address}: {cmd}")
+        if not wait:
+            log(f"follow it with: ray job logs --address {address} --follow {job_id}")
+            return 0
+        why = terms[0] if terms else _follow(client, job_id, timeout)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    if why == "SIGINT":
         log(f"stopped following; the job goes on (stop it with: ray job stop --address {address} {job_id})")
-        return 130
-    status = client.get_job_status(job_id)
-    for _ in range(50):  # the log stream can end a moment before the status is final
-        if status.is_terminal():
-            break
-        time.sleep(0.2)
-        status = client.get_job_status(job_id)
+        return INTERRUPTED
+    if why is not None:
+        log(f"{'terminated (SIGTERM)' if why == 'SIGTERM' else f'--timeout {timeout:g} s reached'}: "
+            f"stopping job {job_id}")
+        client.stop_job(job_id)
+        status = _final_status(client, job_id, 30)
+        log(f"job {job_id}: {status}")
+        return TERMINATED if why == "SIGTERM" else TIMED_OUT
+    status = _final_status(client, job_id, 10)
     info = client.get_job_info(job_id)
     log(f"job {job_id}: {status}" + (f" ({info.message})" if info.message and status != JobStatus.SUCCEEDED else ""))
     return 0 if status == JobStatus.SUCCEEDED else 1
+
+
+def _follow(client, job_id: str, timeout: float | None) -> str | None:
+    """Print the job's log lines until it ends (None), this process gets SIGTERM ("SIGTERM") or
+    Ctrl-C ("SIGINT"), or ``timeout`` seconds pass ("timeout")."""
+    async def follow() -> str | None:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        why: list[str] = []
+
+        def on_term() -> None:
+            why.append("SIGTERM")
+            me.cancel()
+        loop.add_signal_handler(signal.SIGTERM, on_term)
+        try:
+            await asyncio.wait_for(_print_logs(client, job_id), timeout)
+        except asyncio.TimeoutError:
+            return "timeout"
+        except asyncio.CancelledError:
+            if not why:
+                raise
+            me.uncancel()
+            return why[0]
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+        return None
+    try:
+        return asyncio.run(follow())
+    except KeyboardInterrupt:
+        return "SIGINT"
+
+
+async def _print_logs(client, job_id: str) -> None:
+    async for lines in client.tail_job_logs(job_id):
+        print(lines, end="", flush=True)
+
+
+def _final_status(client, job_id: str, seconds: float):
+    """The job's status once terminal (the log stream ends, or a stop is asked, a moment before
+    the status is final), or as it is after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    status = client.get_job_status(job_id)
+    while not status.is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        status = client.get_job_status(job_id)
+    return status
