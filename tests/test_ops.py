@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -258,3 +259,55 @@ def test_the_k8s_cronjob_command_reclusters_against_the_champion(ray_head, mlflo
     mv = MlflowClient().get_model_version("ops-race", record["challenger_version"])
     assert mv.tags["cluster_ids"] == ",".join(str(record["mapping"][str(k)]) for k in range(4))
     assert mv.tags["recluster.promoted"] == str(record["promoted"]).lower()
+
+
+def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, mlflow_server, events, tmp_path):
+    """Someone deletes the champion's version in the registry: the next re-clustering compares with
+    the newest remaining version that was champion, so the unmoved rows keep their ids, and ids the
+    deleted version had used are never handed out again. With no former champion left it refuses,
+    naming `neurcam promote`."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from neurcam_dist import NeurCAM, service
+    from neurcam_dist.tracking import log_model
+    name = "ops-lineage"
+    snapshot = pd.read_parquet(events / "date=2026-11-26")
+    X = snapshot[["f0", "f1", "f2", "f3"]]
+    est = NeurCAM(n_clusters=3, hidden=(16, 16), n_bases=4, warmup_epochs=3, epochs=6, random_state=0,
+                  verbose=False).fit(X)
+    mlflow.set_tracking_uri(mlflow_server)
+    mlflow.set_experiment("ops-lineage")
+    versions = []
+    for ids, next_id in (([0, 1, 2], 3), ([5, 6, 7], 8)):   # the second: a lineage that moved on to 5..7
+        est.set_cluster_ids(ids, next_id)
+        with mlflow.start_run():
+            versions.append(log_model(est, X, registered_name=name)[1])
+        service.promote(name, versions[-1], tracking_uri=mlflow_server)
+    client = MlflowClient()
+    client.delete_model_version(name, versions[1])     # the champion's version, deleted by a person
+
+    config = tmp_path / "rc.yaml"
+    config.write_text(yaml.safe_dump(tiny(events, tmp_path / "unused", name, recluster={"policy": "always"})))
+    env = recluster_env(ray_head, mlflow_server, events, tmp_path / "out")
+    done = neurcam("recluster", "--config", config, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    assert record["champion_version"] is None and record["compared_with"] == versions[0]
+    assert f"version {versions[1]}) is gone from the registry" in record["note"]
+    assert sorted(record["mapping"].values()) == [0, 1, 2]       # the former champion's ids carried over
+    assert record["next_cluster_id"] >= 8                         # 5, 6, 7 (deleted version) stay retired
+    from neurcam_dist.tracking import load_estimator
+    new = load_estimator(f"models:/{name}/{record['challenger_version']}")
+    est.set_cluster_ids([0, 1, 2], 8)                             # version 1's ids
+    kept = float((new.predict(X) == est.predict(X)).mean())
+    assert kept > 0.85, kept                                     # most rows keep the id they had
+    assert client.get_model_version_by_alias(name, "champion").version == record["challenger_version"]
+    assert client.get_registered_model(name).tags["neurcam.champion_version"] == record["challenger_version"]
+
+    # every version that was champion deleted: refused before any training, naming the fix
+    for v in (versions[0], record["challenger_version"]):
+        client.delete_model_version(name, v)
+    done = neurcam("recluster", "--config", config, env=env)
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"'neurcam promote {name} VERSION'" in done.stderr

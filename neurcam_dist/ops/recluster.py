@@ -72,9 +72,14 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
         seen = tracking.champion_version(name)
         record["champion_version"] = seen
-        champion = tracking.load_estimator(f"models:/{name}/{seen}") if seen else None
+        compared, note = (seen, None) if seen else tracking.former_champion(name)
+        record["compared_with"] = compared
+        champion = tracking.load_estimator(f"models:/{name}/{compared}") if compared else None
         lineage_next = tracking.lineage_next_id(name)
-    log(f"champion of {name}: " + (f"version {seen} (cluster ids {champion.cluster_ids_.tolist()})" if seen
+    if note:
+        record["note"] = note
+        log(f"warning: {note}")
+    log(f"champion of {name}: " + (f"version {compared} (cluster ids {champion.cluster_ids_.tolist()})" if compared
                                    else "none yet (this model becomes the first)"))
     found: dict = {}
 
@@ -125,7 +130,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         run_id=(result.tracking or {}).get("run_id"))
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
-    want, reason = decide(rc, name, version, seen, record, found.get("unscorable"))
+    want, reason = decide(rc, name, version, compared, record, found.get("unscorable"))
     with runs.mlflow_lines(cfg):
         if want:
             moved, now = tracking.promote_if_unchanged(name, version, seen, wait_s=rc.lease_wait_s, log=log)

@@ -15,10 +15,15 @@ import socket
 import time
 import uuid
 
-from ..errors import LeaseTimeout  # noqa: F401 - re-exported here
+from ..errors import ConfigError, LeaseTimeout  # noqa: F401 - re-exported here
 from contextlib import contextmanager
 
 LEASE_SUFFIX = ".promotion-lease"
+# The lineage of cluster ids, kept where deleting a version cannot take it: tags of the registered
+# model (the last champion and the smallest id never used) and of each version that was champion.
+LINEAGE_NEXT = "neurcam.next_cluster_id"
+LAST_CHAMPION = "neurcam.champion_version"
+WAS_CHAMPION = "neurcam.was_champion"
 
 
 def champion_version(name: str, alias: str = "champion") -> str | None:
@@ -98,19 +103,69 @@ def promote_if_unchanged(name: str, version: str, expected: str | None, alias: s
         current = champion_version(name, alias)
         if current != (None if expected is None else str(expected)):
             return False, current
-        MlflowClient().set_registered_model_alias(name, alias, str(version))
+        client = MlflowClient()
+        client.set_registered_model_alias(name, alias, str(version))
+        if alias == "champion":
+            record_champion(name, str(version))
         return True, current
+
+
+def record_champion(name: str, version: str) -> None:
+    """Note ``version`` as champion in the lineage: the version's ``neurcam.was_champion`` tag,
+    and the registered model's last champion and smallest never-used cluster id."""
+    from mlflow import MlflowClient
+    client = MlflowClient()
+    mv = client.get_model_version(name, version)
+    client.set_model_version_tag(name, version, WAS_CHAMPION, "true")
+    known = _int(client.get_registered_model(name).tags.get(LINEAGE_NEXT))
+    client.set_registered_model_tag(name, LINEAGE_NEXT, str(max(known, _int(mv.tags.get("next_cluster_id")))))
+    client.set_registered_model_tag(name, LAST_CHAMPION, version)
+
+
+def _int(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def former_champion(name: str) -> tuple[str | None, str | None]:
+    """What to compare a challenger with when ``NAME@champion`` is missing: ``(version, note)``.
+
+    ``(None, None)`` when the model never had a champion (the challenger becomes the first). When
+    it had one whose version was deleted (the alias goes with it), the newest remaining version
+    that was champion, and a note saying so; ``ConfigError`` when none remains, since new ids
+    would break every downstream join on the old ones."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    client = MlflowClient()
+    try:
+        last = client.get_registered_model(name).tags.get(LAST_CHAMPION)
+    except MlflowException:
+        return None, None
+    if last is None:
+        return None, None
+    former = [mv for mv in client.search_model_versions(f"name = '{name}'") if mv.tags.get(WAS_CHAMPION) == "true"]
+    if not former:
+        raise ConfigError(f"{name}@champion (version {last}) is gone from the registry and no version that was "
+                          f"champion remains, so there are no cluster ids to carry over: choose the version to "
+                          f"continue from with 'neurcam promote {name} VERSION' (its ids are kept), then run again")
+    best = max(former, key=lambda mv: int(mv.version))
+    return str(best.version), (f"{name}@champion (version {last}) is gone from the registry: compared with version "
+                               f"{best.version}, the newest remaining version that was champion")
 
 
 def lineage_next_id(name: str) -> int:
     """The smallest cluster id no version of ``name`` ever used (each version's ``next_cluster_id``
-    tag), so a retired id is never handed to a new segment."""
+    tag, and the registered model's record of the champions' even when their versions were
+    deleted), so a retired id is never handed to a new segment."""
     from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
     client = MlflowClient()
-    best = 0
+    try:   # the registered model's record survives deleted versions
+        best = _int(client.get_registered_model(name).tags.get(LINEAGE_NEXT))
+    except MlflowException:
+        return 0
     for mv in client.search_model_versions(f"name = '{name}'"):
-        try:
-            best = max(best, int(mv.tags.get("next_cluster_id", 0)))
-        except (TypeError, ValueError):
-            continue
+        best = max(best, _int(mv.tags.get("next_cluster_id")))
     return best

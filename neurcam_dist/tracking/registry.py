@@ -63,6 +63,9 @@ def promote(name: str, version: str, alias: str = "champion") -> None:
     except MlflowException as exc:
         raise ConfigError(f"registered model {name!r} has no version {version}: {exc.message}") from None
     client.set_registered_model_alias(name, alias, str(version))
+    if alias == "champion":
+        from .promotion import record_champion
+        record_champion(name, str(version))
 
 
 def load_estimator(uri: str):
