@@ -30,22 +30,45 @@ def test_registered_pyfunc_loads_in_a_fresh_process_and_predicts_like_the_estima
     with pytest.raises(ValueError, match="has no version 99"):
         tracking.promote("neurcam-test", "99")
     X.to_parquet(tmp_path / "x.parquet")
-    code = ("import mlflow, pandas as pd, numpy as np; "
-            "m = mlflow.pyfunc.load_model('models:/neurcam-test@champion'); "
-            f"out = m.predict(pd.read_parquet(r'{tmp_path / 'x.parquet'}')); "
-            f"np.save(r'{tmp_path / 'clusters.npy'}', out['cluster'].to_numpy()); "
-            f"np.save(r'{tmp_path / 'proba.npy'}', out[[c for c in out.columns if c.startswith('proba_')]].to_numpy())")
+    code = f"""
+import mlflow, pandas as pd, numpy as np
+m = mlflow.pyfunc.load_model('models:/neurcam-test@champion')
+X = pd.read_parquet(r'{tmp_path / 'x.parquet'}')
+out = m.predict(X)
+np.save(r'{tmp_path / 'clusters.npy'}', out['cluster'].to_numpy())
+np.save(r'{tmp_path / 'proba.npy'}', out[[c for c in out.columns if c.startswith('proba_')]].to_numpy())
+m.predict(X, params={{"explain": True}}).to_parquet(r'{tmp_path / 'explained.parquet'}')
+print("columns without params:", list(m.predict(X, params={{"explian": True}}).columns))
+for bad in ({{"explain": True, "top_terms": 0}}, {{"explian": True}}):
+    try:
+        m.unwrap_python_model().predict(None, X, params=bad) if "explian" in bad else m.predict(X, params=bad)
+    except Exception as exc:
+        print("refused:", exc)
+print("declared:", sorted(p.name for p in m.metadata.get_params_schema().params))
+"""
     env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_server}
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert np.array_equal(np.load(tmp_path / "clusters.npy"), fitted.predict(X))
     np.testing.assert_allclose(np.load(tmp_path / "proba.npy"), fitted.predict_proba(X), rtol=0, atol=1e-12)
+    # params={"explain": True}: the top terms and their contributions, declared in the signature
+    assert "declared: ['explain', 'top_terms']" in res.stdout
+    assert "refused: params top_terms must be an integer from 1 to 50, got 0" in res.stdout
+    assert "refused: unknown params ['explian']" in res.stdout            # called on the model class itself
+    assert "Unrecognized params ['explian'] are ignored" in res.stderr      # MLflow drops it before, and says so
+    assert "columns without params: ['cluster', 'proba_0', 'proba_1', 'proba_2']" in res.stdout
+    explained = pd.read_parquet(tmp_path / "explained.parquet")
     # neurcam predict and neurcam explain take the registry URI
     X.assign(id=np.arange(len(X))).to_parquet(tmp_path / "in.parquet")
     assert main(["predict", "--model", "models:/neurcam-test@champion", "--input", str(tmp_path / "in.parquet"),
                  "--output", str(tmp_path / "scored")]) == 0
     scored = pd.read_parquet(tmp_path / "scored").sort_values("id")
     assert np.array_equal(scored["cluster"].to_numpy(), fitted.predict(X))
+    # the registry model's explanation columns are neurcam predict's, value for value
+    same = scored.drop(columns="id").reset_index(drop=True)
+    pd.testing.assert_frame_equal(explained.reset_index(drop=True)[same.columns], same, check_exact=True,
+                                  check_dtype=False)   # predict writes cluster as int32
+    assert "term_3_contribution" in same.columns
     assert main(["explain", "--model", "models:/neurcam-test@champion", "--data", str(tmp_path / "x.parquet"),
                  "--out", str(tmp_path / "explained")]) == 0
     from neurcam_dist.explain import Explanation

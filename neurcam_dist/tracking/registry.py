@@ -10,6 +10,28 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, ModelFileError
+from ..explain.assignments import TOP_TERMS
+
+# What the registered model's predict takes at inference (its signature's params): ``explain``
+# adds each row's top terms and their contributions (the columns ``neurcam predict`` writes).
+PYFUNC_PARAMS = {"explain": False, "top_terms": TOP_TERMS}
+MAX_TOP_TERMS = 50
+
+
+def pyfunc_options(params) -> int:
+    """The ``top_terms`` a pyfunc call asks for (0: no explanation columns), from its ``params``;
+    ``ConfigError`` names an unknown param or a bad value."""
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(PYFUNC_PARAMS))
+    if unknown:
+        raise ConfigError(f"unknown params {unknown}: this model takes {sorted(PYFUNC_PARAMS)} "
+                          f"(explain: bool, top_terms: 1..{MAX_TOP_TERMS})")
+    explain, top = params.get("explain", False), params.get("top_terms", TOP_TERMS)
+    if not isinstance(explain, (bool, np.bool_)):
+        raise ConfigError(f"params explain must be true or false, got {explain!r}")
+    if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= MAX_TOP_TERMS:
+        raise ConfigError(f"params top_terms must be an integer from 1 to {MAX_TOP_TERMS}, got {top!r}")
+    return int(top) if explain else 0
 
 
 def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
@@ -25,7 +47,7 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
     output = est.score_frame(example).reset_index(drop=True)
     with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
-        signature = infer_signature(example.astype(np.float64), output)
+        signature = infer_signature(example.astype(np.float64), output, params=PYFUNC_PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         est.save(Path(tmp) / "model")
         info = mlflow.pyfunc.log_model(
