@@ -291,8 +291,21 @@ def _add_recluster(sub) -> argparse.ArgumentParser:
     rec = _sub(sub, "recluster", help="re-cluster the newest data snapshot, compare with the registered "
                                       "champion, keep cluster ids stable, promote by the config's policy")
     _flag(rec, "--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
+    rec.add_argument("--force", action="store_true",
+                     help="run even when the snapshot is unchanged since a registered version was trained on it "
+                          "(recluster.force)")
     _sets(rec)
     return rec
+
+
+def _add_history(sub) -> argparse.ArgumentParser:
+    """``neurcam history``'s flags."""
+    his = _sub(sub, "history", help="the re-clustering decisions recorded in an output "
+                                    "(OUTPUT/recluster-history.jsonl), oldest first")
+    _flag(his, "--output", required=True, help="the re-clustering's output folder or URI")
+    his.add_argument("--last", type=int, default=20, help="show the last N decisions (0: all)")
+    his.add_argument("--json", action="store_true", help="print the records as JSON lines, every field")
+    return his
 
 
 def _add_validate(sub) -> argparse.ArgumentParser:
@@ -335,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_explain, _add_generate, _add_sample,
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
-                                                 _add_predict, _add_recluster, _add_validate, _add_submit)}
+                                                 _add_predict, _add_recluster, _add_history, _add_validate,
+                                                 _add_submit)}
     for name in ("_add_demo", "_add_train", "_add_tune", "_add_recluster", "_add_predict",
                  "_add_featurize_text"):   # the commands on Ray
         added[name].add_argument("--verbose", action="store_true",
@@ -421,6 +435,8 @@ def _tune(args) -> None:
 
 
 def _recluster(args) -> None:
+    if args.force:
+        args.set = [*args.set, "recluster.force=true"]
     cfg = _load_config(args)
     record = service.recluster(cfg)
     keys = ("promoted", "champion_version", "challenger_version", "inertia_champion", "inertia_challenger",
@@ -428,6 +444,22 @@ def _recluster(args) -> None:
     print(json.dumps({k: record.get(k) for k in keys}))
     print(f"{'promoted' if record['promoted'] else 'not promoted'}: {record['reason']}")
     print(f"decision: {join(cfg.output, 'recluster.json')}")
+
+
+def _history(args) -> None:
+    records = service.history(args.output)
+    if args.last:
+        records = records[-args.last:]
+    if args.json:
+        for r in records:
+            print(json.dumps(r, default=str))
+        return
+    if not records:
+        print(f"no re-clustering recorded in {redact(args.output)}")
+        return
+    import pandas as pd
+    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+        print(service.history_table(records).to_string(index=False))
 
 
 def _validate(args) -> None:
@@ -460,7 +492,7 @@ def _predict(args) -> None:
 
 
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "generate": _generate, "promote": _promote, "sample": _sample,
+HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
             "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}

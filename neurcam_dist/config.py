@@ -243,6 +243,12 @@ class ReclusterConfig(_Strict):
     min_improvement: float = Field(0.01, ge=0.0, lt=1.0, allow_inf_nan=False)
     lease_wait_s: float = Field(300.0, gt=0.0, allow_inf_nan=False,
                                 description="how long to wait for another re-clustering's promotion lease")
+    force: bool = Field(False, description="run even when the snapshot is the one the champion was trained on "
+                                           "(unchanged files); by default such a run is skipped")
+    keep_runs: int = Field(3, ge=1, description="searches whose trials/ and _ray/ folders are kept in the output "
+                                                "(older ones are deleted after each run)")
+    pushgateway: str | None = Field(None, description="a Prometheus Pushgateway (host:port or URL) to push the "
+                                                      "outcome to, besides OUTPUT/recluster.prom")
 
 
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "quniform": 3, "randint": 2, "choice": None, "randn": 2}

@@ -371,6 +371,20 @@ def recluster(config) -> dict:
     return _recluster(config)
 
 
+def history(output: str) -> list[dict]:
+    """The re-clustering decisions recorded in ``output`` (``recluster-history.jsonl``), oldest
+    first."""
+    from .ops.history import read_history
+    return read_history(output)
+
+
+def history_table(records: list[dict]):
+    """Decisions as a DataFrame: finished, snapshot, champion, challenger, inertia ratio,
+    agreement, promoted, outcome, reason."""
+    from .ops.history import history_table as _table
+    return _table(records)
+
+
 def demo_config(out: str, seeds: int, workers: int) -> dict:
     """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards, a search over
     ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).

@@ -305,9 +305,36 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     assert client.get_model_version_by_alias(name, "champion").version == record["challenger_version"]
     assert client.get_registered_model(name).tags["neurcam.champion_version"] == record["challenger_version"]
 
+    # the same snapshot again: skipped, no new version; the history has both decisions
+    n_versions = len(client.search_model_versions(f"name = '{name}'"))
+    done = neurcam("recluster", "--config", config, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    again = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    assert again["outcome"] == "skipped" and "the champion of ops-lineage" in again["reason"]
+    assert again["challenger_version"] is None and len(client.search_model_versions(f"name = '{name}'")) == n_versions
+    shown = neurcam("history", "--output", tmp_path / "out", env=env)
+    assert shown.returncode == 0 and "promoted" in shown.stdout and "skipped" in shown.stdout, shown.stdout
+    lines = [json.loads(x) for x in (tmp_path / "out" / "recluster-history.jsonl").read_text().splitlines()]
+    assert [x["outcome"] for x in lines] == ["promoted", "skipped"] and lines[0]["compared_with"] == versions[0]
+    prom = _prometheus(tmp_path / "out" / "recluster.prom")
+    assert prom["neurcam_recluster_skipped"] == 1.0 and prom["neurcam_recluster_promoted"] == 0.0
+    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[1]["finished_unix"])
+
     # every version that was champion deleted: refused before any training, naming the fix
     for v in (versions[0], record["challenger_version"]):
         client.delete_model_version(name, v)
     done = neurcam("recluster", "--config", config, env=env)
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"'neurcam promote {name} VERSION'" in done.stderr
+    lines = [json.loads(x) for x in (tmp_path / "out" / "recluster-history.jsonl").read_text().splitlines()]
+    assert [x["outcome"] for x in lines] == ["promoted", "skipped", "failed"]
+    prom = _prometheus(tmp_path / "out" / "recluster.prom")
+    assert prom["neurcam_recluster_failed"] == 1.0        # an alert can fire on it; the last success stays
+    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[1]["finished_unix"])
+
+
+def _prometheus(path: Path) -> dict:
+    """The samples of a Prometheus text file, parsed by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return {s.name: s.value for fam in text_string_to_metric_families(path.read_text()) for s in fam.samples
+            if s.labels.get("model") == "ops-lineage"}

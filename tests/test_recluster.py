@@ -488,3 +488,34 @@ def test_on_a_terminal_each_trial_gets_a_progress_bar(ray_cluster, tmp_path, cap
     assert "trial aa_1: epoch 3 [" in out and "trial bb_2: epoch 5 [" in out and "\r" in out
     assert "warmup loss=0.20000 1,234 rows/s" in out
     assert "[neurcam] trial aa_1: scoring" in out and "[neurcam] trial bb_2: epoch" not in out
+
+
+def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
+    from neurcam_dist.ops import history
+    out = tmp_path / "out"
+    for i, outcome in enumerate(("promoted", "kept", "failed")):
+        history.append_history(str(out), {"model_name": "m", "outcome": outcome, "promoted": outcome == "promoted",
+                                          "finished_unix": 100.0 + i, "inertia_challenger": 9.0,
+                                          "inertia_champion": 10.0, "snapshot": f"2026-11-2{i}"})
+    with open(out / history.HISTORY, "a") as f:
+        f.write('{"torn')                               # a line cut short by a kill is left out
+    records = history.read_history(str(out))
+    assert [r["outcome"] for r in records] == ["promoted", "kept", "failed"]
+    table = history.history_table(records)
+    assert list(table["inertia_ratio"]) == [0.9, 0.9, 0.9] and list(table["snapshot"])[-1] == "2026-11-22"
+    text = history.export_metrics(str(out), records[-1], records)
+    assert text == (out / history.METRICS).read_text()
+    from prometheus_client.parser import text_string_to_metric_families
+    got = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert got["neurcam_recluster_failed"] == 1.0 and got["neurcam_recluster_last_success_timestamp_seconds"] == 101.0
+
+    for name in ("search-20261101-000000-aaaaaa", "search-20261102-000000-bbbbbb", "search-20261103-000000-cccccc"):
+        (out / "trials" / name).mkdir(parents=True)
+        (out / "_ray" / f"{name}-t0").mkdir(parents=True)
+    (out / "_ray" / "staging").mkdir()
+    gone = history.prune_runs(str(out), str(out / "_ray"), keep=2)
+    assert gone == ["search-20261101-000000-aaaaaa"]
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["search-20261102-000000-bbbbbb",
+                                                                  "search-20261103-000000-cccccc"]
+    assert sorted(p.name for p in (out / "_ray").iterdir()) == ["search-20261102-000000-bbbbbb-t0",
+                                                                "search-20261103-000000-cccccc-t0", "staging"]

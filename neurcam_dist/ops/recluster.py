@@ -8,9 +8,13 @@
    Hungarian matching (``clusterids``); clusters without a counterpart get ids never used before;
 4. register the challenger (alias ``candidate``), decide by ``recluster.policy`` and move
    ``champion`` by compare-and-set under a registry lease (``tracking.promotion``);
-5. write ``output/recluster.json`` and log the same record to the search's MLflow run.
+5. write ``output/recluster.json``, append it to ``output/recluster-history.jsonl``, export the
+   outcome for Prometheus (``ops.history``) and log the record to the search's MLflow run.
 
-A failure at any step leaves ``champion`` where it was, and ``recluster.json`` says what failed.
+A snapshot whose files are those the champion was trained on is skipped (no search, no new
+version) unless ``recluster.force``. A failure at any step leaves ``champion`` where it was, and
+``recluster.json`` and the history say what failed. After a finished run the folders of all but
+the ``recluster.keep_runs`` newest searches are deleted from the output.
 """
 from __future__ import annotations
 
@@ -20,7 +24,7 @@ import time
 import numpy as np
 
 from .. import tracking
-from . import runs
+from . import history, runs
 from ..clusterids import match_ids, size_shift, top_terms_overlap
 from ..config import ConfigError, JobConfig, ReclusterConfig, coerce_config
 from ..data import DataError
@@ -47,17 +51,23 @@ def recluster(config) -> dict:
     log(f"snapshot {snapshot!r}: {path}")
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
     name = cfg.tracking.model_name
-    record: dict = {"promoted": False, "reason": None, "policy": rc.policy, "min_improvement": rc.min_improvement,
-                    "model_name": name, "snapshot": snapshot, "data_path": redact(path),
-                    "champion_version": None, "challenger_version": None}
+    started, t0 = history.now()
+    record: dict = {"promoted": False, "outcome": None, "reason": None, "policy": rc.policy,
+                    "min_improvement": rc.min_improvement, "model_name": name, "snapshot": snapshot,
+                    "data_path": redact(path), "champion_version": None, "challenger_version": None,
+                    "started_at": started}
     try:
         _run(cfg, rc, name, record)
     except BaseException as exc:
+        record["outcome"] = "failed"
         if record["reason"] is None:
             record["reason"] = f"failed, the champion was not touched: {type(exc).__name__}: {redact(exc)}"[:2000]
-        _write(cfg, record)
+        _write(cfg, rc, record, t0)
         raise
-    _write(cfg, record)
+    _write(cfg, rc, record, t0)
+    gone = history.prune_runs(cfg.output, cfg.storage_path(), rc.keep_runs, log=log)
+    if gone:
+        log(f"deleted the folders of {len(gone)} older search(es) (recluster.keep_runs={rc.keep_runs})")
     return record
 
 
@@ -79,6 +89,19 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     if note:
         record["note"] = note
         log(f"warning: {note}")
+    record["snapshot_fingerprint"] = fingerprint = history.fingerprint(cfg.data.path)
+    if not rc.force:
+        with runs.mlflow_lines(cfg):
+            from mlflow import MlflowClient
+            same = sorted((int(mv.version) for mv in MlflowClient().search_model_versions(f"name = '{name}'")
+                           if mv.tags.get(history.FINGERPRINT_TAG) == fingerprint), reverse=True)
+        if same:
+            which = "the champion" if str(same[0]) == str(compared) else f"version {same[0]}"
+            record.update(outcome="skipped", reason=(
+                f"skipped: snapshot {record['snapshot']!r} has the same files as the one {which} of {name} was "
+                f"trained on: no new version (recluster.force, or --force, runs anyway)"))
+            log(record["reason"])
+            return
     log(f"champion of {name}: " + (f"version {compared} (cluster ids {champion.cluster_ids_.tolist()})" if compared
                                    else "none yet (this model becomes the first)"))
     found: dict = {}
@@ -108,6 +131,10 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     est = result.estimator
     version = (result.tracking or {}).get("version")
     record["challenger_version"] = version
+    if version:
+        with runs.mlflow_lines(cfg):
+            from mlflow import MlflowClient
+            MlflowClient().set_model_version_tag(name, version, history.FINGERPRINT_TAG, fingerprint)
     record["mapping"] = {str(raw): int(i) for raw, i in enumerate(est.cluster_ids_)}
     record["next_cluster_id"] = int(est.next_cluster_id_)
     cmp = found.get("cmp")
@@ -142,6 +169,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
                           f"going (another re-clustering promoted first), and this challenger was compared with "
                           f"{_v(seen)}; it stays registered as version {version} (alias candidate)")
         record["promoted"], record["reason"] = bool(want), reason
+        record["outcome"] = "promoted" if want else "kept"
         record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _log_to_mlflow(record)
     log(f"{'PROMOTED' if want else 'not promoted'}: {reason}")
@@ -171,10 +199,18 @@ def decide(rc: ReclusterConfig, name: str, version, seen, record: dict, unscorab
                    f"{rc.min_improvement:.2%} needed (policy improve)")
 
 
-def _write(cfg: JobConfig, record: dict) -> None:
+def _write(cfg: JobConfig, rc: ReclusterConfig, record: dict, t0: float) -> None:
+    """``recluster.json`` (replaced), a line of the history (appended), the Prometheus metrics."""
+    record["finished_at"], record["finished_unix"] = history.now()
+    record["duration_s"] = round(record["finished_unix"] - t0, 2)
     path = join(cfg.output, RECORD)
     write_text_atomic(as_path(path), json.dumps(record, indent=1, default=str))
-    log(f"decision written to {path}")
+    history.append_history(cfg.output, record)
+    log(f"decision written to {path} (and appended to {join(cfg.output, history.HISTORY)})")
+    try:
+        history.export_metrics(cfg.output, record, history.read_history(cfg.output), rc.pushgateway)
+    except Exception as exc:  # noqa: BLE001 - the decision is recorded; metrics are a report of it
+        log(f"warning: the Prometheus metrics were not exported: {type(exc).__name__}: {redact(exc)}")
 
 
 def _log_to_mlflow(record: dict) -> None:

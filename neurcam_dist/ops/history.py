@@ -1,0 +1,195 @@
+"""What every re-clustering leaves for the people and the alerts that watch it.
+
+- ``OUTPUT/recluster-history.jsonl``: one line per decision (time, snapshot, versions, figures,
+  promoted, reason), appended, never rewritten in place; ``neurcam history`` prints it.
+- ``OUTPUT/recluster.prom``: the outcome in Prometheus' text format (node_exporter's textfile
+  collector reads it), and the same pushed to a Pushgateway when ``recluster.pushgateway`` is set.
+- the snapshot's fingerprint (its files' names, sizes and modification times), tagged on the
+  version it trained, so that a re-run on an unchanged snapshot is skipped.
+- retention: the search's ``trials/NAME`` and Ray Train's ``_ray/NAME-*`` folders of all but the
+  newest runs are deleted.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ..redaction import redact
+from ..uris import filesystem, is_uri, join, local
+
+HISTORY = "recluster-history.jsonl"
+METRICS = "recluster.prom"
+FINGERPRINT_TAG = "neurcam.snapshot_fingerprint"
+
+
+# ---------------------------------------------------------------- history
+def append_history(output: str, record: dict) -> str:
+    """Add ``record`` as one line of ``OUTPUT/recluster-history.jsonl``; returns its path. Locally
+    one ``write`` of the whole line to a file opened for appending; on an object store (which has
+    no append) the file is read and written back whole, as one object."""
+    line = json.dumps(record, default=str, sort_keys=True) + "\n"
+    path = join(output, HISTORY)
+    if not is_uri(path):
+        p = Path(local(path))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+        return str(p)
+    from ..storage.published import put_text
+    put_text(_read_text(path) + line, path)
+    return path
+
+
+def _read_text(path: str) -> str:
+    if not is_uri(path):
+        p = Path(local(path))
+        return p.read_text(encoding="utf-8") if p.is_file() else ""
+    from pyarrow.fs import FileType
+    fs, target = filesystem(path)
+    if fs.get_file_info(target).type != FileType.File:
+        return ""
+    with fs.open_input_stream(target) as f:
+        return f.read().decode()
+
+
+def read_history(output: str) -> list[dict]:
+    """The decisions recorded under ``output``, oldest first (a torn last line is left out)."""
+    out = []
+    for line in _read_text(join(output, HISTORY)).splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def history_table(records: list[dict]):
+    """The decisions as a DataFrame, the columns ``neurcam history`` prints."""
+    import pandas as pd
+    rows = []
+    for r in records:
+        ratio = (r["inertia_challenger"] / r["inertia_champion"]
+                 if r.get("inertia_challenger") and r.get("inertia_champion") else None)
+        rows.append({"finished": r.get("finished_at"), "snapshot": r.get("snapshot"),
+                     "champion": r.get("compared_with") or r.get("champion_version"),
+                     "challenger": r.get("challenger_version"), "inertia_ratio": ratio,
+                     "agreement_ari": r.get("agreement_ari"), "promoted": r.get("promoted"),
+                     "outcome": r.get("outcome"), "reason": r.get("reason")})
+    return pd.DataFrame(rows, columns=["finished", "snapshot", "champion", "challenger", "inertia_ratio",
+                                       "agreement_ari", "promoted", "outcome", "reason"])
+
+
+# ---------------------------------------------------------------- Prometheus
+def export_metrics(output: str, record: dict, history: list[dict], pushgateway: str | None = None) -> str:
+    """Write the run's outcome as Prometheus metrics to ``OUTPUT/recluster.prom`` (and push them
+    to ``pushgateway`` when given); returns the text. ``history`` (this run's line included) gives
+    the last successful run's time across failures."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    registry = CollectorRegistry()
+    labels = {"model": record.get("model_name") or ""}
+
+    def gauge(name: str, doc: str, value) -> None:
+        if value is None:
+            return
+        g = Gauge(name, doc, list(labels), registry=registry)
+        g.labels(**labels).set(float(value))
+
+    finished = [r for r in history if r.get("outcome") != "failed"]
+    gauge("neurcam_recluster_last_run_timestamp_seconds", "When the last re-clustering ended (Unix time).",
+          record.get("finished_unix"))
+    gauge("neurcam_recluster_last_success_timestamp_seconds",
+          "When the last re-clustering that did not fail ended (Unix time).",
+          finished[-1].get("finished_unix") if finished else None)
+    gauge("neurcam_recluster_failed", "1 when the last re-clustering failed.", record.get("outcome") == "failed")
+    gauge("neurcam_recluster_skipped", "1 when the last re-clustering skipped an unchanged snapshot.",
+          record.get("outcome") == "skipped")
+    gauge("neurcam_recluster_promoted", "1 when the last re-clustering promoted its model.", bool(record.get("promoted")))
+    ratio = (record["inertia_challenger"] / record["inertia_champion"]
+             if record.get("inertia_challenger") and record.get("inertia_champion") else None)
+    gauge("neurcam_recluster_inertia_ratio", "Challenger inertia / champion inertia on the same snapshot.", ratio)
+    gauge("neurcam_recluster_agreement_ari", "Agreement (ARI) of challenger and champion on the snapshot.",
+          record.get("agreement_ari"))
+    gauge("neurcam_recluster_size_shift", "Total variation distance of the cluster size shares.",
+          record.get("size_shift"))
+    gauge("neurcam_recluster_duration_seconds", "How long the last re-clustering took.", record.get("duration_s"))
+    gauge("neurcam_recluster_rows", "Rows in the last re-clustering's snapshot.", record.get("n_rows"))
+    text = generate_latest(registry).decode()
+    path = join(output, METRICS)
+    if is_uri(path):
+        from ..storage.published import put_text
+        put_text(text, path)
+    else:
+        from ..storage import write_text_atomic
+        write_text_atomic(Path(local(path)), text)
+    if pushgateway:
+        from prometheus_client import push_to_gateway
+        push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)
+    return text
+
+
+# ---------------------------------------------------------------- snapshots and retention
+def fingerprint(path: str) -> str:
+    """sha256 of a snapshot's data files: their paths below ``path``, sizes and modification times
+    (an unchanged snapshot has the same one; a rewritten or added file changes it)."""
+    from ..data import resolve
+    src = resolve(path)
+    h = hashlib.sha256()
+    for f, stamp in sorted(src.stamp().items()):
+        h.update(f"{f[len(str(path)):] if f.startswith(str(path)) else f}\0{stamp}\n".encode())
+    return h.hexdigest()
+
+
+def keep_newest(folder: str, keep: int, prefix: str = "", log=None) -> list[str]:
+    """Delete all but the ``keep`` newest sub-folders of ``folder`` whose names start with
+    ``prefix`` (names sort by age: they start with the run's UTC time); returns what was deleted."""
+    from pyarrow.fs import FileSelector, FileType
+    fs, root = filesystem(folder)
+    try:
+        infos = fs.get_file_info(FileSelector(root.rstrip("/"), allow_not_found=True))
+    except OSError:
+        return []
+    names = sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos if i.type == FileType.Directory)
+    runs = [n for n in names if n.startswith(prefix) and not n.startswith((".", "staging"))]
+    gone = runs[:-keep] if keep > 0 else runs
+    for name in gone:
+        try:
+            fs.delete_dir(f"{root.rstrip('/')}/{name}")
+        except OSError as exc:
+            if log:
+                log(f"warning: could not delete {redact(join(folder, name))}: {exc}")
+    return gone
+
+
+def prune_runs(output: str, storage: str, keep: int, log=None) -> list[str]:
+    """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` and their trials'
+    Ray Train folders ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left
+    alone). Returns the search names deleted."""
+    from pyarrow.fs import FileSelector, FileType
+    gone = keep_newest(join(output, "trials"), keep, "search-", log)
+    if not gone:
+        return gone
+    fs, root = filesystem(storage)
+    try:
+        infos = fs.get_file_info(FileSelector(root.rstrip("/"), allow_not_found=True))
+    except OSError:
+        return gone
+    for info in infos:
+        name = info.path.rstrip("/").rsplit("/", 1)[-1]
+        if info.type == FileType.Directory and any(name.startswith(g + "-") for g in gone):
+            try:
+                fs.delete_dir(info.path)
+            except OSError as exc:
+                if log:
+                    log(f"warning: could not delete {redact(join(storage, name))}: {exc}")
+    return gone
+
+
+def now() -> tuple[str, float]:
+    """``(ISO UTC time, Unix time)``."""
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), round(t, 3)
