@@ -317,6 +317,11 @@ def _add_validate(sub) -> argparse.ArgumentParser:
                      help="the YAML file, as a positional argument (the same as --config)")
     _sets(val)
     val.add_argument("--check-tracking", action="store_true", help="also contact an http tracking server")
+    val.add_argument("--address", default=None, help="a Ray job server (http://HEAD:8265): also check that the "
+                                                     "job's workers, trials and Ray Data's CPU fit that cluster")
+    val.add_argument("--manifests", default=None, metavar="DIR",
+                     help="a kustomize folder (k8s/overlays/dev) to build and check: one schedule, every "
+                          "neurcam command parses, every config it names is in the ConfigMap and valid")
     return val
 
 
@@ -463,11 +468,18 @@ def _history(args) -> None:
 
 
 def _validate(args) -> None:
+    """Exit 0 (everything checked is fine) or 2 (the first problem, in one line)."""
     if args.config is None:
         args.config = args.config_file
+    if args.manifests is not None:
+        for line in service.validate_manifests(args.manifests):
+            print(line)
+        print(f"{args.manifests}: ok")
+        if args.config is None:
+            return
     if args.config is None or (args.config_file is not None and args.config_file != args.config):
-        raise ConfigError("validate needs one config: --config FILE (or FILE alone)")
-    for line in service.validate(_load_config(args), check_tracking=args.check_tracking):
+        raise ConfigError("validate needs one config: --config FILE (or FILE alone), or --manifests DIR")
+    for line in service.validate(_load_config(args), check_tracking=args.check_tracking, address=args.address):
         print(line)
     print(f"{args.config}: ok")
 
@@ -519,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (RuntimeError, ConnectionError) as exc:
         print(f"neurcam: failed: {redact(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:   # an object store or server that did not answer (pyarrow's file systems)
+        print(f"neurcam: failed: {service.unreachable(exc)}", file=sys.stderr)
         return 1
     return status or 0
 

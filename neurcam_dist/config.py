@@ -412,6 +412,40 @@ class JobConfig(_Strict):
         """The resolved config as saved beside outputs and in MLflow: credentials redacted."""
         return redact(self.model_dump_json(indent=1))
 
+    def check_fits(self, cpus: float, gpus: float, search: bool | None = None) -> str:
+        """Whether this job's Ray workers fit a cluster of ``cpus`` CPUs and ``gpus`` GPUs and leave
+        Ray Data at least one CPU to read with (else it would hang): a line saying so, or
+        ``ConfigError`` naming the fields to change. ``search`` (default: a ``search:`` section is
+        present) counts ``search.max_concurrent_trials`` trials, each with its workers and driver.
+        The one rule behind ``neurcam validate --address``, ``submit`` and the runs themselves."""
+        tc = self.train
+        search = self.search is not None if search is None else search
+        workers = tc.num_workers * tc.cpus_per_worker
+        if cpus - workers < 1:
+            raise ConfigError(f"train.num_workers x train.cpus_per_worker = {workers:g} CPUs leaves "
+                              f"{max(cpus - workers, 0):g} of the cluster's {cpus:g} CPUs for Ray Data to read the "
+                              f"shards (at least 1 is needed): lower train.cpus_per_worker or add CPUs")
+        if tc.use_gpu and gpus < tc.num_workers * tc.gpu_share:
+            raise ConfigError(f"train.use_gpu with train.num_workers={tc.num_workers} x train.gpus_per_worker="
+                              f"{tc.gpu_share:g} needs {tc.num_workers * tc.gpu_share:g} GPUs; the cluster has {gpus:g}")
+        if not search:
+            return f"fits: {workers:g} of {cpus:g} CPUs for the workers, {cpus - workers:g} for Ray Data"
+        s = self.search or SearchConfig()
+        need = s.max_concurrent_trials * (workers + s.trial_cpus)
+        if cpus - need < 1:
+            raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} trials x (train.num_workers="
+                              f"{tc.num_workers} x train.cpus_per_worker={tc.cpus_per_worker:g} + search.trial_cpus="
+                              f"{s.trial_cpus:g}) = {need:g} CPUs leaves less than 1 of the cluster's {cpus:g} CPUs "
+                              f"for Ray Data: lower search.max_concurrent_trials, train.num_workers or "
+                              f"train.cpus_per_worker")
+        if tc.use_gpu and gpus < s.max_concurrent_trials * tc.num_workers * tc.gpu_share:
+            raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
+                              f"{tc.num_workers} x train.gpus_per_worker={tc.gpu_share:g} GPU workers need "
+                              f"{s.max_concurrent_trials * tc.num_workers * tc.gpu_share:g} GPUs; the cluster has "
+                              f"{gpus:g}")
+        return (f"fits: {s.max_concurrent_trials} trial(s) at once take {need:g} of {cpus:g} CPUs, "
+                f"{cpus - need:g} left for Ray Data")
+
     def storage_path(self) -> str:
         """Ray Train's checkpoints and the staged data: ``train.storage_path``, else
         ``OUTPUT/_ray`` (a local path made absolute, a URI as given)."""

@@ -410,10 +410,25 @@ def demo(out: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: di
 
 
 # ---------------------------------------------------------------- operations
-def validate(config, *, check_tracking: bool = False) -> list[str]:
-    """Check a job config without running it (``ops.validate``); the lines say what was checked."""
+def validate(config, *, check_tracking: bool = False, address: str | None = None) -> list[str]:
+    """Check a job config without running it (``ops.validate``); the lines say what was checked.
+    With ``address`` (a Ray job server), also whether the job's workers fit that cluster."""
     from .ops.validate import validate as _validate
-    return _validate(config, check_tracking=check_tracking)
+    return _validate(config, check_tracking=check_tracking, address=address)
+
+
+def unreachable(exc: BaseException) -> str:
+    """One line for an object store or server that did not answer (an ``OSError`` from pyarrow's
+    file systems), saying what to check."""
+    from .ops.validate import unreachable as _unreachable
+    return _unreachable(exc)
+
+
+def validate_manifests(folder: str) -> list[str]:
+    """Build a kustomize folder (``kubectl kustomize``) and check what neurcam can check of it
+    (``ops.manifests``); the lines say what was checked."""
+    from .ops.manifests import check_manifests
+    return check_manifests(folder)
 
 
 def promote(name: str, version: str, alias: str = "champion", tracking_uri: str | None = None) -> None:

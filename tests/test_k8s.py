@@ -290,3 +290,21 @@ def test_manifests_and_dockerfile_pass_the_security_scanners(tmp_path):
     import json
     found = {f["code"] for f in json.loads(done.stdout or "[]")}
     assert found == set(accepted["hadolint"]), done.stdout
+
+
+def test_the_dev_overlays_smallest_cluster_runs_its_reclustering_config():
+    """The CPUs of the dev RayCluster at its minimum (head's num-cpus, each worker group's
+    minReplicas x its CPU limit) fit the config its CronJob runs, by the rule the runs apply."""
+    docs = build("dev")
+    cluster = next(d for d in docs if d["kind"] == "RayCluster")["spec"]
+    cpus = float(cluster["headGroupSpec"]["rayStartParams"].get("num-cpus", 0))
+    for g in cluster["workerGroupSpecs"]:
+        limit = g["template"]["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+        cpus += g["minReplicas"] * float(limit)
+    assert cpus == 2
+    configs = next(d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "neurcam-configs")["data"]
+    cfg = parse_config(yaml.safe_load(configs["recluster-dev.yaml"]), "recluster-dev.yaml")
+    assert cfg.check_fits(cpus, 0, search=True).startswith("fits:")
+    # the rule refuses what would hang: the prod config on that cluster
+    with pytest.raises(ValueError, match="leaves 0 of the cluster's 2 CPUs for Ray Data"):
+        parse_config(yaml.safe_load(configs["recluster.yaml"]), "recluster.yaml").check_fits(cpus, 0, search=True)

@@ -155,6 +155,38 @@ def test_sigterm_or_timeout_to_submit_stops_the_ray_job(ray_head, tmp_path):
     assert client.get_job_status(job_id) == "STOPPED" and "--timeout 8 s reached" in done.stderr
 
 
+def test_the_cluster_fit_is_checked_before_anything_runs_and_auth_errors_say_the_fix(ray_head, mlflow_server, events,
+                                                                                      tmp_path):
+    """validate --address and submit ask the cluster (4 CPUs here) whether the job fits, by the
+    rule the runs apply; a driver without the cluster's token is told to set it."""
+    from ray.job_submission import JobSubmissionClient
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_head["token"], "PYTHONPATH": str(ROOT)}
+    wd = tmp_path / "wd"
+    shutil.copytree(ROOT / "jobs", wd / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
+    (wd / "c.yaml").write_text(yaml.safe_dump(tiny(events / "date=2026-11-26", tmp_path / "out", "ops-fit")))
+    done = neurcam("validate", "--config", wd / "c.yaml", "--address", ray_head["jobs"], env=env)
+    assert done.returncode == 0, done.stderr
+    assert "cluster: 4 CPUs, 0 GPUs" in done.stdout and "resources: fits: 1 trial(s) at once take 1.01 of 4" in done.stdout
+    done = neurcam("validate", "--config", wd / "c.yaml", "--address", ray_head["jobs"], "--set",
+                   "train.num_workers=4", env=env)
+    assert done.returncode == 2 and "train.num_workers x train.cpus_per_worker = 4 CPUs leaves 0" in done.stderr
+    client = JobSubmissionClient(ray_head["jobs"], headers=ray_head["headers"])
+    before = len(client.list_jobs())
+    done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "tune", "--config", "c.yaml",
+                   "--set", "search.max_concurrent_trials=3", env=env)
+    assert done.returncode == 2 and "search.max_concurrent_trials=3 trials" in done.stderr, done.stderr
+    assert len(client.list_jobs()) == before                     # refused before submitting
+    no_token = {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    done = neurcam("validate", "--config", wd / "c.yaml", "--address", ray_head["jobs"], env=no_token)
+    assert done.returncode == 2 and "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1              # one line, no traceback
+    rc_env = {**recluster_env(ray_head, mlflow_server, events, tmp_path / "rc-out")}
+    rc_env.pop("RAY_AUTH_MODE")
+    rc_env.pop("RAY_AUTH_TOKEN")
+    done = neurcam("recluster", "--config", wd / "c.yaml", env=rc_env, timeout=300)
+    assert done.returncode == 1 and "set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN" in done.stderr, done.stderr[-3000:]
+
+
 def test_a_bad_config_job_fails_naming_the_field_and_submit_exits_non_zero(ray_head, tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": ray_head["token"], "PYTHONPATH": str(ROOT)}
     cfg = tmp_path / "c.yaml"

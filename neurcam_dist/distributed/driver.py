@@ -173,7 +173,7 @@ def train(config, *, name: str | None = None) -> TrainResult:
     early = resolve_early(cfg)
     with held_stderr() as start:
         ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
-        check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
+        check_resources(cfg, search=False)
     with routed_logs(cfg.output, log, earlier=start.text):
         return _train(resolve(cfg, early), name, t_start)
 

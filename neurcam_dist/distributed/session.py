@@ -28,7 +28,17 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
         kwargs.pop("include_dashboard", None)
     else:
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(min_cpus)))
-    ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
+    try:
+        ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
+    except ConnectionError as exc:
+        if not address:
+            raise
+        hint = ("" if os.environ.get("RAY_AUTH_MODE") else
+                "; a cluster with token authentication (Ray 2.59+ by default, the k8s manifests) refuses a "
+                "driver without its token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
+        raise ConnectionError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: "
+                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                              f"{hint}") from None
     quiet_data_progress()
 
 
@@ -57,20 +67,13 @@ def quiet_data_progress() -> None:
         ctx.print_on_execution_start = False
 
 
-def check_resources(num_workers: int, cpus_per_worker: float, gpu_share: float) -> None:
-    """Refuse a worker group that would leave Ray Data no CPU to read with (it would hang), or
-    that asks for more GPU than the cluster has (it would wait forever)."""
+def check_resources(cfg, search: bool = False) -> None:
+    """Refuse a job whose worker group(s) would leave Ray Data no CPU to read with (it would hang),
+    or that asks for more GPUs than the cluster has (it would wait forever): ``JobConfig.check_fits``
+    on this cluster's resources."""
     import ray
     res = ray.cluster_resources()
-    cpus, gpus = res.get("CPU", 0.0), res.get("GPU", 0.0)
-    need = num_workers * cpus_per_worker
-    if cpus - need < 1:
-        raise ConfigError(f"train.num_workers x train.cpus_per_worker = {need:g} CPUs leaves "
-                         f"{max(cpus - need, 0):g} of the cluster's {cpus:g} CPUs for Ray Data to read the "
-                         f"shards (at least 1 is needed): lower train.cpus_per_worker or add CPUs")
-    if gpu_share and gpus < num_workers * gpu_share:
-        raise ConfigError(f"train.use_gpu with train.num_workers={num_workers} x train.gpus_per_worker="
-                         f"{gpu_share:g} needs {num_workers * gpu_share:g} GPUs; the cluster has {gpus:g}")
+    cfg.check_fits(res.get("CPU", 0.0), res.get("GPU", 0.0), search=search)
 
 
 def worker_group(tc) -> dict:

@@ -175,7 +175,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     early = resolve_early(cfg)
     with held_stderr() as start:
         ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
-        check_search_resources(s, tc)
+        check_resources(cfg, search=True)
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
@@ -265,26 +265,6 @@ def rank(trials: list[Trial], name: str) -> list[Trial]:
     log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
         f"({len(ok)} of {len(trials)} trial(s) finished)")
     return ranked
-
-
-def check_search_resources(s: SearchConfig, tc) -> None:
-    """Concurrent trials each start a worker group; if together they took every CPU, Ray Data
-    could not read for any of them and the whole search would hang: refuse up front."""
-    import ray
-    check_resources(tc.num_workers, tc.cpus_per_worker, tc.gpu_share)
-    cpus = ray.cluster_resources().get("CPU", 0.0)
-    need = s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus)
-    if cpus - need < 1:
-        raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} trials x (train.num_workers="
-                         f"{tc.num_workers} x train.cpus_per_worker={tc.cpus_per_worker:g} + search.trial_cpus="
-                         f"{s.trial_cpus:g}) = {need:g} CPUs leaves less than 1 of the cluster's {cpus:g} CPUs "
-                         f"for Ray Data: lower search.max_concurrent_trials or train.num_workers")
-    gpus = ray.cluster_resources().get("GPU", 0.0)
-    if tc.use_gpu and gpus < s.max_concurrent_trials * tc.num_workers * tc.gpu_share:
-        raise ConfigError(f"search.max_concurrent_trials={s.max_concurrent_trials} x train.num_workers="
-                         f"{tc.num_workers} x train.gpus_per_worker={tc.gpu_share:g} GPU workers need "
-                         f"{s.max_concurrent_trials * tc.num_workers * tc.gpu_share:g} GPUs; the cluster has "
-                         f"{gpus:g}")
 
 
 def collect(grid, base: ModelConfig) -> list[Trial]:

@@ -62,6 +62,34 @@ def job_config_path(working_dir: str | None, config: str) -> str:
     return str((Path(working_dir).resolve() / config).resolve().relative_to(Path(working_dir).resolve()))
 
 
+def check_fit(address: str, job: str, config_path: str, overrides: list[str], log=print) -> None:
+    """Before submitting: does the job fit the cluster (``JobConfig.check_fits``)? A job that
+    would be refused at its start (or hang) is refused here, with the fields to change; a cluster
+    that cannot be asked, or a config that is only in the image, is said and not checked."""
+    import yaml
+
+    from ..config import load_config
+    from .validate import cluster_resources
+    if job == "predict":
+        return
+    if not Path(config_path).is_file():
+        log(f"{config_path} is not here (the image has it): the job's resources are checked when it starts")
+        return
+    sets = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep:
+            sets[key.strip()] = yaml.safe_load(value)
+    cfg = load_config(config_path, sets)
+    try:
+        cpus, gpus = cluster_resources(address)
+    except ConfigError as exc:
+        log(f"warning: {exc}; the job's resources are checked when it starts")
+        return
+    log(f"resources: {cfg.check_fits(cpus, gpus, search=job in ('tune', 'recluster'))} "
+        f"(the cluster has {cpus:g} CPUs, {gpus:g} GPUs now)")
+
+
 TIMED_OUT = 124     # as GNU timeout: the job ran past --timeout and was stopped
 TERMINATED = 128 + signal.SIGTERM   # 143: this command was terminated, and stopped its job
 INTERRUPTED = 130   # Ctrl-C: this command stopped following; the job goes on
@@ -77,6 +105,7 @@ def submit(address: str, job: str, config: str, overrides: list[str], *, working
     cmd = entrypoint(job, job_config_path(working_dir, config), overrides)
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
+    check_fit(address, job, config if working_dir is None else str(Path(working_dir) / config), overrides, log)
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # noqa: BLE001 - connection errors come in many types

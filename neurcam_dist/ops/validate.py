@@ -17,9 +17,60 @@ from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 
 
-def validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
+def cluster_resources(address: str) -> tuple[float, float]:
+    """``(CPUs, GPUs)`` of the alive nodes of the Ray cluster whose dashboard (job server) is at
+    ``address`` (``http://HEAD:8265``), through Ray's state API; ``ConfigError`` in one line, with
+    the fix, when it cannot be asked."""
+    try:
+        from ray.util.state import list_nodes
+        nodes = list_nodes(address=address, detail=True, limit=10_000, timeout=20, raise_on_missing_output=False)
+    except Exception as exc:  # noqa: BLE001 - connection, HTTP and auth errors come in many types
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        hint = ""
+        if "401" in text or "403" in text or "auth" in text.lower() or "token" in text.lower():
+            hint = (" (the cluster uses token authentication: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN"
+                    + ("" if os.environ.get("RAY_AUTH_TOKEN") else ", which is not set") + ")")
+        raise ConfigError(f"cannot ask the Ray cluster at {redact(address)} for its resources: {redact(text)}"
+                          f"{hint}") from None
+    alive = [n for n in nodes if str(getattr(n, "state", "ALIVE")) == "ALIVE"]
+    cpus = sum(float((n.resources_total or {}).get("CPU", 0)) for n in alive)
+    gpus = sum(float((n.resources_total or {}).get("GPU", 0)) for n in alive)
+    return cpus, gpus
+
+
+def check_cluster(cfg: JobConfig, address: str, search: bool | None = None) -> list[str]:
+    """The cluster's resources and whether the job fits them (``JobConfig.check_fits``); a search
+    by default when the config has a ``search:`` or ``recluster:`` section."""
+    cpus, gpus = cluster_resources(address)
+    search = (cfg.search is not None or cfg.recluster is not None) if search is None else search
+    return [f"cluster: {cpus:g} CPUs, {gpus:g} GPUs on the alive nodes at {redact(address)}",
+            f"resources: {cfg.check_fits(cpus, gpus, search=search)}"]
+
+
+def validate(cfg: JobConfig, *, check_tracking: bool = False, address: str | None = None) -> list[str]:
     """Lines saying what was checked; raises ``ValueError`` (``DataError``, ``ConfigError``) naming
-    the first problem."""
+    the first problem. A store or server that cannot be reached is a ``ConfigError`` too (one
+    line), so that ``neurcam validate`` exits 0 or 2 and nothing else. With ``address`` (a Ray
+    job server), also whether the job's workers fit that cluster."""
+    try:
+        lines = _validate(cfg, check_tracking=check_tracking)
+    except (OSError, ConnectionError) as exc:
+        raise ConfigError(unreachable(exc)) from None
+    if address:
+        lines += check_cluster(cfg, address)
+    return lines
+
+
+def unreachable(exc: BaseException) -> str:
+    """One line for a store or server that did not answer, saying what to check."""
+    text = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    if "AWS" in text or "S3" in text or "s3://" in text:
+        return (f"the object store cannot be reached: {text} (check AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID / "
+                f"AWS_SECRET_ACCESS_KEY and that the bucket exists)")
+    return f"cannot be reached: {text}"
+
+
+def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     sections = ("data", "model", "train", "search", "tracking", "recluster", "text", "representation")
     lines = [f"schema: ok ({', '.join(k for k in sections if getattr(cfg, k, None) is not None)})"]
     lines += [f"environment: {n}" for n in cfg.notes()]
