@@ -3,6 +3,9 @@ scoring, explaining), snapshot choice, the policy, the registry lease against a 
 server``, environment overrides, ``neurcam validate``, job submission's argument checks and the
 console routing of Ray's log lines."""
 import json
+import os
+import sys
+import subprocess
 import time
 import warnings
 
@@ -191,6 +194,25 @@ def test_promotion_is_a_compare_and_set_under_a_lease(mlflow_server, monkeypatch
     with lease(name, wait_s=5.0, log=said.append):
         pass
     assert "held by dead-pod has expired" in said[0]
+    # a live holder's heartbeat keeps its lease past the ttl; a holder killed inside it (SIGKILL:
+    # nothing runs on its way out) blocks the next one only until its ttl runs out
+    with lease(name, ttl_s=1.5) as holder:
+        time.sleep(3.0)                                 # twice the ttl: renewed meanwhile
+        with pytest.raises(LeaseTimeout, match=f"is held by {holder}"):
+            with lease(name, wait_s=1.0, log=lambda m: None):
+                pass
+    code = ("import os, time, mlflow; from neurcam_dist.tracking.promotion import lease\n"
+            f"with lease({name!r}, ttl_s=3.0):\n    print('held', flush=True); time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "MLFLOW_TRACKING_URI": mlflow_server},
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    proc.kill()
+    proc.wait()
+    t0 = time.monotonic()
+    said = []
+    with lease(name, wait_s=30.0, log=said.append):
+        waited = time.monotonic() - t0
+    assert waited < 8.0 and any("has expired: taking it over" in m for m in said), (waited, said)
 
 
 # ---------------------------------------------------------------- config, validate, submit

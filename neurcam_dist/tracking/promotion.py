@@ -5,13 +5,17 @@ compared against?") and the move are serialised by a lease held in the registry 
 registered model named ``NAME.promotion-lease``. Creating a registered model whose name exists
 fails in every MLflow store (a unique key), which makes creation an atomic test-and-set that
 works across processes and machines with nothing but the tracking server. The lease records its
-holder and an expiry, so a holder that died (a killed pod) blocks others for at most ``ttl_s``.
+holder and an expiry that a heartbeat thread pushes forward while the holder lives (every third of
+``ttl_s``, 90 s by default), so a holder that died (a killed pod) blocks others for at most
+``ttl_s``, while one that is slow keeps its lease; waiters wait ``wait_s`` (the config's
+``recluster.lease_wait_s``, 300 s by default), longer than a dead holder's lease lives.
 """
 from __future__ import annotations
 
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 
@@ -19,6 +23,7 @@ from ..errors import ConfigError, LeaseTimeout  # noqa: F401 - re-exported here
 from contextlib import contextmanager
 
 LEASE_SUFFIX = ".promotion-lease"
+LEASE_TTL_S = 90.0
 # The lineage of cluster ids, kept where deleting a version cannot take it: tags of the registered
 # model (the last champion and the smallest id never used) and of each version that was champion.
 LINEAGE_NEXT = "neurcam.next_cluster_id"
@@ -43,7 +48,7 @@ def _is_exists(exc) -> bool:
 
 
 @contextmanager
-def lease(name: str, *, ttl_s: float = 600.0, wait_s: float = 300.0, log=print):
+def lease(name: str, *, ttl_s: float = LEASE_TTL_S, wait_s: float = 300.0, log=print):
     """Hold ``NAME.promotion-lease`` for the duration of the block (see the module docstring)."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
@@ -78,10 +83,32 @@ def lease(name: str, *, ttl_s: float = 600.0, wait_s: float = 300.0, log=print):
             log(f"waiting for the promotion lease of {name} (held by {tags.get('holder')})")
             said = True
         time.sleep(0.2 + random.random() * 0.5)
+    stop = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(lease_name, holder, ttl_s, stop), daemon=True,
+                            name="neurcam-lease-heartbeat")
+    beat.start()
     try:
         yield holder
     finally:
+        stop.set()
+        beat.join(timeout=10)
         _delete(client, lease_name, holder)
+
+
+def _heartbeat(lease_name: str, holder: str, ttl_s: float, stop: threading.Event) -> None:
+    """Push the lease's expiry forward every ``ttl_s / 3`` while ``holder`` still holds it."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    client = MlflowClient()
+    while not stop.wait(ttl_s / 3):
+        try:
+            if client.get_registered_model(lease_name).tags.get("holder") != holder:
+                return
+            client.set_registered_model_tag(lease_name, "expires", f"{time.time() + ttl_s:.3f}")
+        except MlflowException:
+            return
+        except Exception:  # noqa: BLE001 - a server that blips: try again at the next beat
+            continue
 
 
 def _delete(client, lease_name: str, holder: str | None) -> None:
