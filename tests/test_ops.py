@@ -322,9 +322,22 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     config = tmp_path / "rc.yaml"
     config.write_text(yaml.safe_dump(tiny(events, tmp_path / "unused", name, recluster={"policy": "always"})))
     env = recluster_env(ray_head, mlflow_server, events, tmp_path / "out")
+    # what a run SIGKILLed while logging leaves: its MLflow run RUNNING, its recluster.json "running"
+    import socket
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    ghost = client.create_run(mlflow.set_experiment("ops").experiment_id, run_name="killed-search",
+                              tags={"neurcam.host": socket.gethostname(), "neurcam.pid": str(dead.pid)})
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "recluster.json").write_text(json.dumps({
+        "outcome": "running", "host": socket.gethostname(), "pid": dead.pid, "started_at": "2026-11-27T03:00:00Z",
+        "search": "search-20261127-030000-dead00", "model_name": name}))
     done = neurcam("recluster", "--config", config, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert client.get_run(ghost.info.run_id).info.status == "KILLED"     # found and ended by this run
     record = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    searches = sorted(p.name for p in (tmp_path / "out" / "trials").iterdir())
+    assert record["search"] == searches[-1]     # the record and the output's model are of the same search
     assert record["champion_version"] is None and record["compared_with"] == versions[0]
     assert f"version {versions[1]}) is gone from the registry" in record["note"]
     assert sorted(record["mapping"].values()) == [0, 1, 2]       # the former champion's ids carried over
@@ -347,10 +360,11 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     shown = neurcam("history", "--output", tmp_path / "out", env=env)
     assert shown.returncode == 0 and "promoted" in shown.stdout and "skipped" in shown.stdout, shown.stdout
     lines = [json.loads(x) for x in (tmp_path / "out" / "recluster-history.jsonl").read_text().splitlines()]
-    assert [x["outcome"] for x in lines] == ["promoted", "skipped"] and lines[0]["compared_with"] == versions[0]
+    assert [x["outcome"] for x in lines] == ["killed", "promoted", "skipped"]
+    assert lines[0]["search"] == "search-20261127-030000-dead00" and lines[1]["compared_with"] == versions[0]
     prom = _prometheus(tmp_path / "out" / "recluster.prom")
     assert prom["neurcam_recluster_skipped"] == 1.0 and prom["neurcam_recluster_promoted"] == 0.0
-    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[1]["finished_unix"])
+    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[2]["finished_unix"])
 
     # every version that was champion deleted: refused before any training, naming the fix
     for v in (versions[0], record["challenger_version"]):
@@ -359,10 +373,10 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"'neurcam promote {name} VERSION'" in done.stderr
     lines = [json.loads(x) for x in (tmp_path / "out" / "recluster-history.jsonl").read_text().splitlines()]
-    assert [x["outcome"] for x in lines] == ["promoted", "skipped", "failed"]
+    assert [x["outcome"] for x in lines] == ["killed", "promoted", "skipped", "failed"]
     prom = _prometheus(tmp_path / "out" / "recluster.prom")
     assert prom["neurcam_recluster_failed"] == 1.0        # an alert can fire on it; the last success stays
-    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[1]["finished_unix"])
+    assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[2]["finished_unix"])
 
 
 def _prometheus(path: Path) -> dict:

@@ -99,7 +99,7 @@ def export_metrics(output: str, record: dict, history: list[dict], pushgateway: 
         g = Gauge(name, doc, list(labels), registry=registry)
         g.labels(**labels).set(float(value))
 
-    finished = [r for r in history if r.get("outcome") != "failed"]
+    finished = [r for r in history if r.get("outcome") not in ("failed", "killed")]
     gauge("neurcam_recluster_last_run_timestamp_seconds", "When the last re-clustering ended (Unix time).",
           record.get("finished_unix"))
     gauge("neurcam_recluster_last_success_timestamp_seconds",

@@ -19,7 +19,10 @@ the ``recluster.keep_runs`` newest searches are deleted from the output.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import time
+import uuid
 
 import numpy as np
 
@@ -55,7 +58,14 @@ def recluster(config) -> dict:
     record: dict = {"promoted": False, "outcome": None, "reason": None, "policy": rc.policy,
                     "min_improvement": rc.min_improvement, "model_name": name, "snapshot": snapshot,
                     "data_path": redact(path), "champion_version": None, "challenger_version": None,
-                    "started_at": started}
+                    "started_at": started, "search": f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}",
+                    "host": socket.gethostname(), "pid": os.getpid()}
+    _note_killed_run(cfg, record)
+    # recluster.json names this run from its start: a run killed at any point (its model already
+    # in OUTPUT/current, its MLflow logging cut short) leaves the record of the same search
+    write_text_atomic(as_path(join(cfg.output, RECORD)),
+                      json.dumps({**record, "outcome": "running", "reason": "running (or killed: see the history)"},
+                                 indent=1, default=str))
     try:
         _run(cfg, rc, name, record)
     except BaseException as exc:
@@ -127,7 +137,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
         found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old)
 
-    result = runs.search(cfg, prepare_winner=prepare_winner)
+    result = runs.search(cfg, name=record["search"], prepare_winner=prepare_winner)
     est = result.estimator
     version = (result.tracking or {}).get("version")
     record["challenger_version"] = version
@@ -173,6 +183,42 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _log_to_mlflow(record)
     log(f"{'PROMOTED' if want else 'not promoted'}: {reason}")
+
+
+STALE_S = 12 * 3600   # a "running" record from another host older than this was killed
+
+
+def _note_killed_run(cfg: JobConfig, record: dict) -> None:
+    """A ``recluster.json`` still saying "running" from a process that is gone (SIGKILL, an
+    evicted pod): its run was killed; the history gets a line saying so."""
+    try:
+        previous = json.loads(read_text(join(cfg.output, RECORD)))
+    except (OSError, ValueError):
+        return
+    if previous.get("outcome") != "running":
+        return
+    if previous.get("host") == record["host"]:
+        try:
+            os.kill(int(previous.get("pid", -1)), 0)
+            return                                         # still running (another re-clustering)
+        except ProcessLookupError:
+            pass
+        except (PermissionError, ValueError, OverflowError):
+            return
+    else:
+        import calendar
+        try:
+            age = time.time() - calendar.timegm(time.strptime(previous["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
+        except (KeyError, ValueError):
+            return
+        if age < STALE_S:
+            return
+    previous.update(outcome="killed", reason=f"killed before it finished (found by the run started at "
+                                              f"{record['started_at']}); its decision was never recorded: see "
+                                              f"{record['model_name']}@champion")
+    history.append_history(cfg.output, previous)
+    log(f"the re-clustering started at {previous.get('started_at')} was killed before it finished: noted in "
+        f"{history.HISTORY}")
 
 
 def _v(version) -> str:

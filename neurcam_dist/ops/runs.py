@@ -70,7 +70,12 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
     from .. import tracking
     try:
         with mlflow_lines(cfg):
+            tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
+            killed = tracking.mark_killed_runs(cfg.tracking.experiment)
             result.tracking = log_with(tracking)
+        if killed:
+            log(f"marked {len(killed)} MLflow run(s) of {cfg.tracking.experiment} KILLED: left RUNNING by a process "
+                f"that is gone ({', '.join(killed[:5])})")
     except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
         raise tracking.tracking_failed(cfg, result.output, exc, runs) from exc
     _say_logged(cfg, result.tracking, what)

@@ -6,7 +6,9 @@ model. They take the results ``distributed.train`` / ``distributed.search`` retu
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import socket
 import tempfile
 import time
 from importlib import metadata
@@ -33,7 +35,7 @@ def data_fingerprint(plan) -> dict:
 def _tags() -> dict:
     import subprocess
 
-    tags = {"neurcam_version": __version__}
+    tags = {"neurcam_version": __version__, HOST_TAG: socket.gethostname(), PID_TAG: str(os.getpid())}
     try:
         tags["ray_version"] = metadata.version("ray")
     except metadata.PackageNotFoundError:
@@ -46,6 +48,50 @@ def _tags() -> dict:
     except (OSError, subprocess.SubprocessError):
         pass
     return tags
+
+
+HOST_TAG, PID_TAG = "neurcam.host", "neurcam.pid"   # who writes a run: a run RUNNING without them alive was killed
+STALE_S = 86400   # a run RUNNING this long from another host is taken for a killed one
+
+
+def mark_killed_runs(experiment: str) -> list[str]:
+    """Runs of ``experiment`` that neurcam started and that are still RUNNING although their process
+    is gone (killed by SIGKILL, an evicted pod: nothing could end them): set KILLED. A run from this
+    host is checked by its process id; one from another host counts as gone after ``STALE_S``.
+    Returns their ids."""
+    import mlflow
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return []
+    host, now = socket.gethostname(), time.time()
+    killed = []
+    for run in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'",
+                                  max_results=1000):
+        tags = run.data.tags
+        if PID_TAG not in tags:
+            continue
+        if tags.get(HOST_TAG) == host:
+            gone = not _alive(int(tags[PID_TAG]))
+        else:
+            gone = now - run.info.start_time / 1000 > STALE_S
+        if gone:
+            client.set_tag(run.info.run_id, "neurcam.ended_by", f"a later run found its process gone ({host})")
+            client.set_terminated(run.info.run_id, "KILLED")
+            killed.append(run.info.run_id)
+    return killed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _params(model: dict, cfg, plan) -> dict:
@@ -107,7 +153,7 @@ def log_training(result, cfg) -> dict:
     tc = cfg.tracking
     use(tc.uri, tc.experiment)
     est, metrics = result.estimator, result.metrics
-    with mlflow.start_run(run_name=metrics.get("run_name")) as run:
+    with mlflow.start_run(run_name=metrics.get("run_name"), tags=_tags()) as run:
         mlflow.log_params(_params(cfg.model.model_dump(), cfg, result.plan))
         _log_history(mlflow.MlflowClient(), run.info.run_id, est)
         mlflow.log_metrics({k: float(metrics[k]) for k in FINAL_KEYS if k in metrics})
@@ -135,7 +181,7 @@ def log_search(result, cfg) -> dict:
     base = {k: v for k, v in cfg.model.model_dump().items() if k not in searched}
     tags = _tags()
     best_run = None
-    with mlflow.start_run(run_name=result.metrics["search"]["name"]) as parent:
+    with mlflow.start_run(run_name=result.metrics["search"]["name"], tags=tags) as parent:
         mlflow.log_params({**_params(base, cfg, result.plan), "search.seeds": json.dumps(s.seeds),
                            "search.space": json.dumps(s.space())[:6000], "search.num_samples": s.num_samples,
                            "search.rule": "lowest hard inertia"})
