@@ -517,6 +517,11 @@ def main(argv: list[str] | None = None) -> int:
     _check_required(parser, args)
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
+    import signal
+
+    def terminated(signum, _frame):   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
+        raise SystemExit(128 + signum)
+    previous = signal.signal(signal.SIGTERM, terminated)
     try:
         status = HANDLERS[args.command](args)
     except ModuleNotFoundError as exc:
@@ -535,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:   # an object store or server that did not answer (pyarrow's file systems)
         print(f"neurcam: failed: {service.unreachable(exc)}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return status or 0
 
 

@@ -172,3 +172,25 @@ def test_every_command_speaks_one_vocabulary_with_help_and_defaults(capsys):
     with pytest.raises(SystemExit) as info:
         main(["fit", "--n-clusters", "3", "--output", "runs/x"])
     assert info.value.code == 2 and "the following arguments are required: --input" in capsys.readouterr().err
+
+
+def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
+    """SIGTERM (kill, a pod stopping) unwinds the command: exit 143, no half-written output."""
+    import os
+    import signal
+    import time
+
+    from .conftest import blobs
+    X, _ = blobs(n=20000, d=6)
+    X.to_csv(tmp_path / "x.csv", index=False)
+    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(tmp_path / "x.csv"),
+                             "--output", str(tmp_path / "out"), "--n-clusters", "3", "--epochs", "5000",
+                             "--warmup-epochs", "4000", "--no-early-stopping"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "NEURCAM_VERBOSE": ""})
+    time.sleep(8)
+    assert proc.poll() is None, proc.stdout.read()
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out[-2000:]
+    assert not (tmp_path / "out" / "model").exists()

@@ -196,9 +196,16 @@ def test_a_bad_config_job_fails_naming_the_field_and_submit_exits_non_zero(ray_h
     wd = tmp_path / "wd"
     shutil.copytree(ROOT / "jobs", wd / "jobs", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(cfg, wd / "c.yaml")
+    client = JobSubmissionClient(ray_head["jobs"], headers=ray_head["headers"])
+    before = len(client.list_jobs())
+    done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "train", "--config", "c.yaml", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr                     # refused before submitting
+    assert "model.n_clusters: Input should be a valid integer" in done.stderr and len(client.list_jobs()) == before
+    # a config that is valid here and fails in the job: the job's own error is streamed, exit 1
+    (wd / "c.yaml").write_text("data: {path: /nonexistent/data}\nmodel: {n_clusters: 3}\noutput: /tmp/x\n")
     done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "train", "--config", "c.yaml", env=env)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "model.n_clusters: Input should be a valid integer" in done.stdout   # the job's own log, streamed
+    assert "/nonexistent/data" in done.stdout                                 # the job's own log, streamed
     assert "FAILED" in done.stderr
     env.pop("RAY_AUTH_TOKEN")
     done = neurcam("submit", "--address", ray_head["jobs"], "--working-dir", wd, "train", "--config", "c.yaml", env=env)
