@@ -517,13 +517,15 @@ def main(argv: list[str] | None = None) -> int:
     _check_required(parser, args)
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
-    import signal
-
-    def terminated(signum, _frame):   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
-        raise SystemExit(128 + signum)
-    previous = signal.signal(signal.SIGTERM, terminated)
+    from .signals import sigterm_as_exit, terminated
     try:
-        status = HANDLERS[args.command](args)
+        with sigterm_as_exit():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
+            status = HANDLERS[args.command](args)
+    except SystemExit:
+        if terminated() is None:
+            raise
+        print("neurcam: terminated (SIGTERM)", file=sys.stderr)
+        return terminated()
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in EXTRAS:
             raise
@@ -540,8 +542,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:   # an object store or server that did not answer (pyarrow's file systems)
         print(f"neurcam: failed: {service.unreachable(exc)}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return status or 0
 
 

@@ -194,3 +194,33 @@ def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 143, out[-2000:]
     assert not (tmp_path / "out" / "model").exists()
+
+
+def test_sigterm_to_a_ray_run_exits_143_not_rays_abort(tmp_path):
+    """A run on an in-process Ray: Ray's own SIGTERM handlers (a stack dump and abort, 134; a
+    SystemExit(1) out of ray.get) do not decide the exit status: 143, and no model is published."""
+    import os
+    import signal
+    import time
+
+    import yaml
+
+    from .conftest import blobs
+    X, _ = blobs(n=4000, d=4)
+    (tmp_path / "data").mkdir()
+    X.to_parquet(tmp_path / "data" / "part-0.parquet")
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+        "data": {"path": str(tmp_path / "data")}, "output": str(tmp_path / "out"), "train": {"num_workers": 1},
+        "model": {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 2000, "epochs": 4000,
+                  "early_stopping": False}}))
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NEURCAM_VERBOSE")}
+    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "train", "--config", str(tmp_path / "c.yaml")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.time() + 180
+    for line in proc.stdout:                      # training has started on its worker
+        if "epoch 10 " in line or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 143, out[-3000:]
+    assert "neurcam: terminated (SIGTERM)" in out and not (tmp_path / "out" / "model").exists()

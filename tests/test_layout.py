@@ -14,7 +14,7 @@ ROOT = "neurcam_dist"
 # Lower ranks may not import higher ones; a unit imports only units of a strictly lower rank.
 RANKS = {
     "version": 0, "params": 0, "metrics": 0, "validation": 0, "numerics": 0, "redaction": 0,
-    "clusterids": 0, "uris": 0, "settings": 0, "errors": -1,
+    "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "errors": -1,
     "model": 1, "storage": 1, "config": 1, "raycompat": 1,
     "explain": 2, "data": 2,
     "estimator": 3, "text": 3, "outputs": 3,
@@ -251,7 +251,8 @@ def test_no_console_text_is_parsed_back():
     assert not bad, "\n".join(bad)
 
 
-FRONT_DOOR_ALLOWED = {"service", "errors", "redaction", "uris", "version", "params"}
+# signals: the process's SIGTERM handling, which belongs to the command, not to the service
+FRONT_DOOR_ALLOWED = {"service", "errors", "redaction", "uris", "version", "params", "signals"}
 
 
 def test_the_cli_is_a_thin_layer_over_the_front_door():

@@ -28,8 +28,14 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
         kwargs.pop("include_dashboard", None)
     else:
         kwargs.setdefault("num_cpus", max(os.cpu_count() or 1, math.ceil(min_cpus)))
+    import signal
+
+    from ..signals import is_ours, reinstall
+    ours = is_ours(signal.getsignal(signal.SIGTERM))
     try:
         ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
+        if ours:   # Ray's handlers replaced ours (SIGTERM: a stack dump and exit 134): put it back
+            reinstall()
     except ConnectionError as exc:
         if not address:
             raise

@@ -7,9 +7,6 @@ When MLflow is unreachable the run still finishes and its model is saved in ``ou
 """
 from __future__ import annotations
 
-import signal
-import threading
-from contextlib import contextmanager
 
 from ..config import JobConfig, coerce_config
 from ..distributed import SearchResult, TrainResult
@@ -18,31 +15,13 @@ from ..distributed import train as _train
 from ..distributed.console import library_logs
 from ..distributed.events import log
 from ..redaction import redact
-
-
-@contextmanager
-def _sigterm_as_exit():
-    """SIGTERM (``kill``, a Kubernetes pod stopping, ``ray job stop``) raises ``SystemExit`` so that
-    open MLflow runs end FAILED and temporary outputs are removed, instead of the process vanishing
-    with runs left RUNNING. Only the main thread can install handlers; elsewhere this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def stop(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+from ..signals import sigterm_as_exit
 
 
 def train(config, *, name: str | None = None) -> TrainResult:
     """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
     cfg = coerce_config(config)
-    with _sigterm_as_exit():
+    with sigterm_as_exit():
         result = _train(cfg, name=name)
         if cfg.tracking is not None:
             _log(cfg, result, "run", "the run", lambda t: t.log_training(result, result.config))
@@ -54,7 +33,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
     start (the search still runs: its winner is saved locally)."""
     cfg = coerce_config(config)
-    with _sigterm_as_exit():
+    with sigterm_as_exit():
         if cfg.tracking is not None:
             _warn_if_unreachable(cfg)
         result = _search(cfg, name=name, prepare_winner=prepare_winner)

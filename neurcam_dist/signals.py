@@ -1,0 +1,50 @@
+"""SIGTERM (``kill``, a Kubernetes pod stopping, ``ray job stop``) ends a command cleanly: it raises
+``SystemExit`` in the main thread, so open MLflow runs end FAILED and temporary outputs are
+removed, and the command exits 128 + 15 = 143, as a scheduler expects of a terminated process.
+
+Ray complicates both halves: ``ray.init`` installs its own handlers (a C-level one that dumps a
+stack and aborts, exit 134), so ``distributed.session.ensure_ray`` puts ours back; and a signal
+that arrives while the driver waits in ``ray.get`` comes out of Ray as ``SystemExit(1)``, so the
+signal is remembered here and the CLI exits with ``terminated()`` whatever code Ray chose.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+_received: list[int] = []
+
+
+def terminated() -> int | None:
+    """128 + the signal when this process was asked to terminate, else None."""
+    return 128 + _received[-1] if _received else None
+
+
+def _exit(signum, _frame):
+    _received.append(signum)
+    raise SystemExit(128 + signum)
+
+
+def is_ours(handler) -> bool:
+    """Whether ``handler`` is the one ``sigterm_as_exit`` installs."""
+    return handler is _exit
+
+
+def reinstall() -> None:
+    """Put the handler back after a library replaced it (``ray.init``); main thread only."""
+    signal.signal(signal.SIGTERM, _exit)
+
+
+@contextmanager
+def sigterm_as_exit():
+    """Within the block, SIGTERM raises ``SystemExit(143)`` (and is remembered). Only the main
+    thread can install handlers; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
