@@ -560,3 +560,33 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
                                                                   "search-20261103-000000-cccccc"]
     assert sorted(p.name for p in (out / "_ray").iterdir()) == ["search-20261102-000000-bbbbbb-t0",
                                                                 "search-20261103-000000-cccccc-t0", "staging"]
+
+
+def test_an_unreachable_store_or_tracking_server_is_one_line_saying_what_to_check(tmp_path):
+    """validate exits 2 (never 1, never a traceback) and recluster exits 1, each with one line."""
+    import os
+    from .conftest import free_port
+    port = free_port()                       # nothing listens there
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "x",
+           "AWS_SECRET_ACCESS_KEY": "y", "AWS_REGION": "us-east-1"}
+    for k in ("MLFLOW_TRACKING_URI", "NEURCAM_DATA_PATH", "NEURCAM_OUTPUT", "NEURCAM_TRACKING_URI"):
+        env.pop(k, None)
+    cfg = {"data": {"path": "s3://nobucket/events/"}, "model": {"n_clusters": 3}, "output": str(tmp_path / "out"),
+           "recluster": {"policy": "manual"},
+           "tracking": {"uri": f"sqlite:///{tmp_path / 'm.db'}", "model_name": "m"}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "neurcam_dist.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+    for args, code in ((["validate", str(tmp_path / "c.yaml")], 2), (["recluster", "--config", str(tmp_path / "c.yaml")], 1)):
+        done = run(*args)
+        assert done.returncode == code, done.stderr[-2000:]
+        lines = [x for x in done.stderr.splitlines() if x.startswith("neurcam:")]
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "the object store cannot be reached" in lines[0] and "check AWS_ENDPOINT_URL" in lines[0]
+    cfg.update(data={"path": str(tmp_path)}, tracking={"uri": f"http://127.0.0.1:{port}"})
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "recluster"}))
+    pd.DataFrame({"a": [1.0, 2.0, 3.0, 4.0], "b": [1.0, 0.0, 1.0, 0.0]}).to_parquet(tmp_path / "p.parquet")
+    done = run("validate", str(tmp_path / "t.yaml"), "--check-tracking")
+    assert done.returncode == 2 and "unreachable" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
