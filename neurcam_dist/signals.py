@@ -43,6 +43,8 @@ def sigterm_as_exit():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    if not is_ours(signal.getsignal(signal.SIGTERM)):
+        _received.clear()   # a new command: an earlier one's signal (in this process) is not this one's
     previous = signal.signal(signal.SIGTERM, _exit)
     try:
         yield

@@ -300,14 +300,14 @@ def test_a_server_with_credentials_in_its_uri_is_reachable(mlflow_server, monkey
 def test_sigterm_ends_open_runs_failed(mlflow_server):
     import mlflow
 
-    from neurcam_dist.ops.runs import _sigterm_as_exit
+    from neurcam_dist.signals import sigterm_as_exit, terminated
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("sigterm")
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(SystemExit) as stop:
-        with _sigterm_as_exit(), mlflow.start_run() as run:
+        with sigterm_as_exit(), mlflow.start_run() as run:
             os.kill(os.getpid(), signal.SIGTERM)
-    assert stop.value.code == 128 + signal.SIGTERM
+    assert stop.value.code == 128 + signal.SIGTERM == terminated()
     assert mlflow.get_run(run.info.run_id).info.status == "FAILED"
     assert signal.getsignal(signal.SIGTERM) is before
 
