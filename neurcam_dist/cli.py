@@ -364,14 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _overrides(pairs: list[str]) -> dict:
-    import yaml
-    out = {}
-    for item in pairs:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
+    return service.parse_overrides(pairs)
 
 
 def _demo(args) -> None:

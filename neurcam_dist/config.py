@@ -543,6 +543,18 @@ def load_config(path: str | os.PathLike, overrides: dict | None = None, environ=
     return cfg
 
 
+def parse_overrides(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` strings (``--set``) as dotted keys and YAML values (a text field keeps its
+    text: see ``_Strict``)."""
+    out = {}
+    for item in pairs:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
 def apply_overrides(raw: dict, overrides: dict | None) -> dict:
     """Set dotted keys (``model.epochs``) in a raw config mapping, creating sections as needed."""
     for dotted, value in (overrides or {}).items():

@@ -300,8 +300,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 raise AttributeError("importance_ and profiles_ come from the training rows, which this model "
                                      "does not carry (saved by a release before model format 2): use "
                                      "explain(X).importance_frame() / .profiles_frame() on rows of its data")
-            from .explain.explanation import summary_of
-            fitted.summary = summary_of(self.explain(ref))
+            self.explain()            # over the reference rows: fills fitted.summary
         return fitted.summary
 
     # ------------------------------------------------------------------ inference
@@ -408,12 +407,17 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         (default: ``reference_``, up to 20,000 training rows kept since ``fit``)."""
         from .explain import build_explanation
         check_is_fitted(self, "net_")
+        if X is not None:
+            return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
+        X = getattr(self, "reference_", None)
         if X is None:
-            X = getattr(self, "reference_", None)
-            if X is None:
-                raise DataError("explain() needs data: this model was loaded from disk, pass X "
-                                 "(rows from the data it clusters)")
-        return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
+            raise DataError("explain() needs data: this model was loaded from disk, pass X "
+                             "(rows from the data it clusters)")
+        expl = build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
+        if self.fitted_.summary is None and (grid_size, pair_grid_size) == (128, 32):
+            from .explain.explanation import summary_of
+            self.fitted_.summary = summary_of(expl)   # importance_ / profiles_, kept by save
+        return expl
 
     def explain_rows(self, X):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),

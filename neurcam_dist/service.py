@@ -417,6 +417,12 @@ def validate(config, *, check_tracking: bool = False, address: str | None = None
     return _validate(config, check_tracking=check_tracking, address=address)
 
 
+def parse_overrides(pairs: list[str]) -> dict:
+    """``--set KEY=VALUE`` strings as the dotted overrides every command takes (``config``)."""
+    from .config import parse_overrides as _parse
+    return _parse(pairs)
+
+
 def unreachable(exc: BaseException) -> str:
     """One line for an object store or server that did not answer (an ``OSError`` from pyarrow's
     file systems), saying what to check."""

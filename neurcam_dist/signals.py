@@ -9,8 +9,11 @@ signal is remembered here and the CLI exits with ``terminated()`` whatever code 
 """
 from __future__ import annotations
 
+import os
 import signal
+import socket
 import threading
+import time
 from contextlib import contextmanager
 
 _received: list[int] = []
@@ -50,3 +53,24 @@ def sigterm_as_exit():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def process_gone(host: str | None, pid, started_unix: float, stale_s: float) -> bool:
+    """Whether the process that wrote a record (``host``, ``pid``, started at ``started_unix``)
+    is gone: on this host, by signalling it nothing (signal 0); on another host, a process
+    started more than ``stale_s`` ago is taken for gone (its pods cannot be asked)."""
+    if host != socket.gethostname():
+        return time.time() - started_unix > stale_s
+    try:
+        pid = int(pid)
+    except (TypeError, ValueError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    return False

@@ -308,3 +308,13 @@ def test_the_dev_overlays_smallest_cluster_runs_its_reclustering_config():
     # the rule refuses what would hang: the prod config on that cluster
     with pytest.raises(ValueError, match="leaves 0 of the cluster's 2 CPUs for Ray Data"):
         parse_config(yaml.safe_load(configs["recluster.yaml"]), "recluster.yaml").check_fits(cpus, 0, search=True)
+
+
+def test_validate_manifests_checks_a_kustomize_folder(tmp_path, capsys):
+    from neurcam_dist.cli import main
+    assert main(["validate", "--manifests", str(ROOT / "k8s" / "overlays" / "dev")]) == 0
+    out = capsys.readouterr().out
+    assert "schedule: CronJob neurcam-recluster-submit" in out and "recluster-dev.yaml with data.path, output set" in out
+    _variant(tmp_path, ["schedule-cronjob", "schedule-raycronjob"])     # both schedules: refused, exit 2
+    assert main(["validate", "--manifests", str(tmp_path / "k8s" / "overlays" / "variant")]) == 2
+    assert "2 objects schedule the re-clustering" in capsys.readouterr().err

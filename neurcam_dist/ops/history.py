@@ -7,7 +7,7 @@
 - the snapshot's fingerprint (its files' names, sizes and modification times), tagged on the
   version it trained, so that a re-run on an unchanged snapshot is skipped.
 - retention: the search's ``trials/NAME`` and Ray Train's ``_ray/NAME-*`` folders of all but the
-  newest runs are deleted.
+  newest searches are deleted.
 """
 from __future__ import annotations
 
@@ -46,15 +46,18 @@ def append_history(output: str, record: dict) -> str:
 
 
 def _read_text(path: str) -> str:
-    if not is_uri(path):
-        p = Path(local(path))
-        return p.read_text(encoding="utf-8") if p.is_file() else ""
-    from pyarrow.fs import FileType
-    fs, target = filesystem(path)
-    if fs.get_file_info(target).type != FileType.File:
+    """The file's text, or "" when there is none yet."""
+    from ..storage.published import read_text
+    try:
+        return read_text(path)
+    except FileNotFoundError:
         return ""
-    with fs.open_input_stream(target) as f:
-        return f.read().decode()
+
+
+def inertia_ratio(record: dict) -> float | None:
+    """Challenger / champion inertia on the same snapshot, when both were measured."""
+    new, old = record.get("inertia_challenger"), record.get("inertia_champion")
+    return new / old if new and old else None
 
 
 def read_history(output: str) -> list[dict]:
@@ -73,11 +76,9 @@ def history_table(records: list[dict]):
     import pandas as pd
     rows = []
     for r in records:
-        ratio = (r["inertia_challenger"] / r["inertia_champion"]
-                 if r.get("inertia_challenger") and r.get("inertia_champion") else None)
         rows.append({"finished": r.get("finished_at"), "snapshot": r.get("snapshot"),
                      "champion": r.get("compared_with") or r.get("champion_version"),
-                     "challenger": r.get("challenger_version"), "inertia_ratio": ratio,
+                     "challenger": r.get("challenger_version"), "inertia_ratio": inertia_ratio(r),
                      "agreement_ari": r.get("agreement_ari"), "promoted": r.get("promoted"),
                      "outcome": r.get("outcome"), "reason": r.get("reason")})
     return pd.DataFrame(rows, columns=["finished", "snapshot", "champion", "challenger", "inertia_ratio",
@@ -109,9 +110,8 @@ def export_metrics(output: str, record: dict, history: list[dict], pushgateway: 
     gauge("neurcam_recluster_skipped", "1 when the last re-clustering skipped an unchanged snapshot.",
           record.get("outcome") == "skipped")
     gauge("neurcam_recluster_promoted", "1 when the last re-clustering promoted its model.", bool(record.get("promoted")))
-    ratio = (record["inertia_challenger"] / record["inertia_champion"]
-             if record.get("inertia_challenger") and record.get("inertia_champion") else None)
-    gauge("neurcam_recluster_inertia_ratio", "Challenger inertia / champion inertia on the same snapshot.", ratio)
+    gauge("neurcam_recluster_inertia_ratio", "Challenger inertia / champion inertia on the same snapshot.",
+          inertia_ratio(record))
     gauge("neurcam_recluster_agreement_ari", "Agreement (ARI) of challenger and champion on the snapshot.",
           record.get("agreement_ari"))
     gauge("neurcam_recluster_size_shift", "Total variation distance of the cluster size shares.",
@@ -144,48 +144,38 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()
 
 
-def keep_newest(folder: str, keep: int, prefix: str = "", log=None) -> list[str]:
-    """Delete all but the ``keep`` newest sub-folders of ``folder`` whose names start with
-    ``prefix`` (names sort by age: they start with the run's UTC time); returns what was deleted."""
+def _subfolders(folder: str) -> list[str]:
+    """The names of the folders directly in ``folder`` (none when it is missing or unreadable)."""
     from pyarrow.fs import FileSelector, FileType
     fs, root = filesystem(folder)
     try:
         infos = fs.get_file_info(FileSelector(root.rstrip("/"), allow_not_found=True))
     except OSError:
         return []
-    names = sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos if i.type == FileType.Directory)
-    runs = [n for n in names if n.startswith(prefix) and not n.startswith((".", "staging"))]
-    gone = runs[:-keep] if keep > 0 else runs
-    for name in gone:
+    return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos if i.type == FileType.Directory)
+
+
+def _delete(folder: str, names: list[str], log=None) -> None:
+    fs, root = filesystem(folder)
+    for name in names:
         try:
             fs.delete_dir(f"{root.rstrip('/')}/{name}")
         except OSError as exc:
             if log:
                 log(f"warning: could not delete {redact(join(folder, name))}: {exc}")
-    return gone
 
 
 def prune_runs(output: str, storage: str, keep: int, log=None) -> list[str]:
-    """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` and their trials'
-    Ray Train folders ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left
-    alone). Returns the search names deleted."""
-    from pyarrow.fs import FileSelector, FileType
-    gone = keep_newest(join(output, "trials"), keep, "search-", log)
-    if not gone:
-        return gone
-    fs, root = filesystem(storage)
-    try:
-        infos = fs.get_file_info(FileSelector(root.rstrip("/"), allow_not_found=True))
-    except OSError:
-        return gone
-    for info in infos:
-        name = info.path.rstrip("/").rsplit("/", 1)[-1]
-        if info.type == FileType.Directory and any(name.startswith(g + "-") for g in gone):
-            try:
-                fs.delete_dir(info.path)
-            except OSError as exc:
-                if log:
-                    log(f"warning: could not delete {redact(join(storage, name))}: {exc}")
+    """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` (names sort by age:
+    they start with the search's UTC time) and their trials' Ray Train folders
+    ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left alone). Returns the
+    search names deleted."""
+    trials = join(output, "trials")
+    searches = [n for n in _subfolders(trials) if n.startswith("search-")]
+    gone = searches[:-keep] if keep > 0 else searches
+    if gone:
+        _delete(trials, gone, log)
+        _delete(storage, [n for n in _subfolders(storage) if any(n.startswith(g + "-") for g in gone)], log)
     return gone
 
 

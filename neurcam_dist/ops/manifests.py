@@ -11,7 +11,7 @@ import subprocess
 
 import yaml
 
-from ..config import apply_overrides, parse_config
+from ..config import apply_overrides, parse_config, parse_overrides
 from ..errors import ConfigError
 
 SCHEDULES = ("CronJob", "RayCronJob")
@@ -69,11 +69,7 @@ def check_manifests(folder: str) -> list[str]:
             if name not in configs:
                 raise ConfigError(f"{where} runs --config {path}, which is not in the ConfigMap {CONFIG_MAP} "
                                   f"(it has {sorted(configs)})")
-            sets = {}
-            for i, word in enumerate(cmd):
-                if word == "--set" and i + 1 < len(cmd):
-                    key, _, value = cmd[i + 1].partition("=")
-                    sets[key] = yaml.safe_load(value)
+            sets = parse_overrides([cmd[i + 1] for i, word in enumerate(cmd) if word == "--set" and i + 1 < len(cmd)])
             parse_config(apply_overrides(yaml.safe_load(configs[name]) or {}, sets), f"{where} ({name} with its --set)")
             lines.append(f"{where}: {name}" + (f" with {', '.join(sorted(sets))} set" if sets else "") + ": valid")
     return lines

@@ -35,6 +35,7 @@ from ..data.snapshots import pick_snapshot
 from ..distributed.compare import compare
 from ..distributed.events import log
 from ..redaction import redact
+from ..signals import process_gone
 from ..storage import write_text_atomic
 from ..storage.published import read_text
 from ..uris import as_path, join
@@ -197,22 +198,13 @@ def _note_killed_run(cfg: JobConfig, record: dict) -> None:
         return
     if previous.get("outcome") != "running":
         return
-    if previous.get("host") == record["host"]:
-        try:
-            os.kill(int(previous.get("pid", -1)), 0)
-            return                                         # still running (another re-clustering)
-        except ProcessLookupError:
-            pass
-        except (PermissionError, ValueError, OverflowError):
-            return
-    else:
-        import calendar
-        try:
-            age = time.time() - calendar.timegm(time.strptime(previous["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
-        except (KeyError, ValueError):
-            return
-        if age < STALE_S:
-            return
+    import calendar
+    try:
+        started = calendar.timegm(time.strptime(previous["started_at"], "%Y-%m-%dT%H:%M:%SZ"))
+    except (KeyError, ValueError):
+        return
+    if not process_gone(previous.get("host"), previous.get("pid"), started, STALE_S):
+        return                                             # still running (another re-clustering)
     previous.update(outcome="killed", reason=f"killed before it finished (found by the run started at "
                                               f"{record['started_at']}); its decision was never recorded: see "
                                               f"{record['model_name']}@champion")

@@ -66,21 +66,14 @@ def check_fit(address: str, job: str, config_path: str, overrides: list[str], lo
     """Before submitting: does the job fit the cluster (``JobConfig.check_fits``)? A job that
     would be refused at its start (or hang) is refused here, with the fields to change; a cluster
     that cannot be asked, or a config that is only in the image, is said and not checked."""
-    import yaml
-
-    from ..config import load_config
+    from ..config import load_config, parse_overrides
     from .validate import cluster_resources
     if job == "predict":
         return
     if not Path(config_path).is_file():
         log(f"{config_path} is not here (the image has it): the job's resources are checked when it starts")
         return
-    sets = {}
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if sep:
-            sets[key.strip()] = yaml.safe_load(value)
-    cfg = load_config(config_path, sets)
+    cfg = load_config(config_path, parse_overrides(overrides))
     try:
         cpus, gpus = cluster_resources(address)
     except ConfigError as exc:

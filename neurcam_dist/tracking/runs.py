@@ -18,6 +18,7 @@ from ..errors import TrackingError  # noqa: F401 - re-exported here
 from ..estimator import NeurCAM
 from ..explain.report import write_report
 from ..redaction import redact
+from ..signals import process_gone
 from ..storage.published import local_copy
 from ..uris import is_uri, join
 from ..version import __version__
@@ -64,34 +65,18 @@ def mark_killed_runs(experiment: str) -> list[str]:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    host, now = socket.gethostname(), time.time()
+    host = socket.gethostname()
     killed = []
     for run in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'",
                                   max_results=1000):
         tags = run.data.tags
         if PID_TAG not in tags:
             continue
-        if tags.get(HOST_TAG) == host:
-            gone = not _alive(int(tags[PID_TAG]))
-        else:
-            gone = now - run.info.start_time / 1000 > STALE_S
-        if gone:
+        if process_gone(tags.get(HOST_TAG), tags[PID_TAG], run.info.start_time / 1000, STALE_S):
             client.set_tag(run.info.run_id, "neurcam.ended_by", f"a later run found its process gone ({host})")
             client.set_terminated(run.info.run_id, "KILLED")
             killed.append(run.info.run_id)
     return killed
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _params(model: dict, cfg, plan) -> dict:
