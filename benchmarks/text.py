@@ -30,10 +30,11 @@ from neurcam_dist.text.sentences import default_model_path, encode, load_model
 from neurcam_dist.text.vocabulary import document_frequencies, join_text
 
 
-def prepare(data_dir: Path, per_class: int, seed: int, cache: Path):
-    """(term features DataFrame, embeddings, labels, vocabulary), cached in ``cache``."""
+def prepare(data_dir: Path, per_class: int, seed: int, cache: Path, held_out: bool = False):
+    """(term features DataFrame, embeddings, labels, vocabulary), cached in ``cache``. ``held_out``:
+    the documents the seeded sample left out instead (with a vocabulary of their own)."""
     cache.mkdir(parents=True, exist_ok=True)
-    key = cache / f"ag_news_{per_class}_{seed}"
+    key = cache / (f"ag_news_{per_class}_{seed}" + ("_held_out" if held_out else ""))
     if (key.with_suffix(".parquet")).exists():
         df = pd.read_parquet(key.with_suffix(".parquet"))
         vocab = Vocabulary.from_json(json.loads(key.with_suffix(".json").read_text()))
@@ -41,6 +42,8 @@ def prepare(data_dir: Path, per_class: int, seed: int, cache: Path):
         return df[vocab.columns], emb, df["label"].to_numpy(), vocab
     raw = pd.read_csv(data_dir / "ag_news_test.csv.gz")
     docs = stratified_sample(raw, per_class=per_class, rows=None, by="label", seed=seed)
+    if held_out:
+        docs = raw.drop(index=docs["id"].to_numpy()).reset_index(drop=True)
     texts = join_text([docs["title"].tolist(), docs["description"].tolist()], len(docs))
     a = Analyzer()
     vocab = Vocabulary.fit(*document_frequencies(texts, a), text_columns=["title", "description"], analyzer=a)

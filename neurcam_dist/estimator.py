@@ -10,7 +10,6 @@ import warnings
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 import torch
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
@@ -19,7 +18,7 @@ from .errors import ConfigError, DataError, ModelFileError
 from . import metrics
 from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, log_assignment
 from .model.device import resolve_device, resolve_precision
-from .model.kmeans import kmeans_centroids
+from .model.initial import initial_centroids
 from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
 from .model.step import shuffled_batches
@@ -27,7 +26,7 @@ from .params import HYPERPARAMETERS
 from .settings import cuda_graphs_enabled
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
-from .validation import check_matrix, constant_features_note, empty_clusters_note, frame_columns
+from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, frame_columns
 from .version import __version__
 
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
@@ -42,9 +41,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     while it costs seconds, MiniBatchKMeans above); the paper's warm-up follows,
     for at most ``warmup_epochs`` epochs. ``early_stopping`` ends the warm-up and the final phase
     once the epoch loss stops improving by ``tol`` (relative) for ``n_iter_no_change`` epochs;
-    ``warmup_epochs`` and ``epochs`` (the whole run) are then upper bounds. Annealing always runs
-    until every gate is exactly one-hot, so a fitted model is a valid GAM even when that takes
-    longer than ``epochs``. Every parameter, its range and default: ``neurcam_dist.params``.
+    ``warmup_epochs`` and ``epochs`` (the whole run) are then upper bounds. ``epochs`` bounds every
+    phase together: the warm-up ends early enough to leave annealing its room, and an annealing
+    phase that reaches its deadline (``anneal_epochs``, or the budget) locks each gate to its argmax,
+    so a fitted model is always a valid GAM within the budget; ``max_seconds`` lowers the budget to
+    what fits in that many seconds (``history_['stop_reason']`` and ``history_['events']`` say what
+    ended each phase). Every parameter, its range and default: ``neurcam_dist.params``.
 
     Learned attributes: ``labels_`` (each training row's cluster; saved with the model),
     ``importance_`` and ``profiles_`` (DataFrames over the training rows; saved too), ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
@@ -58,11 +60,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
                  gamma: float = 1.0, epsilon: float = 0.9, warmup_epochs: int = 400, epochs: int = 1000,
-                 batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (256, 256), n_bases: int = 64,
+                 batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (64, 64), n_bases: int = 64,
                  standardize: bool = True, constant_features: str = "drop", random_state: int = 0, device: str = "auto",
                  kmeans: str = "auto", kmeans_n_init: int = 10, init: str = "distill", distill_epochs: int = 10,
                  lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
+                 anneal_epochs: int = 30, max_seconds: float | None = None,
                  precision: str = "fp32", verbose: bool = True):
         self.n_clusters = n_clusters
         self.n_single = n_single
@@ -88,6 +91,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.early_stopping = early_stopping
         self.n_iter_no_change = n_iter_no_change
         self.tol = tol
+        self.anneal_epochs = anneal_epochs
+        self.max_seconds = max_seconds
         self.precision = precision
         self.verbose = verbose
 
@@ -95,7 +100,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def _validate_fit_input(self, X, what: str = "X") -> tuple[np.ndarray, list[str]]:
         """scikit-learn's validation (sparse, complex, object, 1-D input) plus ours, which names
         the column: duplicate or non-numeric columns, NaN / inf per column."""
-        names = frame_columns(X, what) if isinstance(X, pd.DataFrame) else None
+        names = frame_columns(X, what) if is_frame(X) else None
         _refuse_empty(X, what)
         arr = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
         names = names or [f"x{j}" for j in range(arr.shape[1])]
@@ -106,7 +111,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """Rows to score as float64 in the fitted column order (a DataFrame is realigned by name)."""
         check_is_fitted(self, "net_")
         names = list(self.feature_names_in_)
-        if isinstance(X, pd.DataFrame):
+        if is_frame(X):
             arr, _, _ = check_matrix(X, "X", expected_columns=names)
             return arr
         _refuse_empty(X, "X")
@@ -126,6 +131,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ``callback(ctx)`` is called after every epoch with a dict holding the epoch record, the
         schedule, the network and the teacher cache.
         """
+        started = time.perf_counter()
         arr, names = self._validate_fit_input(X)
         n, d = arr.shape
         spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
@@ -145,11 +151,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         precision = resolve_precision(self.precision, device)
 
         t0 = time.perf_counter()
-        centroids, init_info = kmeans_centroids(xr, spec.n_clusters, seed, method=self.kmeans,
-                                                n_init=self.kmeans_n_init, batch_size=spec.batch_size)
+        centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
+                                                 allowed=allowed, baseline=standardized_zero(mean, scale))
         trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
-                                cuda_graphs=cuda_graphs_enabled(),
+                                cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
                                 baseline=standardized_zero(mean, scale))
+        trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
         distill = spec.distill_epochs > 0
@@ -169,8 +176,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
-        self.reference_ = (X.iloc[keep] if isinstance(X, pd.DataFrame)
-                           else pd.DataFrame(arr[keep], columns=names))
+        if is_frame(X):
+            self.reference_ = X.iloc[keep]
+        else:
+            import pandas as pd
+            self.reference_ = pd.DataFrame(arr[keep], columns=names)
         return self
 
     def _constant_columns(self, arr: np.ndarray, names: list[str]) -> np.ndarray:
@@ -274,7 +284,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return labels
 
     @property
-    def importance_(self) -> pd.DataFrame:
+    def importance_(self) -> "pd.DataFrame":
         """Importance of every term over the training rows (``reference_``), largest first: one
         row per term with its ``kind``, ``importance`` (mean absolute centred contribution) and
         one ``importance_ID`` column per cluster; what ``explain().importance_frame()`` gives, kept
@@ -283,7 +293,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return importance_table(self._summary()["importance"], self.cluster_ids_)
 
     @property
-    def profiles_(self) -> pd.DataFrame:
+    def profiles_(self) -> "pd.DataFrame":
         """Each cluster over the training rows: its ``size`` and ``share`` of them and the terms
         that pull rows ``into`` it and push them ``out_of`` it (strongest first); what
         ``explain().profiles_frame()`` gives, kept with the model when it is saved."""
@@ -343,7 +353,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ``cluster_ids_[k]``."""
         return softmax(self.decision_function(X))
 
-    def score_frame(self, X, top_terms: int = 0) -> pd.DataFrame:
+    def score_frame(self, X, top_terms: int = 0) -> "pd.DataFrame":
         """Scored rows as a DataFrame, the columns batch scoring and the registry model return:
         ``cluster`` (stable id), ``proba_ID`` per cluster and, with ``top_terms``, the terms that
         pushed each row hardest toward its cluster (``term_r``, ``term_r_contribution``).
@@ -361,8 +371,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             One row per input row, with ``X``'s index when it is a DataFrame.
         """
         from .explain.assignments import assignments
+        import pandas as pd
         cols = assignments(self._validated_state(), self._validated(X), top_terms=top_terms)
-        return pd.DataFrame(cols, index=X.index if isinstance(X, pd.DataFrame) else None)
+        return pd.DataFrame(cols, index=X.index if is_frame(X) else None)
 
     def predict(self, X) -> np.ndarray:
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
@@ -423,6 +434,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),
         with the rows' feature values and each row's cluster (``to_frame()`` shows them)."""
         import dataclasses
+
+        import pandas as pd
 
         from .explain import rows_from_contributions
         fitted = self._validated_state()

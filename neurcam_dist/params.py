@@ -42,10 +42,17 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "gamma": Spec(float, 1.0, "weight of the KL term toward the model frozen after warm-up", ge=0.0),
     "epsilon": Spec(float, 0.9, "temperature decay per annealing epoch", gt=0.0, lt=1.0),
     "warmup_epochs": Spec(int, 400, "most warm-up epochs (after distillation)", ge=0),
-    "epochs": Spec(int, 1000, "most epochs in all; annealing, once begun, runs on until the gates are one-hot", ge=1),
+    "epochs": Spec(int, 1000, "most epochs in all, every phase included: warm-up ends early enough to leave annealing "
+                   "and the final phase their room", ge=1),
+    "anneal_epochs": Spec(int, 30, "most epochs of each annealing phase; gates not one-hot by then are locked to their "
+                          "argmax", ge=1),
+    "max_seconds": Spec(float, None, "wall-clock budget in seconds (None: none), from the start of fit (a Ray run: of "
+                        "the workers' training loop): the epoch budget is lowered while training to what fits, "
+                        "and the run ends in a valid model by then", gt=0.0, optional=True),
     "batch_size": Spec(int, 512, "rows per optimiser step (global: split across Ray workers)", ge=1),
     "lr": Spec(float, 2e-3, "Adam learning rate", gt=0.0),
-    "hidden": Spec(tuple, (256, 256), "hidden layer widths of the shared backbones"),
+    "hidden": Spec(tuple, (64, 64), "hidden layer widths of the shared backbones (the paper: 256, 256; as good "
+                   "and about 5x faster in benchmarks/defaults.py)"),
     "n_bases": Spec(int, 64, "basis functions per backbone", ge=1),
     "standardize": Spec(bool, True, "standardize the features (and the default representation)"),
     "constant_features": Spec(str, "drop", "features with one value everywhere: drop (no gate may select them; "

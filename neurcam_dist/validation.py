@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
-import pandas as pd
 
 from .errors import DataError
 
@@ -76,8 +76,15 @@ def _describe_bad(values: np.ndarray, names: list[str]) -> str:
     return ", ".join(cols[:10]) + (f" and {len(cols) - 10} more columns" if len(cols) > 10 else "")
 
 
-def frame_columns(X: pd.DataFrame, what: str = "X") -> list[str]:
+def is_frame(X) -> bool:
+    """True for a pandas DataFrame, without importing pandas (no object is one unless it is loaded)."""
+    pd = sys.modules.get("pandas")
+    return pd is not None and isinstance(X, pd.DataFrame)
+
+
+def frame_columns(X, what: str = "X") -> list[str]:
     """A DataFrame's column names, after refusing duplicate and non-numeric columns by name."""
+    import pandas as pd
     names = [str(c) for c in X.columns]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -98,8 +105,8 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
         raise DataError(f"{what} is None: expected a 2-D array or a DataFrame")
     if expected_columns is not None:
         expected_columns = [str(c) for c in expected_columns]
-    is_frame = isinstance(X, pd.DataFrame)
-    if is_frame:
+    frame = is_frame(X)
+    if frame:
         names = frame_columns(X, what)
         if expected_columns is not None:
             missing = [c for c in expected_columns if c not in names]
@@ -131,7 +138,7 @@ def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) 
         raise DataError(f"{what} is empty: shape {arr.shape}")
     if not np.isfinite(arr).all():
         raise DataError(f"{what} has NaN or infinite values in column(s) {_describe_bad(arr, names)}")
-    return np.ascontiguousarray(arr, dtype=np.float64), names, is_frame
+    return np.ascontiguousarray(arr, dtype=np.float64), names, frame
 
 
 

@@ -22,6 +22,7 @@ def test_fit_then_predict_from_files(data, tmp_path, capsys, ray_cluster):
     assert rc == 0
     m = json.loads((out / "metrics.json").read_text())
     assert m["n_rows"] == 240 and m["n_features"] == 4  # id and label are not features
+    assert m["epochs"] <= 15  # --epochs bounds the whole run, annealing included
     assert {"inertia", "ari", "nmi", "acc"} <= set(m)
     est = NeurCAM.load(out / "model")
     assert list(est.feature_names_in_) == ["f0", "f1", "f2", "f3"]

@@ -15,7 +15,10 @@ ROWS, BATCH = 200, 48   # 4 full batches and a short one of 8 rows per epoch
 
 
 def _trainer(precision="fp32", distill_epochs=3):
-    spec = TrainingSpec.from_params({"n_clusters": 3, "n_pairs": 2, "hidden": (8,), "n_bases": 4, "random_state": 0,
+    # 4 single channels over 5 features: random gate logits (no lean toward a feature each), so both
+    # annealing phases take several epochs
+    spec = TrainingSpec.from_params({"n_clusters": 3, "n_single": 4, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
+                                     "random_state": 0,
                                      "distill_epochs": distill_epochs, "warmup_epochs": 3, "epsilon": 0.3, "epochs": 30,
                                      "batch_size": BATCH, "lr_patience": 0, "lr": 0.05}, 5)
     return build_trainer(spec, np.random.default_rng(0).normal(size=(3, 5)), precision=precision), spec

@@ -1,6 +1,7 @@
 """The package's layers: no import cycles, no upward imports, a model layer of pure math, and an
 estimator that works without Ray or MLflow installed."""
 import ast
+import json
 import subprocess
 import sys
 import textwrap
@@ -156,6 +157,38 @@ def test_estimator_and_table_scorer_work_without_ray_or_mlflow():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.startswith("ok")
+
+
+HEAVY = ["torch", "sklearn", "scipy", "pandas", "pyarrow", "ray", "mlflow", "matplotlib"]
+
+
+def _loaded_after(statements: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``statements``."""
+    code = "import json, sys\n" + textwrap.dedent(statements).strip() + (
+        f"\nprint(json.dumps(sorted({{m for m in sys.modules if m.split('.')[0] in {HEAVY!r}}})))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_import_help_and_a_mistyped_command_load_no_training_stack():
+    """``import neurcam_dist``, ``neurcam --help`` and a mistyped command answer without torch,
+    scikit-learn, pandas, pyarrow, Ray, MLflow or matplotlib (they are imported where used)."""
+    assert _loaded_after("import neurcam_dist") == []
+    for argv in (["--help"], ["fitt"], ["fit", "--help"], ["--version"]):
+        loaded = _loaded_after(f"""
+            import contextlib, io
+            from neurcam_dist.cli import main
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                try:
+                    main({argv!r})
+                except SystemExit:
+                    pass
+        """)
+        assert loaded == [], (argv, loaded)
+    # the estimator needs torch and scikit-learn (and scikit-learn pandas), nothing of the services
+    loaded = {m.split(".")[0] for m in _loaded_after("from neurcam_dist import NeurCAM")}
+    assert {"torch", "sklearn"} <= loaded and not loaded & {"ray", "mlflow", "matplotlib"}, loaded
 
 
 def test_cli_names_the_missing_extra():

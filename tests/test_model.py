@@ -363,3 +363,80 @@ def test_kmeans_init_is_lloyd_while_cheap_and_recorded(data, fitted):
     assert fitted.explain(X).model_card["kmeans_init"]["method"] == "lloyd"
     mb = NeurCAM(n_clusters=3, random_state=0, kmeans="minibatch", kmeans_n_init=3, **SMALL).fit(X)
     assert mb.history_["init"]["method"] == "minibatch" and mb.history_["init"]["n_init"] == 3
+
+
+def _run(s: Schedule, hot_below: float = 0.0, limit: int = 10_000) -> list:
+    """End epochs (loss 1.0) until ``s`` finishes; gates are one-hot below ``hot_below``."""
+    actions = []
+    while not s.finished and len(actions) < limit:
+        actions.append(s.end_epoch(1.0, lambda t: t < hot_below, lambda t: t < hot_below))
+    return actions
+
+
+@pytest.mark.parametrize("epochs,pairs", [(1, False), (5, False), (60, False), (60, True), (400, True)])
+def test_epochs_bounds_the_whole_run_and_it_still_ends_with_locked_gates(epochs, pairs):
+    s = Schedule(epochs=epochs, warmup_epochs=400, distill_epochs=10, epsilon=0.9, has_pairs=pairs,
+                 early_stopping=False, anneal_epochs=100)
+    actions = _run(s)  # gates never one-hot on their own: annealing must be cut to fit
+    assert s.epoch == max(epochs, 1 + (2 if pairs else 1))  # only a budget below one epoch per phase is exceeded
+    assert actions.count("freeze_teacher") == 1 and actions.count("lock_single") == 1
+    assert actions.count("lock_pairs") == (1 if pairs else 0)
+    assert s.stop_reason == f"reached epochs={epochs}"
+    assert any("annealing compressed to fit epochs=" in e["reason"] for e in s.events)
+
+
+def test_annealing_stops_at_anneal_epochs_and_the_event_says_so():
+    s = Schedule(epochs=1000, warmup_epochs=5, distill_epochs=0, epsilon=0.9, has_pairs=False,
+                 early_stopping=False, anneal_epochs=7)
+    _run(s)
+    starts = {e["phase"]: e for e in s.events}
+    assert starts["final"]["epoch"] - starts["anneal_single"]["epoch"] == 7
+    assert "locked to their argmax" in starts["final"]["reason"] and "anneal_epochs=7" in starts["final"]["reason"]
+    # gates that become one-hot in time end annealing themselves (no lock forced)
+    s2 = Schedule(epochs=1000, warmup_epochs=5, distill_epochs=0, epsilon=0.5, has_pairs=False,
+                  early_stopping=False, anneal_epochs=7)
+    _run(s2, hot_below=0.2)
+    assert "gates one-hot at T=0.125" in s2.events[-1]["reason"]
+
+
+def test_a_lowered_budget_compresses_the_phases_after_it():
+    def five_epochs_in():
+        s = Schedule(epochs=1000, warmup_epochs=400, distill_epochs=2, epsilon=0.9, has_pairs=False,
+                     early_stopping=False)
+        for _ in range(5):
+            s.end_epoch(1.0, lambda t: False, lambda t: False)
+        return s
+    s = five_epochs_in()
+    s.cap(8, "max_seconds=2")
+    s.cap(40, "max_seconds=9")  # only ever lowered
+    assert s.limit == 8
+    _run(s)
+    assert s.epoch == 8 and s.stop_reason == "reached max_seconds=2 at epoch 8"
+    assert [e["epoch"] for e in s.events] == [2, 7, 8]  # warm-up cut at 7, gates locked at 8
+    clone = Schedule.from_state_dict(s.state_dict())
+    assert clone.limit == 8 and clone.budget_reason == "max_seconds=2"
+    # a budget cut to the epoch under way leaves no room: warm-up and annealing take one epoch each
+    late = five_epochs_in()
+    late.cap(3, "max_seconds=2")
+    assert late.limit == 6
+    _run(late)
+    assert late.epoch == 7 and late.phase == "final"
+
+
+def test_annealing_falls_fast_enough_to_be_one_hot_by_its_deadline_and_no_faster():
+    hot = 1e-3  # the gates are one-hot at or below this temperature
+    s = Schedule(epochs=1000, warmup_epochs=2, distill_epochs=0, epsilon=0.9, has_pairs=False,
+                 early_stopping=False, anneal_epochs=10)
+    temps = []
+    while s.phase != "final":
+        temps.append(s.t)
+        s.end_epoch(1.0, lambda t: True, lambda t: t <= hot * (1 + 1e-9), None, lambda t: min(t, hot))
+    assert "gates one-hot at T=0.001" in s.events[-1]["reason"]  # reached by annealing, not a forced lock
+    anneal = temps[2:]
+    assert len(anneal) <= 10 and all(b < a for a, b in zip(anneal, anneal[1:]))
+    # where epsilon alone reaches the one-hot temperature in time, it sets the pace
+    s2 = Schedule(epochs=1000, warmup_epochs=2, distill_epochs=0, epsilon=0.5, has_pairs=False,
+                  early_stopping=False, anneal_epochs=10)
+    for _ in range(4):
+        s2.end_epoch(1.0, lambda t: True, lambda t: t <= 0.2, None, lambda t: min(t, 0.2))
+    assert s2.t == 0.25

@@ -55,3 +55,22 @@ def test_resume_from_state_dict_continues_identically():
     for (name, pa), pb in zip(a.net.state_dict().items(), b.net.state_dict().values()):
         assert torch.equal(pa, pb), name
     assert a.optimizer.param_groups[0]["lr"] == b.optimizer.param_groups[0]["lr"]
+
+
+def test_max_seconds_lowers_the_budget_to_what_fits_and_ends_with_locked_gates():
+    x = torch.randn(96, 4, generator=torch.Generator().manual_seed(1))
+    net = NeurCAMNet(4, 3, 4, 0, (16,), 4, x[:3].clone(), seed=0)
+    sched = Schedule(epochs=1000, warmup_epochs=400, distill_epochs=0, epsilon=0.9, has_pairs=False,
+                     early_stopping=False)
+    trainer = Trainer(net, sched, m=1.05, gamma=1.0, lr=2e-3, lr_patience=2, max_seconds=30.0)
+    sched.seconds = 4.0  # spent before training (k-means)
+    n = 0
+    while not trainer.finished:
+        stats = trainer.run_epoch([Batch(x, x)], target_fn=_target_fn(trainer, x[:3]))
+        trainer.end_epoch(stats.means(), 1.0)  # every epoch "takes" one second
+        n += 1
+        assert n < 100
+    # 30 s - 4 s spent - one epoch kept for the work after training: 25 epochs of one second
+    assert n == 25 and sched.seconds == 4.0 + n
+    assert sched.stop_reason == "reached max_seconds=30 at epoch 25"
+    assert net.single.gates.is_locked

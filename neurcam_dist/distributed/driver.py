@@ -25,8 +25,8 @@ from .. import outputs
 from ..config import coerce_config
 from ..estimator import NeurCAM
 from ..model import FittedNet, build_trainer
-from ..model.kmeans import kmeans_centroids
-from ..numerics import standardize
+from ..model.initial import initial_centroids
+from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..uris import as_path, join
 from ..validation import constant_features_note, empty_clusters_note
@@ -85,9 +85,10 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
-    centroids, info = kmeans_centroids(xr_sample, m.n_clusters, m.random_state, method=m.kmeans,
-                                       n_init=m.kmeans_n_init, batch_size=m.batch_size)
-    log(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}) on a "
+    centroids, info = initial_centroids(job.spec, x_sample, xr_sample, method=m.kmeans, n_init=m.kmeans_n_init,
+                                        allowed=~prof.constant, baseline=standardized_zero(mean, scale))
+    chosen = f", chosen by {info['chosen_by']}" if "chosen_by" in info else ""
+    log(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
                         allowed=~prof.constant)
@@ -101,7 +102,8 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
                         allowed=init.allowed, shuffle_buffer=tc.shuffle_buffer, checkpoint_every=tc.checkpoint_every,
                         cpus_per_worker=tc.cpus_per_worker, max_epochs=max_epochs, cache=tc.cache,
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
-                        cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial)
+                        cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
+                        loss_scale=float((init.kmeans or {}).get("explained", 0.0)))
 
 
 def training_dataset(job: ResolvedJob):

@@ -72,6 +72,7 @@ class WorkerConfig:
     trial: str | None = None        # the search's trial id, which tags this run's records
     events: events.Channel | None = None  # where progress records go (None: printed by the worker)
     held: HeldRows | None = None    # small rows to slice, instead of a Ray Data shard
+    loss_scale: float = 0.0         # the plateau tolerance's scale (``Schedule.loss_scale``; from the init)
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -109,6 +110,15 @@ class _Group:
         t = torch.tensor([1 if flag else 0], device=self.coll_device)
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return bool(t.item())
+
+    def slowest(self, seconds: float) -> float:
+        """The largest of the workers' ``seconds`` (the time budget's clock, the same on all)."""
+        if not self.distributed:
+            return seconds
+        import torch.distributed as dist
+        t = torch.tensor([seconds], dtype=torch.float64, device=self.coll_device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
 
     def reduce(self, sums: torch.Tensor) -> torch.Tensor:
         if not self.distributed:
@@ -358,7 +368,7 @@ def train_loop_per_worker(config: dict) -> None:
     torch.manual_seed(c.spec.random_state)
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
-                            cuda_graphs=c.cuda_graphs,
+                            cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale,
                             allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale))
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
@@ -391,7 +401,7 @@ def train_loop_per_worker(config: dict) -> None:
         else:
             stats = trainer.run_epoch(_batches(shard, c, trainer, group, keep, rows_cache), target_fn)
         means = EpochStats.means_of(group.reduce(stats.sums()))
-        seconds = time.perf_counter() - t0
+        seconds = group.slowest(time.perf_counter() - t0)
         rec, action = trainer.end_epoch(means, seconds)
         rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
         rec["source"], rec["teacher_rows"] = source, rows_cache.take_computed()  # this worker's teacher forwards

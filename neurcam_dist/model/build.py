@@ -42,6 +42,8 @@ class TrainingSpec:
     tol: float
     batch_size: int
     precision: str                # fp32, bf16 or auto (resolved per device by the driver)
+    anneal_epochs: int = DEFAULTS["anneal_epochs"]
+    max_seconds: float | None = None
 
     @classmethod
     def for_data(cls, params: dict, n_rows: int, n_features: int) -> "TrainingSpec":
@@ -69,7 +71,9 @@ class TrainingSpec:
                    epochs=int(p["epochs"]), warmup_epochs=int(p["warmup_epochs"]),
                    distill_epochs=int(p["distill_epochs"]) if distill else 0,
                    early_stopping=bool(p["early_stopping"]), n_iter_no_change=int(p["n_iter_no_change"]),
-                   tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]))
+                   tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]),
+                   anneal_epochs=int(p["anneal_epochs"]),
+                   max_seconds=None if p["max_seconds"] is None else float(p["max_seconds"]))
 
     def to_dict(self) -> dict:
         """The spec as a dict (for records and checkpoints)."""
@@ -88,23 +92,26 @@ def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None) ->
     return net
 
 
-def build_schedule(spec: TrainingSpec) -> Schedule:
-    """Algorithm 1's schedule for ``spec`` (distill, warm-up, annealing, final)."""
+def build_schedule(spec: TrainingSpec, loss_scale: float = 0.0) -> Schedule:
+    """Algorithm 1's schedule for ``spec`` (distill, warm-up, annealing, final); ``loss_scale``:
+    what the plateau tolerance is relative to where smaller than the loss (``Schedule.loss_scale``)."""
     return Schedule(epochs=spec.epochs, warmup_epochs=spec.warmup_epochs, distill_epochs=spec.distill_epochs,
                     epsilon=spec.epsilon, has_pairs=spec.n_pairs > 0, early_stopping=spec.early_stopping,
-                    n_iter_no_change=spec.n_iter_no_change, tol=spec.tol)
+                    n_iter_no_change=spec.n_iter_no_change, tol=spec.tol, anneal_epochs=spec.anneal_epochs,
+                    loss_scale=float(loss_scale))
 
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
                   agree: Callable[[bool], bool] = bool, allowed=None, baseline=None,
-                  cuda_graphs: bool = True) -> Trainer:
+                  cuda_graphs: bool = True, loss_scale: float = 0.0) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
     ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce;
-    ``cuda_graphs``: replay the step from CUDA graphs on a GPU (``settings.cuda_graphs_enabled``)."""
+    ``cuda_graphs``: replay the step from CUDA graphs on a GPU (``settings.cuda_graphs_enabled``);
+    ``loss_scale``: the init's ``explained`` (``model.initial``), the plateau tolerance's scale."""
     net = build_network(spec, centroids, allowed, baseline).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():
                 p.requires_grad_(False)
-    return Trainer(net, build_schedule(spec), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
-                   precision=precision, agree=agree, cuda_graphs=cuda_graphs)
+    return Trainer(net, build_schedule(spec, loss_scale), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
+                   precision=precision, agree=agree, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from sklearn.cluster import KMeans, MiniBatchKMeans
 
 LLOYD_BUDGET = 2e7  # rows x dims x clusters: Lloyd with 10 restarts takes seconds below this on 2 cores
 
@@ -28,6 +27,8 @@ def kmeans_centroids(xr: np.ndarray, n_clusters: int, seed: int, *, method: str 
     """``(centroids, info)``: ``info`` says which k-means ran, with how many restarts, on how many
     rows, its mean squared distance to the nearest centroid, and how long it took (the model card
     records it)."""
+    from sklearn.cluster import KMeans, MiniBatchKMeans  # on use: sklearn.cluster is slow to import
+
     chosen = kmeans_method(len(xr), xr.shape[1], n_clusters, method)
     t0 = time.perf_counter()
     if chosen == "lloyd":

@@ -2,10 +2,20 @@
 
 Phases: ``distill`` (optional, ``distill_epochs`` epochs: KL toward the k-means assignment) ->
 ``warmup`` (T = T2 = 1, at most ``warmup_epochs`` epochs counted from its own start) ->
-``anneal_pairs`` (T2 *= epsilon each epoch until every pairwise gate is one-hot, then locked) ->
+``anneal_pairs`` (T2 falls each epoch until every pairwise gate is one-hot, then locked) ->
 ``anneal_single`` (T likewise) -> ``final`` (both locked; train on until ``epochs`` or early stop).
+
+``epochs`` bounds the whole run, every phase included (``max_seconds``, through ``cap``, may lower
+that bound while training). The budget is shared out so that it always ends in a valid GAM: the
+warm-up ends early enough to leave each annealing phase its room (``anneal_epochs``, or a fifth of
+the budget if less) and the final phase a few epochs. Within its room the temperature falls by
+``epsilon`` an epoch, or faster where that would not reach, by the deadline, the temperature at
+which the gates are one-hot now (their top two logits apart by 2 T: entmax15's one-hot bound),
+so annealing is as gradual as its room allows; gates still not one-hot at the deadline are locked
+to their argmax (exactly what one-hot gates select) and the event says so. Only a budget below one epoch per phase is exceeded (by those epochs).
 The same decisions must be taken on every data-parallel worker, so the schedule only looks at
-globally reduced numbers (the epoch loss) and at the gates, which are replicated.
+globally reduced numbers (the epoch loss, the slowest worker's seconds) and at the gates, which
+are replicated.
 """
 from __future__ import annotations
 
@@ -22,15 +32,20 @@ ANNEALING = {"anneal_pairs": ("t2", "T2", "pairwise", "anneal_single", "lock_pai
 
 @dataclass
 class Plateau:
-    """Best-so-far tracker: ``stale`` counts epochs without a relative improvement above ``tol``."""
+    """Best-so-far tracker: ``stale`` counts epochs without an improvement above ``tol`` times the
+    loss, or times ``scale`` where that is smaller (see ``Schedule.loss_scale``)."""
 
     tol: float
     best: float = math.inf
     stale: int = 0
+    scale: float = 0.0
 
     def update(self, value: float) -> None:
         """Count an epoch without relative improvement by ``tol`` (or reset on one)."""
-        if value < self.best - self.tol * abs(self.best if math.isfinite(self.best) else value):
+        ref = abs(self.best if math.isfinite(self.best) else value)
+        if self.scale > 0:
+            ref = min(ref, self.scale)
+        if value < self.best - self.tol * ref:
             self.best, self.stale = value, 0
         else:
             self.stale += 1
@@ -39,7 +54,8 @@ class Plateau:
 @dataclass
 class Schedule:
     """``epochs`` bounds the whole run (every phase); ``warmup_epochs`` bounds the warm-up alone,
-    which starts after distillation. Annealing always runs until the gates are one-hot."""
+    which starts after distillation; ``anneal_epochs`` bounds each annealing phase, which locks its
+    gates to their argmax if they are not one-hot by then (see the module docstring)."""
 
     epochs: int
     warmup_epochs: int
@@ -49,6 +65,13 @@ class Schedule:
     early_stopping: bool = True
     n_iter_no_change: int = DEFAULTS["n_iter_no_change"]
     tol: float = DEFAULTS["tol"]
+    anneal_epochs: int = DEFAULTS["anneal_epochs"]
+    # The part of the loss the clustering explains (the clustering space's variance less the
+    # k-means inertia, per row): the warm-up's ``tol`` is relative to it where it is smaller than
+    # the loss. On sentence embeddings it is a few percent of the loss, and a tolerance relative to
+    # the loss ended the warm-up long before the clusters had formed. 0: relative to the loss. The
+    # final phase (gates locked) keeps the tolerance relative to the loss.
+    loss_scale: float = 0.0
     min_temperature: float = 1e-8
     epoch: int = 0
     phase: str = "warmup"
@@ -58,11 +81,14 @@ class Schedule:
     stop_reason: str = ""
     events: list = field(default_factory=list)
     plateau: Plateau = field(default_factory=lambda: Plateau(DEFAULTS["tol"]))
+    budget: int = 0            # the epoch budget once ``cap`` lowered it below ``epochs`` (0: epochs)
+    budget_reason: str = ""    # what set ``budget`` (e.g. "max_seconds=30")
+    seconds: float = 0.0       # seconds spent so far (the driver adds each epoch's; ``max_seconds``)
 
     def __post_init__(self) -> None:
         if self.epoch == 0 and self.phase == "warmup" and self.distill_epochs > 0:
             self.phase = "distill"
-        self.plateau.tol = self.tol
+        self.plateau.tol, self.plateau.scale = self.tol, self.loss_scale
 
     @property
     def annealing(self) -> bool:
@@ -78,34 +104,79 @@ class Schedule:
         """True when the loss carries the KL term (toward k-means in distill, toward w* after warm-up)."""
         return self.phase == "distill" or self.annealing
 
+    @property
+    def limit(self) -> int:
+        """The epoch budget in force: ``epochs``, or the lower bound ``cap`` set."""
+        return min(self.epochs, self.budget) if self.budget else self.epochs
+
+    @property
+    def _limit_text(self) -> str:
+        return self.budget_reason if self.budget and self.budget < self.epochs else f"epochs={self.epochs}"
+
+    def cap(self, epochs: int, reason: str) -> None:
+        """Lower the epoch budget to ``epochs`` (never below the epoch under way), e.g. to what fits
+        in ``max_seconds``; later phases are compressed to fit it."""
+        epochs = max(int(epochs), self.epoch + 1)
+        if epochs < self.limit:
+            self.budget, self.budget_reason = epochs, reason
+
+    @property
+    def _final_reserve(self) -> int:
+        """Epochs kept for the final phase (locked gates) out of the budget."""
+        return min(self.n_iter_no_change, self.limit // 10)
+
+    @property
+    def _anneal_reserve(self) -> int:
+        """Epochs kept for each annealing phase out of the budget."""
+        return max(1, min(self.anneal_epochs, self.limit // 5))
+
+    @property
+    def _warm_deadline(self) -> int:
+        """The epoch by which distillation and warm-up end, leaving annealing and final their room."""
+        phases = 2 if self.has_pairs else 1
+        return max(1, self.limit - self._final_reserve - phases * self._anneal_reserve)
+
+    def _anneal_deadline(self) -> int:
+        """The epoch by which the current annealing phase locks its gates."""
+        own = self.phase_start + max(1, self.anneal_epochs)
+        room = self.limit - self._final_reserve - self.phase_start
+        if self.phase == "anneal_pairs":
+            room = room // 2  # half the room left: the single-feature gates anneal after these
+        return min(own, self.phase_start + max(1, room))
+
     def _enter(self, phase: str, reason: str) -> None:
         self.events.append({"epoch": self.epoch, "phase": phase, "reason": reason})
         self.phase, self.phase_start = phase, self.epoch
-        self.plateau = Plateau(self.tol)
+        self.plateau = Plateau(self.tol, scale=self.loss_scale if phase == "warmup" else 0.0)
 
-    def end_epoch(self, loss: float, pairs_one_hot, single_one_hot) -> str | None:
+    def end_epoch(self, loss: float, pairs_one_hot, single_one_hot,
+                  pairs_hot_at=None, single_hot_at=None) -> str | None:
         """Advance after an epoch with (globally reduced) ``loss``. ``*_one_hot(t)`` say whether
-        the gates are exactly one-hot at a temperature. Returns the action the driver must take:
+        the gates are exactly one-hot at a temperature; ``*_hot_at(t)`` (optional) give the largest
+        temperature up to ``t`` at which they are, which a deadline lock records. Returns the
+        action the driver must take:
         ``'freeze_teacher'`` (warm-up just ended), ``'lock_pairs'``, ``'lock_single'`` or None."""
         self.epoch += 1
         self.plateau.update(loss)
         action = None
-        if self.epoch >= self.epochs:
-            self.stop_reason = self.stop_reason or f"reached epochs={self.epochs}"
-        spent = self.epoch >= self.epochs  # the budget ends distillation and warm-up, not annealing
+        if self.epoch >= self.limit:
+            self.stop_reason = self.stop_reason or f"reached {self._limit_text}" + (
+                f" at epoch {self.epoch}" if self.limit < self.epochs else "")
+        spent = self.epoch >= self._warm_deadline  # distillation and warm-up must end to leave annealing room
+        budget = self._limit_text
         if self.phase == "distill":
             if self.epoch - self.phase_start >= self.distill_epochs or spent:
                 self._enter("warmup", f"distillation done after {self.epoch - self.phase_start} epochs"
-                            + (f" (epochs={self.epochs} reached)" if spent else ""))
+                            + (f" (cut to leave annealing room within {budget})" if spent else ""))
                 if self.warmup_epochs == 0 or spent:  # no warm-up: the distilled model is the teacher
-                    self._enter(self._first_anneal, "warm-up ended: " + (f"epochs={self.epochs} reached" if spent
-                                                                         else "warmup_epochs=0"))
+                    self._enter(self._first_anneal, "warm-up ended: " + (
+                        f"cut to leave annealing room within {budget}" if spent else "warmup_epochs=0"))
                     action = "freeze_teacher"
         elif self.phase == "warmup":
             plateaued = self.early_stopping and self.plateau.stale >= self.n_iter_no_change
             done = self.epoch - self.phase_start >= self.warmup_epochs
             if done or plateaued or spent:
-                why = (f"epochs={self.epochs} reached" if spent and not done else
+                why = (f"cut to leave annealing room within {budget}" if spent and not done else
                        f"loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
                        if plateaued and not done else f"warmup_epochs={self.warmup_epochs}")
                 self._enter(self._first_anneal, f"warm-up ended: {why}")
@@ -114,11 +185,26 @@ class Schedule:
             attr, label, gates, after, lock = ANNEALING[self.phase]
             temperature = getattr(self, attr)
             one_hot = pairs_one_hot if self.phase == "anneal_pairs" else single_one_hot
-            if one_hot(temperature) or temperature <= self.min_temperature:
+            if one_hot(temperature):
                 self._enter(after, f"{gates} gates one-hot at {label}={temperature:.3g}")
                 action = lock
+            elif temperature <= self.min_temperature or self.epoch >= (deadline := self._anneal_deadline()):
+                cut = (f"anneal_epochs={self.anneal_epochs}" if self.epoch - self.phase_start >= self.anneal_epochs
+                       else f"annealing compressed to fit {budget}")
+                if temperature <= self.min_temperature:
+                    cut = f"{label} reached {self.min_temperature:g}"
+                hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
+                if hot_at is not None:  # record the temperature at which the relaxed gates equal the lock
+                    temperature = hot_at(temperature)
+                    setattr(self, attr, temperature)
+                self._enter(after, f"{gates} gates locked to their argmax, one-hot at {label}={temperature:.3g} ({cut})")
+                action = lock
             else:
-                setattr(self, attr, max(temperature * self.epsilon, self.min_temperature))
+                factor = self.epsilon
+                hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
+                if hot_at is not None:  # no slower than epsilon, fast enough to be one-hot by the deadline
+                    factor = min(factor, (hot_at(temperature) / temperature) ** (1.0 / (deadline - self.epoch)))
+                setattr(self, attr, max(temperature * factor, self.min_temperature))
         elif self.phase == "final":
             if self.early_stopping and self.plateau.stale >= self.n_iter_no_change:
                 self.stop_reason = f"early stop: loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"

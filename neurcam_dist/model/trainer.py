@@ -36,7 +36,7 @@ class Trainer:
     schedule, teacher (see the module docstring)."""
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
                  lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
-                 cuda_graphs: bool = True, graphs: StepGraphs | None = None):
+                 cuda_graphs: bool = True, graphs: StepGraphs | None = None, max_seconds: float | None = None):
         self.net = net
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
@@ -50,6 +50,8 @@ class Trainer:
         self.teacher: NeurCAMNet | None = None
         # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
         self.agree = agree
+        self.max_seconds = max_seconds
+        self._recent: list[float] = []  # the last epochs' seconds (the time budget's rate)
 
     @property
     def finished(self) -> bool:
@@ -73,8 +75,10 @@ class Trainer:
                   "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": float(self.optimizer.param_groups[0]["lr"]),
                   "seconds": seconds}
         self.plateau.step(means["loss"])
+        self._spend(seconds)
         action = s.end_epoch(means["loss"], lambda t: self.agree(self.net.pairs.gates.one_hot_at(t)),
-                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)))
+                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)),
+                             self.net.pairs.gates.one_hot_temperature, self.net.single.gates.one_hot_temperature)
         if action == "freeze_teacher":
             self.teacher = copy.deepcopy(self.net).eval()
             for p in self.teacher.parameters():
@@ -86,6 +90,19 @@ class Trainer:
         if s.phase != phase:
             self.plateau = make_plateau(self.optimizer, self.lr_patience)  # the loss changes meaning
         return record, action
+
+    def _spend(self, seconds: float) -> None:
+        """Count an epoch's ``seconds`` (the slowest worker's, when data-parallel) and, under
+        ``max_seconds``, lower the epoch budget to what fits in the time left, keeping one epoch's
+        time for the work after training (labels, saving)."""
+        s = self.schedule
+        s.seconds += seconds
+        if self.max_seconds is None:
+            return
+        self._recent = (self._recent + [seconds])[-5:]
+        per_epoch = max(sum(self._recent) / len(self._recent), 1e-6)
+        left = self.max_seconds - s.seconds - per_epoch
+        s.cap(s.epoch + 1 + int(max(left, 0.0) // per_epoch), f"max_seconds={self.max_seconds:g}")
 
     def state_dict(self) -> dict:
         """Network, optimizer, plateau, schedule and teacher: a checkpoint."""
