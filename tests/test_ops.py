@@ -316,8 +316,8 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     name = "ops-lineage"
     snapshot = pd.read_parquet(events / "date=2026-11-26")
     X = snapshot[["f0", "f1", "f2", "f3"]]
-    est = NeurCAM(n_clusters=3, hidden=(16, 16), n_bases=4, warmup_epochs=3, epochs=6, random_state=0,
-                  verbose=False).fit(X)
+    model = {**tiny(events, tmp_path, name)["model"], "epochs": 30}  # as the re-clustering below trains
+    est = NeurCAM(**{**model, "hidden": tuple(model["hidden"])}, verbose=False).fit(X)
     mlflow.set_tracking_uri(mlflow_server)
     mlflow.set_experiment("ops-lineage")
     versions = []
@@ -330,7 +330,9 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     client.delete_model_version(name, versions[1])     # the champion's version, deleted by a person
 
     config = tmp_path / "rc.yaml"
-    config.write_text(yaml.safe_dump(tiny(events, tmp_path / "unused", name, recluster={"policy": "always"})))
+    cfg = tiny(events, tmp_path / "unused", name, recluster={"policy": "always"})
+    cfg["model"] = model  # both models trained enough to agree on most rows (epochs bounds annealing too)
+    config.write_text(yaml.safe_dump(cfg))
     env = recluster_env(ray_head, mlflow_server, events, tmp_path / "out")
     # what a run SIGKILLed while logging leaves: its MLflow run RUNNING, its recluster.json "running"
     import socket
