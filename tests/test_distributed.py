@@ -559,10 +559,12 @@ def test_the_streams_idle_scheduling_loop_pauses_and_the_stream_is_unchanged(sha
     unpaced = _read_slowly(reading.streamed_dataset(p, batch_rows=100), Counting)
     paced = _read_slowly(reading.streamed_dataset(p, batch_rows=100), Paced)
     assert paced == unpaced and sorted(paced) == list(range(N_ROWS))     # same rows, same order
-    # unpaced, the loop polls flat out while the consumer works (the state the pause is for)
-    assert Counting.made.steps > 300, Counting.made.steps
-    assert Paced.made.pauses > 0 and Paced.made.steps * 2 < Counting.made.steps, \
-        (Paced.made.steps, Counting.made.steps)
+    # unpaced, the loop polls while the consumer works (the state the pause is for); paced, most
+    # of its steps moved nothing and paused. How much fewer steps that makes depends on how fast
+    # the unpaced loop polls on a loaded machine (1,000 a second idle, 190 in a loaded CI run).
+    assert Counting.made.steps > 200, Counting.made.steps
+    assert Paced.made.steps < Counting.made.steps, (Paced.made.steps, Counting.made.steps)
+    assert Paced.made.pauses > Paced.made.steps / 2, (Paced.made.pauses, Paced.made.steps)
 
     # an executor without the state it reads: the pause switches itself off and says so, once
     off = IdlePause()

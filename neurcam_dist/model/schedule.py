@@ -12,7 +12,8 @@ the budget if less) and the final phase a few epochs. Within its room the temper
 ``epsilon`` an epoch, or faster where that would not reach, by the deadline, the temperature at
 which the gates are one-hot now (their top two logits apart by 2 T: entmax15's one-hot bound),
 so annealing is as gradual as its room allows; gates still not one-hot at the deadline are locked
-to their argmax (exactly what one-hot gates select) and the event says so. Only a budget below one epoch per phase is exceeded (by those epochs).
+to their argmax (exactly what one-hot gates select) and the event says so. Only a budget below one
+epoch per phase is exceeded (by those epochs).
 The same decisions must be taken on every data-parallel worker, so the schedule only looks at
 globally reduced numbers (the epoch loss, the slowest worker's seconds) and at the gates, which
 are replicated.
