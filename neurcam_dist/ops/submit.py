@@ -67,7 +67,7 @@ def check_fit(address: str, job: str, config_path: str, overrides: list[str], lo
     would be refused at its start (or hang) is refused here, with the fields to change; a cluster
     that cannot be asked, or a config that is only in the image, is said and not checked."""
     from ..config import load_config, parse_overrides
-    from .validate import cluster_resources
+    from .validate import NO_RESOURCES_YET, cluster_resources
     if job == "predict":
         return
     if not Path(config_path).is_file():
@@ -78,6 +78,10 @@ def check_fit(address: str, job: str, config_path: str, overrides: list[str], lo
         cpus, gpus = cluster_resources(address)
     except ConfigError as exc:
         log(f"warning: {exc}; the job's resources are checked when it starts")
+        return
+    if cpus == 0 and gpus == 0:
+        log(f"the cluster reports no CPUs or GPUs now ({NO_RESOURCES_YET}): the job's resources are checked "
+            f"when it starts")
         return
     log(f"resources: {cfg.check_fits(cpus, gpus, search=job in ('tune', 'recluster'))} "
         f"(the cluster has {cpus:g} CPUs, {gpus:g} GPUs now)")

@@ -17,6 +17,10 @@ from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 
 
+# why a cluster may report no resources: nodes its state API does not count yet, or none started yet
+NO_RESOURCES_YET = "nodes still registering, or an autoscaler that adds workers on demand"
+
+
 def cluster_resources(address: str) -> tuple[float, float]:
     """``(CPUs, GPUs)`` of the alive nodes of the Ray cluster whose dashboard (job server) is at
     ``address`` (``http://HEAD:8265``), through Ray's state API; ``ConfigError`` in one line, with
@@ -43,8 +47,10 @@ def check_cluster(cfg: JobConfig, address: str, search: bool | None = None) -> l
     by default when the config has a ``search:`` or ``recluster:`` section."""
     cpus, gpus = cluster_resources(address)
     search = (cfg.search is not None or cfg.recluster is not None) if search is None else search
-    return [f"cluster: {cpus:g} CPUs, {gpus:g} GPUs on the alive nodes at {redact(address)}",
-            f"resources: {cfg.check_fits(cpus, gpus, search=search)}"]
+    where = f"cluster: {cpus:g} CPUs, {gpus:g} GPUs on the alive nodes at {redact(address)}"
+    if cpus == 0 and gpus == 0:
+        return [where, f"resources: not checked ({NO_RESOURCES_YET}); checked when the job starts"]
+    return [where, f"resources: {cfg.check_fits(cpus, gpus, search=search)}"]
 
 
 def validate(cfg: JobConfig, *, check_tracking: bool = False, address: str | None = None) -> list[str]:
