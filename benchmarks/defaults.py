@@ -127,6 +127,7 @@ def main() -> None:
     ap.add_argument("--cache", default="/tmp/neurcam-text-cache", help="benchmarks/text.py's featurization cache")
     ap.add_argument("--text", action="store_true", help="add AG News 4k (minutes; needs the text extra)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default=None, help="only the rows whose name contains this (no start-up table)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=str(ROOT / "results" / "defaults.md"))
     args = ap.parse_args()
@@ -134,14 +135,16 @@ def main() -> None:
     NeurCAM(n_clusters=2, verbose=False, epochs=2).fit(np.random.default_rng(0).normal(size=(20, 2)))  # torch's imports
     rows = []
     for name, x, y, k, rep in datasets(args):
+        if args.only and args.only not in name:
+            continue
         rows.append(row(name, x, y, k, rep, args.seed))
         print(markdown_table(rows[-1:]).splitlines()[-1], flush=True)
-    start = startup()
+    start = [] if args.only else startup()
     text = (f"# Defaults: NeurCAM(n_clusters=K) beside KMeans\n\nRun {started} on {machine()}, seed {args.seed}, "
             f"nothing else running. Every NeurCAM fit uses the defaults (`neurcam_dist.params`); times are "
             f"wall seconds in one process after torch's one-time imports (the start-up table has those).\n\n"
-            + markdown_table(rows) + "\n## Start-up (fresh interpreter, best of 3, less a bare interpreter)\n\n"
-            + markdown_table(start))
+            + markdown_table(rows) + ("" if args.only else "\n## Start-up (fresh interpreter, best of 3, less a "
+                                      "bare interpreter)\n\n" + markdown_table(start)))
     write_atomic(Path(args.out), text)
     print(text)
 
