@@ -34,9 +34,8 @@ from sklearn.metrics import adjusted_rand_score
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_DATA, ROOT, heavy_tailed, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
 
-from neurcam_dist import NeurCAM  # noqa: E402
+from neurcam_dist import NeurCAM, metrics  # noqa: E402
 from neurcam_dist.config import TEXT_MODEL_DEFAULTS  # noqa: E402
-from neurcam_dist.model.initial import partition_inertia  # noqa: E402
 
 
 def mixture(n: int, d: int, k: int, spread: float, seed: int):
@@ -87,7 +86,7 @@ def row(name, x, y, k, rep, seed):
     est = NeurCAM(n_clusters=k, random_state=seed, verbose=False, **text).fit(x, X_repr=rep)
     nc_s = time.perf_counter() - t
     labels = est.predict(x)
-    inertia = partition_inertia(space.astype(np.float64), labels) * len(space)
+    inertia = metrics.inertia(space, labels) * len(space)
     init = est.history_["init"]
     out = {"data": name, "rows": len(x), "features": x.shape[1], "K": k, "KMeans s": round(km_s, 2),
            "NeurCAM s": round(nc_s, 2), "epochs": est.n_iter_, "inertia / KMeans": inertia / km.inertia_,

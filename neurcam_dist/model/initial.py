@@ -4,10 +4,11 @@ Lloyd's k-means reaches the lower k-means inertia, but on heavy-tailed data it s
 a few far rows, which an additive model cannot follow: distilled toward that partition, the
 network ends well above what it reaches from MiniBatchKMeans' (up to 1.14x on the heavy-tailed
 tables of ``benchmarks/defaults.py``). With ``kmeans='auto'``, when Lloyd is affordable both
-are run; if MiniBatchKMeans' inertia is within ``CLOSE`` of Lloyd's the Lloyd centroids are taken, otherwise each is
-tried: ``TRIAL_EPOCHS`` epochs of distillation on at most ``TRIAL_ROWS`` rows of the sample, and the
-target whose distilled network's own partition has the lower inertia (in the clustering space)
-is kept. ``info`` records both inertias and why. Seeded: the same data and seed choose the same.
+are run; if MiniBatchKMeans' inertia is within ``CLOSE`` of Lloyd's the Lloyd centroids are taken,
+otherwise each is tried: ``TRIAL_EPOCHS`` epochs of distillation on at most ``TRIAL_ROWS`` rows of
+the sample, and the target whose distilled network's own partition has the lower inertia (in the
+clustering space) is kept. The trial networks are discarded: the run distils again from the
+start, on all its rows, so a trial costs ``2 x TRIAL_EPOCHS`` epochs on the sample. ``info`` records both inertias and why. Seeded: the same data and seed choose the same.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from ..metrics import inertia
 from .build import TrainingSpec, build_trainer
 from .kmeans import kmeans_centroids, kmeans_method
 from .loss import fcm_log_membership, squared_distances
@@ -26,15 +28,6 @@ from .step import shuffled_batches
 CLOSE = 1.05
 TRIAL_ROWS = 5_000    # rows of the sample a trial distils on
 TRIAL_EPOCHS = 10     # distillation epochs per trial
-
-
-def partition_inertia(xr: np.ndarray, labels: np.ndarray) -> float:
-    """Mean squared distance of each row to the mean of its cluster (hard labels)."""
-    total = 0.0
-    for c in np.unique(labels):
-        rows = xr[labels == c]
-        total += float(((rows - rows.mean(0)) ** 2).sum())
-    return total / len(xr)
 
 
 def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray, xr: np.ndarray,
@@ -51,7 +44,7 @@ def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray,
         trainer.run_epoch(shuffled_batches(x_t, xr_t, targets, spec.batch_size, gen))
     with torch.no_grad():
         labels = trainer.net(x_t).argmax(1).numpy()
-    return partition_inertia(np.asarray(xr, np.float64), labels)
+    return inertia(xr, labels)
 
 
 def initial_centroids(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str = "auto",
@@ -61,8 +54,8 @@ def initial_centroids(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, meth
     docstring says. ``allowed`` / ``baseline`` as ``build_trainer``. ``info["explained"]``: the
     clustering space's variance less the chosen k-means inertia, per row (``Schedule.loss_scale``)."""
     centroids, info = _chosen(spec, x, xr, method=method, n_init=n_init, allowed=allowed, baseline=baseline)
-    xr64 = np.asarray(xr[:: max(1, len(xr) // 100_000)], np.float64)  # at most ~100,000 rows: an estimate
-    variance = float(((xr64 - xr64.mean(0)) ** 2).sum(1).mean())
+    rows = xr[:: max(1, len(xr) // 100_000)]  # at most ~100,000 rows: an estimate
+    variance = inertia(rows, np.zeros(len(rows), np.int64))  # one cluster: the variance per row
     return centroids, {**info, "explained": max(variance - info["inertia"], 0.0)}
 
 

@@ -185,16 +185,16 @@ class Schedule:
         elif self.phase in ANNEALING:
             attr, label, gates, after, lock = ANNEALING[self.phase]
             temperature = getattr(self, attr)
-            one_hot = pairs_one_hot if self.phase == "anneal_pairs" else single_one_hot
+            one_hot, hot_at = ((pairs_one_hot, pairs_hot_at) if self.phase == "anneal_pairs"
+                               else (single_one_hot, single_hot_at))
+            deadline = self._anneal_deadline()
             if one_hot(temperature):
                 self._enter(after, f"{gates} gates one-hot at {label}={temperature:.3g}")
                 action = lock
-            elif temperature <= self.min_temperature or self.epoch >= (deadline := self._anneal_deadline()):
-                cut = (f"anneal_epochs={self.anneal_epochs}" if self.epoch - self.phase_start >= self.anneal_epochs
+            elif temperature <= self.min_temperature or self.epoch >= deadline:
+                cut = (f"{label} reached {self.min_temperature:g}" if temperature <= self.min_temperature
+                       else f"anneal_epochs={self.anneal_epochs}" if self.epoch - self.phase_start >= self.anneal_epochs
                        else f"annealing compressed to fit {budget}")
-                if temperature <= self.min_temperature:
-                    cut = f"{label} reached {self.min_temperature:g}"
-                hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
                 if hot_at is not None:  # record the temperature at which the relaxed gates equal the lock
                     temperature = hot_at(temperature)
                     setattr(self, attr, temperature)
@@ -202,7 +202,6 @@ class Schedule:
                 action = lock
             else:
                 factor = self.epsilon
-                hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
                 if hot_at is not None:  # no slower than epsilon, fast enough to be one-hot by the deadline
                     factor = min(factor, (hot_at(temperature) / temperature) ** (1.0 / (deadline - self.epoch)))
                 setattr(self, attr, max(temperature * factor, self.min_temperature))
