@@ -129,7 +129,18 @@ def _sets(p: argparse.ArgumentParser, example: str = "model.epochs=50") -> None:
 
 
 def _encoding(p: argparse.ArgumentParser) -> None:
+    """A CSV input's encoding, delimiter and decimal mark (the last two told from the file when not given)."""
     p.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
+    p.add_argument("--delimiter", default=None, help="a CSV file's field separator (default: told from its first "
+                                                     "lines: , ; tab or |)")
+    p.add_argument("--decimal", default=None, choices=(".", ","),
+                   help="a CSV file's decimal mark (default: '.', ',' when the file is not comma-separated and "
+                        "its numbers are written 0,5)")
+
+
+def _csv(args) -> dict:
+    """The CSV flags as keyword arguments of the service's table readers."""
+    return {"encoding": args.encoding, "delimiter": args.delimiter, "decimal": args.decimal}
 
 
 def _add_demo(sub) -> argparse.ArgumentParser:
@@ -278,6 +289,7 @@ def _add_predict(sub) -> argparse.ArgumentParser:
     _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")
     pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
+    _encoding(pred)
     pred.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
     pred.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
     pred.add_argument("--log-dir", default=None,
@@ -371,17 +383,25 @@ def _demo(args) -> None:
     print_search(service.demo(args.output, args.seeds, args.workers, _overrides(args.set)))
 
 
-def _fit(args) -> None:
+REPORT_FAILED = 3   # exit status: the model was written, its report was not
+
+
+def _fit(args) -> int | None:
     result = service.fit(args.input, args.output, features=args.features, label=args.label, params=_params(args),
-                         report=args.report, encoding=args.encoding)
+                         report=args.report, **_csv(args))
     keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model and metrics written to {args.output}/ (load with neurcam_dist.NeurCAM.load('{args.output}/model'))")
+    if result.report_error:
+        print(f"neurcam: warning: the report could not be written ({redact(result.report_error)}); the model is "
+              f"kept: retry with neurcam explain --model {args.output}/model --input {args.input} --output DIR",
+              file=sys.stderr)
+        return REPORT_FAILED
 
 
 def _explain(args) -> None:
     result = service.explain(args.model, args.input, args.output, rows=args.rows, grid_size=args.grid_size,
-                             pair_grid_size=args.pair_grid_size, encoding=args.encoding, say=print)
+                             pair_grid_size=args.pair_grid_size, say=print, **_csv(args))
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     report = result.report
@@ -396,7 +416,7 @@ def _generate(args) -> None:
 
 def _sample(args) -> None:
     rows, files = service.sample(args.input, args.output, per_class=args.per_class, rows=args.rows, by=args.by,
-                                 id_column=args.id, files=args.files, seed=args.seed, encoding=args.encoding)
+                                 id_column=args.id, files=args.files, seed=args.seed, **_csv(args))
     print(f"wrote {rows:,} rows in {len(files)} Parquet file(s) to {args.output}/")
 
 
@@ -491,7 +511,7 @@ def _predict(args) -> None:
         print(f"predict: model {redact(settings.model)}, input {redact(str(settings.input))}, "
               f"output {redact(settings.output)}", file=sys.stderr)
     summary = service.predict(settings, carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency,
-                              log=lambda m: print(f"[neurcam] {m}", flush=True))
+                              log=lambda m: print(f"[neurcam] {m}", flush=True), csv=_csv(args))
     print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {redact(settings.output)}/ "
           f"in {summary['seconds']} s")
 
@@ -504,7 +524,8 @@ HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "history": _history
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed."""
+    """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed, 3 the
+    model was written but the report asked for (``fit --report``) was not."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_required(parser, args)

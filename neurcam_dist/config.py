@@ -231,6 +231,32 @@ class TrackingConfig(_Strict):
     experiment: str = "neurcam"
     model_name: str | None = None
 
+    @field_validator("model_name")
+    @classmethod
+    def _registrable(cls, name: str | None) -> str | None:
+        """A name MLflow's registry takes and ``models:/NAME@alias`` can hold (checked here, not
+        at registration after the training)."""
+        return None if name is None else check_model_name(name)
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if the model registry accepts it (the rules of MLflow 3's registry: not blank,
+    no ``/`` or ``:``, not a relative path such as ``..``), and ``models:/NAME@alias`` parses
+    (no ``@``, no surrounding spaces); else a ``ConfigError`` saying which rule."""
+    import posixpath
+    if not name.strip():
+        raise ConfigError("the registered model name is blank")
+    bad = [c for c in "/:@" if c in name]
+    if bad:
+        raise ConfigError(f"registered model name {name!r} contains {' and '.join(map(repr, bad))}: the registry "
+                         f"refuses '/' and ':', and '@' would break models:/NAME@alias (use letters, digits, "
+                         f"'-', '_', '.' and spaces)")
+    if name != name.strip():
+        raise ConfigError(f"registered model name {name!r} starts or ends with a space")
+    if posixpath.normpath(name) != name or name in (".", ".."):
+        raise ConfigError(f"registered model name {name!r} is a relative path the registry refuses")
+    return name
+
 
 class ReclusterConfig(_Strict):
     """``neurcam recluster``: which snapshot to read and when the challenger replaces the champion."""
@@ -526,16 +552,42 @@ def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
     return out, notes
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the later
+    value silently: ``epochs: 50`` then ``epochs: 5`` trains 5)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:          # an unhashable key: the base class says so
+                break
+            if first != key_node.start_mark.line + 1:
+                raise ConfigError(f"key {key!r} is given twice in one section (lines {first} and "
+                                  f"{key_node.start_mark.line + 1}): keep one")
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(text: str, where: str):
+    """A YAML document (a config, a ConfigMap's entry), with ``where`` in any error: not valid
+    YAML, or a key given twice in one mapping."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 (a SafeLoader)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where} is not valid YAML: {exc}") from None
+
+
 def load_config(path: str | os.PathLike, overrides: dict | None = None, environ=None) -> JobConfig:
     """Read a YAML config; the ``NEURCAM_*`` variables of ``ENV_OVERRIDES`` (``environ``, default
     ``os.environ``) then ``overrides`` (dotted keys such as ``model.epochs``) replace its values."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no config file at {p}")
-    try:
-        raw = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p} is not valid YAML: {exc}") from None
+    raw = read_yaml(p.read_text(), str(p))
     raw = raw or {}
     from_env, notes = env_overrides(raw, environ)
     cfg = parse_config(apply_overrides(apply_overrides(raw, from_env), overrides), str(p))

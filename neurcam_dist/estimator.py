@@ -5,6 +5,7 @@ shared epoch step; the Ray worker builds and drives the very same pieces over st
 """
 from __future__ import annotations
 
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
 from .model.step import shuffled_batches
 from .params import HYPERPARAMETERS
-from .settings import cuda_graphs_enabled
+from .settings import available_memory, cuda_graphs_enabled
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
 from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, frame_columns
@@ -135,6 +136,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         arr, names = self._validate_fit_input(X)
         n, d = arr.shape
         spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
+        spec.check_memory(n, available_memory(),
+                          say=(lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None)
         rep = None if X_repr is None else _representation(X_repr, n)
         allowed = ~self._constant_columns(arr, names)
         if self.standardize:

@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .storage import refuse_foreign_output, write_run_output
+from .storage import check_writable, refuse_foreign_output, write_run_output
 from .storage.published import local_copy
 
 RUN_FILES = ("model", "metrics.json", "config.json")
@@ -23,14 +23,18 @@ def run_files(*, report: bool = False, extra=(), dirs=()) -> set[str]:
 
 
 def check_run_target(out, *, report: bool = False, extra=(), dirs=()) -> None:
-    """Before any work: refuse an output that is a file or holds what such a run does not write
-    (``errors.ConfigError`` naming it), so nothing is trained only to be refused at the end."""
+    """Before any work: refuse an output that is a file, cannot be written (``check_writable``)
+    or holds what such a run does not write (``errors.ConfigError`` naming it), so nothing is
+    trained only to be refused at the end."""
     refuse_foreign_output(out, run_files(report=report, extra=extra, dirs=dirs))
+    check_writable(out)
 
 
 def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str | bytes] | None = None, report=None,
-              dirs: dict[str, str] | None = None, exclusive: bool = False) -> None:
-    """Publish a run's outputs in ``out`` as one set.
+              dirs: dict[str, str] | None = None, exclusive: bool = False) -> str | None:
+    """Publish a run's outputs in ``out`` as one set. A report that fails to render never costs
+    the model: the set is published with ``report/error.txt`` in its place, and the error is
+    returned (None: no report asked, or it was written).
 
     Parameters
     ----------
@@ -44,15 +48,19 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
         What made the run (the job config, or a fit's parameters), written as ``config.json``.
     extra : dict of str to str or bytes, optional
         More files: name -> text (``search.json``) or bytes (``assignments.parquet``).
-    report : Explanation, optional
-        Rendered into ``report/`` (``explain.report.write_report``).
+    report : Explanation or Exception, optional
+        Rendered into ``report/`` (``explain.report.write_report``); an exception (explaining
+        failed) is written as ``report/error.txt``.
     dirs : dict of str to str, optional
         Folders (or published URIs) copied in under a name (a computed representation's model).
     exclusive : bool
         Refuse an ``out`` holding anything else (``fit``: a folder of its own); a Ray run keeps
         its checkpoints and trials beside its outputs.
     """
+    failed: list[str | None] = []
+
     def write(tmp: Path) -> None:
+        failed.clear()
         for name, src in (dirs or {}).items():
             with local_copy(src) as copy:
                 shutil.copytree(copy, tmp / name)
@@ -65,9 +73,29 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
             else:
                 (tmp / name).write_text(content)
         if report is not None:
-            from .explain.report import write_report
-            write_report(report, tmp / "report")
+            failed.append(_write_report(report, tmp / "report"))
 
     names = tuple(extra or ()) + tuple(dirs or ()) + (("report",) if report is not None else ())
     write_run_output(out, write, extra=names,
                      own=run_files(report=report is not None, extra=extra or (), dirs=dirs or ()) if exclusive else None)
+    return next((f for f in failed if f), None)
+
+
+def _write_report(report, folder: Path) -> str | None:
+    """Render ``report`` (an ``Explanation``, or the exception that explaining raised) into
+    ``folder``; on any error, ``folder/error.txt`` says what failed and how to retry, and the
+    error is returned."""
+    from .explain.report import write_report
+    try:
+        if isinstance(report, Exception):
+            raise report
+        write_report(report, folder)
+        return None
+    except Exception as exc:   # noqa: BLE001 - whatever broke the rendering, the model is kept
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        error = f"{type(exc).__name__}: {exc}".strip()
+        (folder / "error.txt").write_text(f"the report could not be written: {error}\n"
+                                          f"the model beside this folder is complete; retry with: neurcam explain "
+                                          f"--model ../model --input DATA --output DIR\n")
+        return error

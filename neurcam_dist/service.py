@@ -60,10 +60,8 @@ def load_model(ref: str):
     """A ``NeurCAM`` from a model directory or an MLflow model URI (``models:/NAME@alias``,
     ``runs:/ID/model``); for a URI, credentials in the tracking URI are taken out of it first."""
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
-        import mlflow
-
         from . import tracking
-        mlflow.set_tracking_uri(tracking.uri.connect(tracking.tracking_uri()))
+        tracking.uri.point_at()
         return tracking.load_estimator(ref)
     from .estimator import NeurCAM
     return NeurCAM.load(ref)
@@ -77,10 +75,12 @@ class FitResult:
     estimator: object
     metrics: dict
     output: str
+    report_error: str | None = None   # the report was asked for and failed (the model was written)
 
 
 def fit(data: str, output: str, *, features: list[str] | None = None, label: str | None = None,
-        params: dict | None = None, report: bool = False, encoding: str = "utf-8") -> FitResult:
+        params: dict | None = None, report: bool = False, encoding: str = "utf-8", delimiter: str | None = None,
+        decimal: str | None = None) -> FitResult:
     """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
 
     Parameters
@@ -100,8 +100,9 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
         Hyperparameters (``neurcam_dist.params``); ``verbose`` shows the progress bar.
     report : bool
         Also write the explanation report.
-    encoding : str
-        A CSV file's text encoding.
+    encoding, delimiter, decimal : str
+        A CSV file's text encoding, field separator and decimal mark (the last two told from
+        the file when None: ``data.tables.csv_format``).
     """
     import json
 
@@ -114,8 +115,12 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     check_params(params)                   # a bad value is refused before the data is read
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,))
-    df = read_table(data, encoding)
+    df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
     X, y = split_columns(df, features, label, quiet=not params.get("verbose", True))
+    ids = df[id_columns(df, X.columns, label)]
+    from .explain.assignments import refuse_collisions, scored_columns
+    refuse_collisions(ids.columns, ["probability"] + scored_columns(range(params.get("n_clusters", 0)), 3),
+                      f"{assignments} as id columns")
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     seconds = time.perf_counter() - t0
@@ -126,10 +131,19 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
               **metrics_mod.scores(est.transform_features(X), est.predict(X), y)}
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": {k: v for k, v in est.get_params().items()}}
-    write_run(output, est, result, json.dumps(made, indent=1, default=str),
-              extra={assignments: _assignments(est, X, df[id_columns(df, X.columns, label)], assignments)},
-              report=est.explain(X) if report else None, exclusive=True)
-    return FitResult(estimator=est, metrics=result, output=output)
+    failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
+                       extra={assignments: _assignments(est, X, ids, assignments)},
+                       report=_explanation_or_error(est, X) if report else None, exclusive=True)
+    return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _explanation_or_error(est, X):
+    """``est.explain(X)``, or the exception it raised: a report is never worth the model
+    (``outputs.write_run`` writes the error as ``report/error.txt``)."""
+    try:
+        return est.explain(X)
+    except Exception as exc:   # noqa: BLE001
+        return exc
 
 
 def _assignments(est, X, ids, name: str) -> bytes:
@@ -166,7 +180,8 @@ class ExplainResult:
 
 
 def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_size: int = 128,
-            pair_grid_size: int = 32, encoding: str = "utf-8", say=print) -> ExplainResult:
+            pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
+            decimal: str | None = None, say=print) -> ExplainResult:
     """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
     rows of ``data``, written to ``output``.
 
@@ -182,6 +197,8 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
         Explain a seeded sample of this many rows when the data has more (0: every row).
     grid_size, pair_grid_size : int
         Points along each feature's axis for the shape graphs and the pair heat maps.
+    encoding, delimiter, decimal : str
+        A CSV file's format (as ``fit``'s).
     say : callable
         Where the line about a sample goes.
     """
@@ -193,12 +210,15 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
             raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
     if rows < 0:
         raise ConfigError(f"--rows must be 0 (every row) or more, got {rows}")
+    from .storage import check_writable
+    check_writable(output, "--output")
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
-    df = read_table(data, encoding, columns=features)
+    csv = {"delimiter": delimiter, "decimal": decimal}
+    df = read_table(data, encoding, columns=features, **csv)
     missing = [c for c in features if c not in df.columns]
     if missing:
-        names = [str(c) for c in table_columns(data, encoding)]
+        names = [str(c) for c in table_columns(data, encoding, **csv)]
         raise DataError(f"{data} lacks the model's feature columns {missing}{missing_columns_note(missing, names)}")
     if rows and len(df) > rows:
         say(f"explaining a seeded sample of {rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
@@ -259,13 +279,15 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
 
 
 def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_size: int = 4096,
-            concurrency: int = 2, log=None) -> dict:
+            concurrency: int = 2, log=None, csv: dict | None = None) -> dict:
     """Score ``settings.input`` with ``settings.model`` into Parquet shards at ``settings.output``:
     each row's id, cluster, probabilities and top terms. A CSV file is read like ``fit`` reads it
     and scored in this process; Parquet goes through ``distributed.predict_parquet`` (in this
     process when small, else Ray Data). Without ``--id``, when the input has no ``id`` column,
     its one id-like column that is not a feature (``customer_id``, say) is the id, and the line
     says so.
+
+    ``csv``: a CSV input's ``encoding``, ``delimiter`` and ``decimal`` (``data.tables.read_table``).
 
     Returns
     -------
@@ -277,28 +299,30 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     from .data.tables import is_csv
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
+    from .storage import check_writable
+    check_writable(settings.output, "--output")
     log = log or _say
     est = load_model(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
     if not settings.id_given:
-        columns = _input_columns(settings.input, table)
+        columns = _input_columns(settings.input, table, csv or {})
         if settings.id_column not in columns:
             found = _id_candidates(columns, est)
             if len(found) == 1:
                 log(f"id column: {found[0]!r} (the input has no 'id'; --id names another, --no-id none)")
                 settings = dataclasses.replace(settings, id_column=found[0])
     if table:
-        return _predict_table(est, settings, carry or [], log)
+        return _predict_table(est, settings, carry or [], log, csv or {})
     from .distributed import predict_parquet
     return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
                            batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir, log=log)
 
 
-def _input_columns(path, table: bool) -> list[str]:
+def _input_columns(path, table: bool, csv: dict) -> list[str]:
     """The input's column names, from a CSV header or the first Parquet footer."""
     if table:
         from .data.tables import table_columns
-        return [str(c) for c in table_columns(str(path))]
+        return [str(c) for c in table_columns(str(path), **csv)]
     from .data import footers, resolve
     return list(footers(resolve(path))[0][1].names)
 
@@ -310,7 +334,7 @@ def _id_candidates(columns: list[str], est) -> list[str]:
     return [c for c in columns if is_id_like(c) and c not in features]
 
 
-def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dict:
+def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: dict) -> dict:
     """A CSV file scored in this process, written like a Parquet input's scores (one shard and
     the summary marker, atomically)."""
     import json
@@ -324,16 +348,17 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log) -> dic
     from .storage import write_dataset
     from .validation import missing_columns_note
     t0 = time.perf_counter()
-    df = read_table(str(settings.input))
+    df = read_table(str(settings.input), **csv)
     wanted = list(map(str, est.feature_names_in_)) + ([settings.id_column] if settings.id_column else []) + carry
     missing = [c for c in dict.fromkeys(wanted) if c not in df.columns]
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
-    if df.empty:
-        raise DataError(f"the input at {str(settings.input)!r} is empty: 0 rows")
+    from .explain.assignments import TOP_TERMS, refuse_collisions, scored_columns
+    refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
+                      scored_columns(est.cluster_ids_, TOP_TERMS))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored = est.score_frame(df[list(map(str, est.feature_names_in_))], top_terms=3).reset_index(drop=True)
+    scored = est.score_frame(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS).reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     kept = df[[c for c in dict.fromkeys(([settings.id_column] if settings.id_column else []) + carry)]]
     out = pa.Table.from_pandas(pd.concat([kept.reset_index(drop=True), scored], axis=1), preserve_index=False)
@@ -439,10 +464,8 @@ def validate_manifests(folder: str) -> list[str]:
 
 def promote(name: str, version: str, alias: str = "champion", tracking_uri: str | None = None) -> None:
     """Move ``alias`` of registered model ``name`` to ``version``."""
-    import mlflow
-
     from . import tracking
-    mlflow.set_tracking_uri(tracking.tracking_uri(tracking_uri))
+    tracking.uri.point_at(tracking_uri)
     tracking.promote(name, version, alias)
 
 
@@ -468,7 +491,9 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
     from .distributed.session import ray_for
     from .text import TextJob
     from .text import featurize_text as _featurize
+    from .storage import check_writable
     text_job = TextJob(**job)
+    check_writable(text_job.out, "--output")
     log = log or _say
     with stderr_to_log(log_dir or _temp_logs(), "featurize-text", "Ray's", log):
         with ray_for(min_cpus=text_job.concurrency + 1):
@@ -480,6 +505,8 @@ def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, fea
     """``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic`` (clustered blobs plus an
     embedding) as Parquet shards in ``output``; returns the files written."""
     from .data.bundled import digits_frame, write_frame_shards
+    from .storage import check_writable
+    check_writable(output, "--output")
     if kind == "synthetic":
         from .data.synthetic import write_shards
         return write_shards(output, rows, n_features=features, repr_dim=dim, n_clusters=clusters, n_files=files,
@@ -488,12 +515,16 @@ def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, fea
 
 
 def sample(input: str, output: str, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
-           id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8") -> tuple[int, list[str]]:
+           id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8", delimiter: str | None = None,
+           decimal: str | None = None) -> tuple[int, list[str]]:
     """A seeded sample of a CSV or Parquet table (``per_class`` rows of each value of ``by``, or
-    ``rows`` in all) as Parquet shards with an id column; returns ``(rows, files)``."""
+    ``rows`` in all; a CSV file's format as ``fit`` reads it) as Parquet shards with an id
+    column; returns ``(rows, files)``."""
     from .data.bundled import stratified_sample, write_frame_shards
     from .data.tables import read_table
-    df = stratified_sample(read_table(input, encoding), per_class=per_class, rows=rows, by=by, id_column=id_column,
+    from .storage import check_writable
+    check_writable(output, "--output")
+    df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class, rows=rows, by=by, id_column=id_column,
                            seed=seed)
     return len(df), write_frame_shards(df, output, files, id_column=id_column)
 

@@ -55,13 +55,36 @@ def configure_s3() -> None:
         os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 
+# Every object-store call ends in bounded time: the SDK's defaults left a command waiting 100 s
+# on an endpoint that accepts connections and never answers. NEURCAM_S3_TIMEOUT (seconds a
+# connection may stay silent) and AWS_MAX_ATTEMPTS (the SDK's own variable) change them.
+S3_TIMEOUT_S = 15.0
+S3_CONNECT_TIMEOUT_S = 5.0
+S3_MAX_ATTEMPTS = 3
+
+
+def bounded_s3(fs):
+    """pyarrow's ``S3FileSystem`` ``fs`` with its options kept and its waits bounded: a connection
+    attempt of ``S3_CONNECT_TIMEOUT_S``, no more than ``NEURCAM_S3_TIMEOUT`` (default
+    ``S3_TIMEOUT_S``) seconds without a byte, ``AWS_MAX_ATTEMPTS`` (default ``S3_MAX_ATTEMPTS``)
+    tries: an endpoint that hangs fails in about a minute at most, with pyarrow's error."""
+    from pyarrow import fs as pafs
+    options = fs.__reduce__()[1][0]      # the options it was made with (its pickled form)
+    timeout = float(os.environ.get("NEURCAM_S3_TIMEOUT", S3_TIMEOUT_S))
+    options.update(connect_timeout=min(S3_CONNECT_TIMEOUT_S, timeout), request_timeout=timeout,
+                   retry_strategy=pafs.AwsStandardS3RetryStrategy(
+                       max_attempts=int(os.environ.get("AWS_MAX_ATTEMPTS", S3_MAX_ATTEMPTS))))
+    return pafs.S3FileSystem(**options)
+
+
 def filesystem(uri: str):
     """``(pyarrow FileSystem, path inside it)`` for a URI: pyarrow's own for the schemes it knows
     (s3, gs, hdfs, abfs), otherwise fsspec's behind pyarrow's interface."""
     from pyarrow import fs as pafs
     configure_s3()
     try:
-        return pafs.FileSystem.from_uri(uri)
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return (bounded_s3(fs) if fs.type_name == "s3" else fs), path
     except (ValueError, TypeError, OSError) as exc:
         if "Unrecognized filesystem type" not in str(exc) and "unsupported" not in str(exc).lower():
             raise

@@ -89,10 +89,41 @@ def frame_columns(X, what: str = "X") -> list[str]:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise DataError(f"{what} has duplicate column names {dupes}")
-    non_numeric = [str(c) for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
+    refuse_lookalike_names(names, what)
+    non_numeric = [c for c, dt in X.dtypes.items() if not pd.api.types.is_numeric_dtype(dt)]
     if non_numeric:
-        raise DataError(f"{what} has non-numeric columns {non_numeric}: encode them as numbers first")
+        raise DataError(f"{what} has non-numeric columns {[str(c) for c in non_numeric]}"
+                        f"{first_text_cell(X[non_numeric[0]])}: encode them as numbers first")
     return names
+
+
+def refuse_lookalike_names(names: list[str], what: str = "X") -> None:
+    """Two column names that are one name after Unicode normalization (NFC: ``"é"`` typed as one
+    character or as ``e`` + an accent) print alike in every report, rule and SQL query: refuse
+    them (``DataError`` naming both, with their code points)."""
+    import unicodedata
+    seen: dict[str, str] = {}
+    for n in names:
+        key = unicodedata.normalize("NFC", n)
+        if key in seen and seen[key] != n:
+            codes = [" ".join(f"U+{ord(ch):04X}" for ch in v) for v in (seen[key], n)]
+            raise DataError(f"{what} has columns {seen[key]!r} ({codes[0]}) and {n!r} ({codes[1]}), one name after "
+                            f"Unicode normalization (NFC): rename one")
+        seen.setdefault(key, n)
+
+
+def first_text_cell(column) -> str:
+    """``": column 'f1', row 5 holds '1,5' (and N more such cells)"`` for a pandas column's first
+    non-blank cell that is not a number (row: the frame's index), or ``""``."""
+    import pandas as pd
+    values = column.dropna()
+    bad = pd.to_numeric(values, errors="coerce").isna().to_numpy()
+    if not bad.any():
+        return ""
+    row = values.index[bad][0]
+    more = int(bad.sum()) - 1
+    return (f": column {str(column.name)!r}, row {row} holds {values[row]!r}"
+            + (f" (and {more} more such cell(s))" if more else ""))
 
 
 def check_matrix(X, what: str = "X", expected_columns: list[str] | None = None) -> tuple[np.ndarray, list[str], bool]:

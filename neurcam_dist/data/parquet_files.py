@@ -52,7 +52,8 @@ class ParquetFiles(Datasource):
             picks = None if self.picks is None else self.picks.get(path)
             if self.picks is None or picks is not None and len(picks):
                 tasks.append(ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows,
-                                              per_task_row_limit, first, planned, picks, self.fold, self.paths),
+                                              per_task_row_limit, first, planned, picks, self.fold, self.paths,
+                                              self.src.casts),
                                       BlockMetadata(num_rows=1 if self.fold else planned if picks is None else len(picks),
                                                     size_bytes=None, exec_stats=None, input_files=[path])))
             first += planned
@@ -79,7 +80,8 @@ class _Reader:
 
     def __init__(self, path: str, filesystem, columns: list[str], batch_rows: int, limit: int | None,
                  first_row: int, planned_rows: int, picks: np.ndarray | None = None, fold: Callable | None = None,
-                 paths: bool = False):
+                 paths: bool = False, casts: dict | None = None):
+        self.casts = casts
         self.path, self.filesystem, self.columns, self.batch_rows, self.limit = (path, filesystem, columns,
                                                                                  batch_rows, limit)
         self.first_row, self.planned_rows, self.picks, self.fold = first_row, planned_rows, picks, fold
@@ -88,7 +90,7 @@ class _Reader:
     def __call__(self):
         try:
             if self.fold is not None:
-                tables = file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit)
+                tables = file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit, self.casts)
                 yield pa.table({"fold": [json.dumps(self.fold(tables, self.path))]})
             else:
                 yield from (self._all() if self.picks is None else self._picked())
@@ -99,12 +101,12 @@ class _Reader:
 
     def _picked(self):
         for table, picks in picked_tables(self.path, self.filesystem, self.columns, self.picks, self.planned_rows,
-                                          self.batch_rows):
+                                          self.batch_rows, self.casts):
             yield table.append_column(ROW_KEY, pa.array(self.first_row + picks.astype(np.int64)))
 
     def _all(self):
         done = 0
-        for table in file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit):
+        for table in file_tables(self.path, self.filesystem, self.columns, self.batch_rows, self.limit, self.casts):
             n = table.num_rows
             if done + n > self.planned_rows:  # keys would run into the next file's: a wrong teacher, silently
                 raise DataError(f"{self.path} has more rows than the {self.planned_rows:,} it had when the run was "

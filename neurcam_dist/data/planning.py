@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import DataConfig
-from ..validation import missing_columns_note
+from ..validation import missing_columns_note, refuse_lookalike_names
 from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
                       is_float_list, is_number, listing, resolve)
 
@@ -81,6 +81,7 @@ def plan(cfg: DataConfig) -> Plan:
     dup = sorted({c for c in features if features.count(c) > 1})
     if dup:
         raise DataError(f"data.features lists {dup} more than once")
+    refuse_lookalike_names(features, f"{foot[0][0]}: the features")
     needed = {c: "feature" for c in features}
     for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embeddings.key if cfg.embeddings else None, "key")):
         if c:

@@ -80,7 +80,7 @@ def read_local(src: Source, columns: list[str], *, batch_rows: int = BATCH_ROWS)
     """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
     after file in order (what an ordered Ray Data read yields)."""
     for f in src.files:
-        yield from file_tables(f, src.filesystem, columns, batch_rows)
+        yield from file_tables(f, src.filesystem, columns, batch_rows, casts=src.casts)
 
 
 # Bytes per block of the training stream. A read task's output is cut into blocks of about

@@ -4,7 +4,7 @@ from __future__ import annotations
 import glob as _glob
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ class Source:
     files: list[str]
     filesystem: pa.fs.FileSystem | None = None
     skipped: int = 0                   # entries left out: hidden / underscore names, non-Parquet files
+    casts: dict = field(default_factory=dict)   # column -> Arrow type every file is read as (``footers``)
 
     def stamp(self) -> dict[str, tuple[int, int] | None]:
         """(size, mtime) of every file, to tell later whether a file changed under a run."""
@@ -228,7 +229,22 @@ def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
         except Exception as exc:  # noqa: BLE001 - reported with the file name
             raise DataError(f"{f}: not a readable Parquet file ({exc})") from exc
     with ThreadPoolExecutor(max_workers=16) as pool:
-        return list(pool.map(read, src.files))
+        found = list(pool.map(read, src.files))
+    src.casts = unified_types([schema for _, schema, _ in found])
+    return found
+
+
+def unified_types(schemas: list[pa.Schema]) -> dict[str, pa.DataType]:
+    """Columns whose number type differs across files (int64 in one, double in another: one
+    writer's integers, another's floats) and the type every file's values are read as
+    (float64), so the files' tables agree. Other differences (text against numbers) are left
+    for the plan to refuse with the file and column."""
+    types: dict[str, set] = {}
+    for schema in schemas:
+        for f in schema:
+            types.setdefault(f.name, set()).add(f.type)
+    return {name: pa.float64() for name, ts in types.items()
+            if len(ts) > 1 and all(is_number(t) and not pa.types.is_decimal(t) for t in ts)}
 
 
 def column_bytes(src: Source, schema: pa.Schema, n_rows: int, columns: list[str]) -> int:
@@ -282,9 +298,11 @@ def parquet_file(path: str, filesystem) -> pq.ParquetFile:
     return pq.ParquetFile(path, filesystem=filesystem, buffer_size=1 << 20)
 
 
-def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BATCH_ROWS, limit: int | None = None):
+def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BATCH_ROWS, limit: int | None = None,
+                casts: dict | None = None):
     """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
-    all (``reading.read_local``'s passes, and a read task of ``parquet_files.ParquetFiles``)."""
+    all (``reading.read_local``'s passes, and a read task of ``parquet_files.ParquetFiles``),
+    columns named in ``casts`` read as that type (``unified_types``)."""
     left = limit
     for batch in parquet_file(path, filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
         if left is not None:
@@ -292,11 +310,20 @@ def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BAT
                 return
             batch = batch.slice(0, left)
             left -= batch.num_rows
-        yield pa.Table.from_batches([batch])
+        yield cast_columns(pa.Table.from_batches([batch]), casts)
+
+
+def cast_columns(table: pa.Table, casts: dict | None) -> pa.Table:
+    """``table`` with the columns named in ``casts`` cast to their types."""
+    for name, to in (casts or {}).items():
+        j = table.schema.get_field_index(name)
+        if j >= 0 and table.schema.field(j).type != to:
+            table = table.set_column(j, pa.field(name, to), table.column(j).cast(to))
+    return table
 
 
 def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, planned: int,
-                  batch_rows: int = BATCH_ROWS):
+                  batch_rows: int = BATCH_ROWS, casts: dict | None = None):
     """Only the rows numbered ``picks`` (sorted, within the file) of one Parquet file, as
     ``(table, picks of it)`` pairs in file order. Row groups without a pick are not read, so a
     small sample of a large file decodes only the groups its rows are in."""
@@ -311,7 +338,7 @@ def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, 
         for batch in f.iter_batches(batch_size=batch_rows, row_groups=[int(g)], columns=list(columns)):
             lo, hi = np.searchsorted(picks, [done, done + batch.num_rows])
             if hi > lo:
-                yield pa.Table.from_batches([batch]).take(pa.array(picks[lo:hi] - done)), picks[lo:hi]
+                yield cast_columns(pa.Table.from_batches([batch]).take(pa.array(picks[lo:hi] - done)), casts), picks[lo:hi]
             done += batch.num_rows
 
 

@@ -4,6 +4,7 @@ chosen by the same rule as the Ray path's (``validation.auto_features``).
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -21,7 +22,8 @@ def is_parquet(path) -> bool:
     return p.name.lower().endswith((".parquet", ".pq")) or p.is_dir()
 
 
-def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = None) -> pd.DataFrame:
+def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = None, *,
+               delimiter: str | None = None, decimal: str | None = None) -> pd.DataFrame:
     """A CSV or Parquet file (or a Parquet directory) as a DataFrame.
 
     Parameters
@@ -33,39 +35,158 @@ def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = N
     columns : list of str, optional
         Read only those of them the file has (a wide table's other columns, embeddings say,
         are not read).
+    delimiter, decimal : str, optional
+        A CSV file's field separator and decimal mark (default: detected from its first lines,
+        ``csv_format``).
 
     Raises
     ------
     DataError
-        No such file, an unknown suffix, or text that is not in ``encoding``.
+        No such file, an unknown suffix, text that is not in ``encoding``, a delimiter that
+        cannot be told, or a table with no rows.
     """
     p = Path(path)
     if not p.exists():
         raise DataError(f"no such file: {path}")
     if is_parquet(p):
-        if columns is None:
-            return pd.read_parquet(p)
-        have = set(table_columns(path))
-        return pd.read_parquet(p, columns=[c for c in columns if c in have])
-    if p.name.lower().endswith(CSV_SUFFIXES):
+        df = _read_parquet(str(p), columns)
+    elif is_csv(p):
+        sep, dec = csv_format(p, encoding, delimiter, decimal)
         try:
             if columns is not None:
                 wanted = set(columns)
-                return pd.read_csv(p, encoding=encoding, usecols=lambda c: c in wanted)
-            return pd.read_csv(p, encoding=encoding)
+                df = pd.read_csv(p, encoding=encoding, sep=sep, decimal=dec, usecols=lambda c: c in wanted)
+            else:
+                df = pd.read_csv(p, encoding=encoding, sep=sep, decimal=dec)
         except UnicodeDecodeError as exc:
-            raise DataError(f"{path} is not valid {encoding} text (byte {exc.object[exc.start:exc.start + 1]!r} "
-                            f"at offset {exc.start}): pass its encoding, e.g. --encoding latin-1") from None
-    raise DataError(f"{path}: expected a .csv(.gz) or .parquet file")
+            raise _not_in(path, encoding, exc) from None
+        if columns is None:
+            _refuse_one_glued_column(path, df.columns, sep)
+    else:
+        raise DataError(f"{path}: expected a .csv(.gz) or .parquet file")
+    if df.empty:
+        raise DataError(f"{path} has no rows (only {'a header naming ' if is_csv(p) else ''}{len(df.columns)} "
+                        f"column(s)): nothing to cluster or score")
+    return df
 
 
-def table_columns(path: str, encoding: str = "utf-8") -> list:
+def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
+    """A Parquet file or folder (the files the Ray path reads: ``sources.resolve``) as one frame:
+    a number column that is int64 in one file and double in another is read as double
+    (``sources.unified_types``); a column some files lack, or text in one file and numbers in
+    another, is refused naming the files."""
+    import pyarrow as pa
+
+    from .sources import file_tables, footers, resolve
+    src = resolve(path)
+    found = footers(src)
+    names = list(dict.fromkeys(n for _, schema, _ in found for n in schema.names))
+    wanted = names if columns is None else [c for c in columns if c in set(names)]
+    for col in wanted:
+        lacking = [f for f, schema, _ in found if schema.get_field_index(col) < 0]
+        if lacking:
+            raise DataError(f"{lacking[0]}{f' and {len(lacking) - 1} more file(s)' if len(lacking) > 1 else ''} "
+                            f"lack(s) column {col!r}, which other files of {path} have: give files of one schema")
+        types = {f: src.casts.get(col, schema.field(col).type) for f, schema, _ in found}
+        if len(set(types.values())) > 1:
+            (f1, t1), (f2, t2) = next(iter(types.items())), next((f, t) for f, t in types.items()
+                                                                   if t != next(iter(types.values())))
+            raise DataError(f"column {col!r} is {t1} in {f1} but {t2} in {f2}: give it one type in every file")
+    tables = [t for f in src.files for t in file_tables(f, src.filesystem, wanted, casts=src.casts)]
+    if not tables:
+        return pd.DataFrame(columns=wanted)
+    return pa.concat_tables(tables).to_pandas()
+
+
+def table_columns(path: str, encoding: str = "utf-8", *, delimiter: str | None = None,
+                  decimal: str | None = None) -> list:
     """The column names of what ``read_table`` reads, without reading the rows."""
     p = Path(path)
     if is_parquet(p):
-        import pyarrow.dataset as pads
-        return pads.dataset(p, format="parquet").schema.names
-    return list(pd.read_csv(p, encoding=encoding, nrows=0).columns)
+        from .sources import footers, resolve
+        return list(dict.fromkeys(n for _, schema, _ in footers(resolve(str(p))) for n in schema.names))
+    sep, _ = csv_format(p, encoding, delimiter, decimal)
+    return list(pd.read_csv(p, encoding=encoding, sep=sep, nrows=0).columns)
+
+
+DELIMITERS = (",", ";", "\t", "|")
+_DECIMAL_COMMA = re.compile(r"^\s*[-+]?\d+,\d+(?:[eE][-+]?\d+)?\s*$")
+_DECIMAL_POINT = re.compile(r"^\s*[-+]?\d*\.\d+(?:[eE][-+]?\d+)?\s*$")
+
+
+def csv_format(path, encoding: str = "utf-8", delimiter: str | None = None,
+               decimal: str | None = None, lines: int = 50) -> tuple[str, str]:
+    """``(delimiter, decimal mark)`` of a CSV file: as given, else told from its first ``lines``
+    lines. The delimiter is the one of ``, ; TAB |`` that splits every line (the header too) into
+    the same number of fields, more than one, a comma first; with a delimiter other than a comma,
+    fields such as ``0,125`` make the decimal mark a comma. A file no candidate splits evenly
+    keeps the comma (pandas then names a ragged line); one whose header is one field under a
+    comma but holds another candidate is refused, naming ``--delimiter``. Says on stderr when it
+    chose anything but ``,`` and ``.``."""
+    import csv
+    if delimiter is not None and decimal is not None:
+        return delimiter, decimal
+    head = _head(path, encoding, lines)
+    if not head:
+        return delimiter or ",", decimal or "."
+    if delimiter is None:
+        splits = {d: [len(row) for row in csv.reader(head, delimiter=d)] for d in DELIMITERS}
+        even = [d for d, counts in splits.items() if counts and counts[0] > 1 and len(set(counts)) == 1]
+        if "," in even or not even:
+            if not even and splits[","][0] == 1 and any(d in head[0] for d in DELIMITERS[1:]):
+                raise DataError(f"{path}: cannot tell its delimiter (the header {head[0][:60]!r} is one field "
+                                f"when split at commas): pass --delimiter (e.g. --delimiter ';')")
+            delimiter = ","
+        elif len(even) == 1:
+            delimiter = even[0]
+        else:
+            raise DataError(f"{path}: cannot tell its delimiter ({' and '.join(map(repr, even))} both split every "
+                            f"line evenly): pass --delimiter")
+    if decimal is None:
+        decimal = "."
+        if delimiter != ",":
+            cells = [c for row in csv.reader(head[1:], delimiter=delimiter) for c in row]
+            commas = sum(bool(_DECIMAL_COMMA.match(c)) for c in cells)
+            points = sum(bool(_DECIMAL_POINT.match(c)) for c in cells)
+            if commas and not points:
+                decimal = ","
+    if (delimiter, decimal) != (",", "."):
+        shown = {"\t": "tab", ";": "';'", "|": "'|'", ",": "','"}.get(delimiter, repr(delimiter))
+        print(f"{path}: read as {shown}-separated" + (" with decimal commas" if decimal == "," else "")
+              + " (--delimiter / --decimal set them)", file=sys.stderr)
+    return delimiter, decimal
+
+
+def _head(path, encoding: str, lines: int) -> list[str]:
+    """The first ``lines`` non-blank lines of a (possibly compressed) text file."""
+    from pandas.io.common import get_handle
+    out = []
+    try:
+        with get_handle(str(path), "r", encoding=encoding, compression="infer") as h:
+            for line in h.handle:
+                if line.strip():
+                    out.append(line.rstrip("\r\n"))
+                if len(out) >= lines:
+                    break
+    except UnicodeDecodeError as exc:
+        raise _not_in(path, encoding, exc) from None
+    return out
+
+
+def _not_in(path, encoding: str, exc: UnicodeDecodeError) -> DataError:
+    """The error for a CSV file that is not ``encoding`` text: the byte, its offset, the flag."""
+    return DataError(f"{path} is not valid {encoding} text (byte {exc.object[exc.start:exc.start + 1]!r} "
+                     f"at offset {exc.start}): pass its encoding, e.g. --encoding latin-1")
+
+
+def _refuse_one_glued_column(path, columns, sep: str) -> None:
+    """A table read as one column whose name holds another delimiter was split at the wrong
+    character (``--delimiter ,`` on a ``;`` file): never fit it as one feature."""
+    if len(columns) == 1:
+        glued = [d for d in DELIMITERS if d != sep and d in str(columns[0])]
+        if glued:
+            raise DataError(f"{path} was read as one column named {str(columns[0])[:60]!r}: its delimiter looks "
+                            f"like {glued[0]!r}, not {sep!r}: pass --delimiter {glued[0]!r}")
 
 
 def _numeric_or_error(df: pd.DataFrame, col) -> None:

@@ -225,10 +225,10 @@ def representation_dirs(cfg) -> dict[str, str]:
 
 
 def write_run(out: Path | str, est: NeurCAM, metrics: dict, job: ResolvedJob, extra: dict[str, str] | None = None,
-              report=None, dirs: dict[str, str] | None = None) -> None:
+              report=None, dirs: dict[str, str] | None = None) -> str | None:
     """A Ray run's outputs in ``out`` (``outputs.write_run``), with the config it ran as
-    ``config.json`` (``ResolvedJob.public_json``)."""
-    outputs.write_run(out, est, metrics, job.public_json(), extra=extra, report=report, dirs=dirs)
+    ``config.json`` (``ResolvedJob.public_json``). Returns the report's error (the model is kept)."""
+    return outputs.write_run(out, est, metrics, job.public_json(), extra=extra, report=report, dirs=dirs)
 
 
 def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result, train_seconds: float,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from .. import data as data_mod
 from ..config import DataConfig, JobConfig, ModelConfig
 from ..errors import DataError
+from ..storage import check_writable
 from ..validation import constant_features_note
 from ..model import TrainingSpec
 from ..uris import join
@@ -187,6 +188,7 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     plan, m = job.plan, job.model
     log(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(job.output, plan.source)
+    check_writable(job.output)
     t0 = time.perf_counter()
     prof = data_mod.profile(plan)
     log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")

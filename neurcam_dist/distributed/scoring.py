@@ -23,7 +23,7 @@ from pyarrow.fs import FileSelector
 from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain.assignments import TOP_TERMS, assignments
+from ..explain.assignments import TOP_TERMS, assignments, refuse_collisions, scored_columns
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
@@ -32,7 +32,7 @@ from .console import stderr_to_log
 from .session import ray_for
 
 MARKER = "_neurcam_predictions.json"
-PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often
+PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often (NEURCAM_PREDICT_PROGRESS_S)
 
 
 class _Evaluator:
@@ -218,7 +218,7 @@ def _score_here(scorer: _Scorer, src, columns: list[str], rows_per_file: dict[st
 
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
-                    log_dir=None, log=lambda msg: None, progress_seconds: float = PROGRESS_SECONDS) -> dict:
+                    log_dir=None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
@@ -226,7 +226,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
     scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
     if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
-    progress line through ``log`` at most every ``progress_seconds``.
+    progress line through ``log`` at most every ``progress_seconds`` (default
+    ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``).
 
     Kept whole: the checks, the choice of pass (here or Ray Data) and the atomic publication are
     one transaction; split, a failure between the parts could leave a half-published output."""
@@ -250,6 +251,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
+    refuse_collisions(([id_column] if id_column else []) + list(carry or []), scored_columns(fitted.ids, TOP_TERMS))
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
@@ -265,7 +267,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
                 _score_here(scorer, src, wanted, rows_per_file, batch_size, root, fs)
         else:
             ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
-            _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, progress_seconds))
+            every = (progress_seconds if progress_seconds is not None
+                     else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS)))
+            _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, every))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:

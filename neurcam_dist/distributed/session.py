@@ -12,7 +12,8 @@ from ..uris import configure_s3
 
 
 def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
-    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (once per process). A local Ray
+    """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (once per process), first
+    stopping what a killed command's local Ray left running (``leftovers``). A local Ray
     gets at least ``min_cpus`` logical CPUs, so the training workers never take every CPU slot
     and starve the Ray Data tasks that feed them. Object-store settings (``uris.configure_s3``) are
     put in the environment first, so that a local Ray's workers inherit them."""
@@ -32,8 +33,15 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
 
     from ..signals import is_ours, reinstall
     ours = is_ours(signal.getsignal(signal.SIGTERM))
+    if not address:
+        from .events import log
+        from .leftovers import clean_up
+        clean_up(log)   # a killed command's local Ray would hold CPUs and memory (``leftovers``)
     try:
-        ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
+        context = ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
+        if not address:
+            from .leftovers import remember
+            remember(context.address_info.get("session_dir", ""))
         if ours:   # Ray's handlers replaced ours (SIGTERM: a stack dump and exit 134): put it back
             reinstall()
     except ConnectionError as exc:
@@ -61,6 +69,8 @@ def ray_for(min_cpus: float = 0):
     finally:
         if started and not os.environ.get("RAY_ADDRESS"):
             ray.shutdown()
+            from .leftovers import forget
+            forget()
 
 
 def quiet_data_progress() -> None:

@@ -216,9 +216,10 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
     summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
     out = as_path(job.output)
-    write_run(out, est, metrics, best_job, extra={"search.json": json.dumps(summary, indent=1, default=str)},
-              report=explanations[0], dirs=representation_dirs(job.config))
-    log(f"winner's model in {out}/model, every trial in {out}/search.json, report {out}/report/report.html")
+    failed = write_run(out, est, metrics, best_job, extra={"search.json": json.dumps(summary, indent=1, default=str)},
+                       report=explanations[0], dirs=representation_dirs(job.config))
+    log(f"winner's model in {out}/model, every trial in {out}/search.json, "
+        + (f"report FAILED ({failed}; see {out}/report/error.txt)" if failed else f"report {out}/report/report.html"))
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
                         output=out, plan=plan, config=best_job.effective_config(),
                         search_config=job.effective_config())

@@ -14,6 +14,24 @@ from .terms import rows_from_contributions
 TOP_TERMS = 3   # terms per row that batch scoring reports
 
 
+def scored_columns(ids, top_terms: int = 0) -> list[str]:
+    """The names of the columns ``assignments`` returns for clusters ``ids``."""
+    return (["cluster"] + [f"proba_{i}" for i in ids]
+            + [n for r in range(1, top_terms + 1) for n in (f"term_{r}", f"term_{r}_contribution")])
+
+
+def refuse_collisions(kept, produced, what: str = "--carry or the id") -> None:
+    """An input column kept beside the scores (``kept``: the id, carried columns) that has the
+    name of a score column (``produced``) would be overwritten or duplicated in the output:
+    refuse before any work (``errors.DataError``), naming both."""
+    from ..errors import DataError
+    clash = [str(c) for c in dict.fromkeys(kept) if str(c) in set(map(str, produced))]
+    if clash:
+        raise DataError(f"input column(s) {clash} (kept by {what}) have the name of an output column: the output "
+                        f"holds {', '.join(produced[:4])}{', ...' if len(produced) > 4 else ''}; rename them in the "
+                        f"input (or leave them out) so neither is lost")
+
+
 def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.ndarray]:
     """The scored columns of raw feature rows ``x`` (fitted column order, float64).
 

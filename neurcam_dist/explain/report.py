@@ -189,6 +189,11 @@ def thumbnail_name(cluster_id: int, index: int, term: Term) -> str:
 def render_figures(expl: Explanation) -> dict[str, bytes]:
     """File name -> PNG bytes for the importance chart, every drawn term (most important first) and
     the thumbnails of each cluster's section."""
+    with plt.rc_context({"text.parse_math": False}):   # names are text: "cost_$_per_unit_$" is no formula
+        return _render_figures(expl)
+
+
+def _render_figures(expl: Explanation) -> dict[str, bytes]:
     figs = {"importance.png": importance_figure(expl)}
     left_out = left_out_terms(expl)
     for i in by_importance(expl):

@@ -78,9 +78,11 @@ def rows_from_contributions(fitted, contrib: np.ndarray) -> RowExplanation:
     matmul, each centred on its training-data mean (the mean moves into the intercept)."""
     contrib = contrib.astype(np.float64)
     terms, owner = term_groups(fitted.net)
-    membership = np.zeros((len(owner), len(terms)))
-    membership[np.arange(len(owner)), owner] = 1.0
-    out = np.einsum("nck,ct->ntk", contrib - fitted.channel_means[None], membership)
+    # channels summed per term: sorted by term, one reduceat (a channels x terms membership
+    # matmul cost n*C*T*K: 75 s at 3,000 features)
+    order = np.argsort(owner, kind="stable")
+    starts = np.searchsorted(np.asarray(owner)[order], np.arange(len(terms)))
+    out = np.add.reduceat((contrib - fitted.channel_means[None])[:, order], starts, axis=1)
     return RowExplanation(terms=[term_name(t, fitted.feature_names) for t in terms], contributions=out,
                           intercept=fitted.channel_means.sum(0), logits=contrib.sum(1),
                           term_columns=[tuple(t) for t in terms])

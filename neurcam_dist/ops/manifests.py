@@ -11,7 +11,7 @@ import subprocess
 
 import yaml
 
-from ..config import apply_overrides, parse_config, parse_overrides
+from ..config import apply_overrides, parse_config, parse_overrides, read_yaml
 from ..errors import ConfigError
 
 SCHEDULES = ("CronJob", "RayCronJob")
@@ -57,7 +57,7 @@ def check_manifests(folder: str) -> list[str]:
     maps = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith(CONFIG_MAP)]
     configs = {name: text for d in maps for name, text in (d.get("data") or {}).items()}
     for name, text in configs.items():
-        parse_config(yaml.safe_load(text), f"ConfigMap {CONFIG_MAP}: {name}")
+        parse_config(read_yaml(text, f"ConfigMap {CONFIG_MAP}: {name}"), f"ConfigMap {CONFIG_MAP}: {name}")
     lines.append(f"configs: {len(configs)} valid ({', '.join(sorted(configs))})")
     for d in docs:
         for cmd in _commands(d):
@@ -70,6 +70,6 @@ def check_manifests(folder: str) -> list[str]:
                 raise ConfigError(f"{where} runs --config {path}, which is not in the ConfigMap {CONFIG_MAP} "
                                   f"(it has {sorted(configs)})")
             sets = parse_overrides([cmd[i + 1] for i, word in enumerate(cmd) if word == "--set" and i + 1 < len(cmd)])
-            parse_config(apply_overrides(yaml.safe_load(configs[name]) or {}, sets), f"{where} ({name} with its --set)")
+            parse_config(apply_overrides(read_yaml(configs[name], name) or {}, sets), f"{where} ({name} with its --set)")
             lines.append(f"{where}: {name}" + (f" with {', '.join(sorted(sets))} set" if sets else "") + ": valid")
     return lines

@@ -16,11 +16,13 @@ from ..distributed.console import library_logs
 from ..distributed.events import log
 from ..redaction import redact
 from ..signals import sigterm_as_exit
+from ..storage import check_writable
 
 
 def train(config, *, name: str | None = None) -> TrainResult:
     """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
     cfg = coerce_config(config)
+    check_writable(cfg.output)
     with sigterm_as_exit():
         result = _train(cfg, name=name)
         if cfg.tracking is not None:
@@ -33,6 +35,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
     start (the search still runs: its winner is saved locally)."""
     cfg = coerce_config(config)
+    check_writable(cfg.output)
     with sigterm_as_exit():
         if cfg.tracking is not None:
             _warn_if_unreachable(cfg)

@@ -13,6 +13,7 @@ from ..data.snapshots import PLACEHOLDER, pick_snapshot
 from ..data.sources import refuse_output_inside
 from ..params import check_params_for_data
 from ..redaction import redact
+from ..storage import check_writable
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 
@@ -116,11 +117,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"output: {redact(out)} cannot be reached: {redact(str(exc))}") from None
     else:
-        parent = os.path.abspath(out)
-        while not os.path.exists(parent):
-            parent = os.path.dirname(parent)
-        if not os.access(parent, os.W_OK):
-            raise ConfigError(f"output: {out} cannot be created ({parent} is not writable)")
+        check_writable(out)
     lines.append(f"output: {redact(out)}")
     if cfg.tracking is not None:
         from ..tracking import check_reachable, tracking_uri

@@ -141,6 +141,38 @@ def _link(path: Path, target: str) -> None:
         os.replace(tmp, path)
 
 
+def check_writable(out, what: str = "output") -> None:
+    """Before any work: a local ``out`` (a folder to create or replace) can be written. The
+    nearest existing folder above it (and ``out`` itself when it exists) must take a new file:
+    a read-only folder or file system, a file where a folder is needed (``out`` under a file),
+    or no permission is a ``ConfigError`` naming ``what`` and the path, not a traceback after
+    the training. (Tried by writing and removing a hidden file: permission bits do not tell,
+    for root or on a read-only mount.) An object-store URI is looked up once (an endpoint that is
+    closed, hangs or denies access fails here, in bounded time: ``uris.bounded_s3``); whether a
+    write is allowed shows when the output is published."""
+    if is_uri(out):
+        from ..uris import filesystem
+        fs, root = filesystem(str(out))
+        fs.get_file_info(root)
+        return
+    target = Path(local(out)).absolute()
+    if target.exists() and not target.is_dir():
+        raise ConfigError(f"{what}: {out} is a file, not a folder: choose another output folder")
+    above = target.parent
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    if not above.is_dir():
+        raise ConfigError(f"{what}: {out} cannot be created: {above} is a file, not a folder")
+    for folder in [above] + ([target] if target.is_dir() else []):
+        try:
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".neurcam-write-check-")
+        except OSError as exc:
+            raise ConfigError(f"{what}: {out} cannot be written: {folder}: {exc.strerror or exc} (choose a "
+                              f"folder this user can write)") from None
+        os.close(fd)
+        os.unlink(probe)
+
+
 def refuse_foreign_output(out, own: set[str]) -> None:
     """Refuse (``ConfigError``) a local ``out`` that is a file, or a folder holding names other
     than ``own`` (and hidden ones): another command's output, or a user's files. Called before

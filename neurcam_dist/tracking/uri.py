@@ -35,14 +35,35 @@ def connect(uri: str) -> str:
     return clean
 
 
-def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".") -> str:
-    """Point MLflow at the tracking store and experiment; returns the experiment id."""
+# MLflow's own HTTP defaults wait up to 120 s a request and retry 7 times with doubling
+# back-off: a server that accepts connections and never answers held a command for many
+# minutes. Ours (a user's MLFLOW_HTTP_REQUEST_* variables still win): a request waits 20 s,
+# is tried 3 times more, 1-4 s apart: a call ends within about 90 s.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+                 "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+PROBE_SECONDS = 10.0   # the first answer an http server must give (``check_reachable``)
+
+
+def point_at(configured: str | None = None, workdir: str | os.PathLike = ".") -> str:
+    """Point MLflow at the tracking store (``tracking_uri``) with bounded waits: credentials out
+    of the URI (``connect``), ``HTTP_DEFAULTS`` where the environment sets none, and an http
+    server asked for its health first (``check_reachable``: a clear error in seconds). Returns
+    the URI MLflow uses."""
     import mlflow
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     uri = connect(tracking_uri(configured, workdir))
     if uri.startswith(("http://", "https://")):
         check_reachable(uri)
     mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".") -> str:
+    """Point MLflow at the tracking store and experiment; returns the experiment id."""
+    import mlflow
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
+    uri = point_at(configured, workdir)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is not None:
         mlflow.set_experiment(experiment)
@@ -62,8 +83,9 @@ def use(configured: str | None = None, experiment: str = "neurcam", workdir: str
     return exp_id
 
 
-def check_reachable(uri: str, timeout: float = 5.0) -> None:
-    """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down."""
+def check_reachable(uri: str, timeout: float = PROBE_SECONDS) -> None:
+    """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down,
+    refuses, or accepts the connection and never answers (``ConnectionError`` naming it)."""
     import base64
     import urllib.error
     import urllib.request
@@ -76,5 +98,15 @@ def check_reachable(uri: str, timeout: float = 5.0) -> None:
     try:
         with urllib.request.urlopen(request, timeout=timeout):
             return
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise ConnectionError(f"MLflow tracking server {redact(uri)} refused the credentials (HTTP {exc.code}): "
+                                  f"set MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or user:password@ in "
+                                  f"the URI)") from None
+        return   # it answers (a server without /health, say): MLflow's own calls tell the rest
     except (urllib.error.URLError, OSError) as exc:
-        raise ConnectionError(f"MLflow tracking server {redact(uri)} is unreachable ({redact(exc)})") from None
+        reason = getattr(exc, "reason", exc)
+        what = (f"no answer within {timeout:g} s" if isinstance(reason, TimeoutError) or "timed out" in str(reason)
+                else redact(reason))
+        raise ConnectionError(f"MLflow tracking server {redact(uri)} is unreachable ({what}): check tracking.uri / "
+                              f"MLFLOW_TRACKING_URI and that the server is up") from None

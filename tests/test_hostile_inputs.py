@@ -1,0 +1,367 @@
+"""Hostile but realistic input, tried as a user would: every case a clear error naming what is
+wrong (column, row, file, flag, endpoint), in bounded time, with nothing half-written; or, where
+the input is valid, the right answer (never a silent wrong one)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unicodedata
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from neurcam_dist import NeurCAM, cli
+from neurcam_dist.errors import ConfigError, DataError
+
+from .conftest import SMALL, blobs
+
+FAST = ["--hidden", "16", "--n-bases", "8", "--epochs", "12", "--warmup-epochs", "4", "--quiet"]
+
+
+def run(capsys, *argv):
+    """``neurcam ARGV`` in this process: (exit status, stderr)."""
+    capsys.readouterr()
+    rc = cli.main([str(a) for a in argv])
+    return rc, capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def table():
+    X, _ = blobs(n=150, d=4, seed=3)
+    return X
+
+
+# ------------------------------------------------------------------ CSV formats and empty files
+def test_semicolon_csv_with_decimal_commas_is_read_as_the_same_table(table, tmp_path, capsys):
+    table.to_csv(tmp_path / "plain.csv", index=False)
+    table.to_csv(tmp_path / "semi.csv", index=False, sep=";", decimal=",")
+    rc, err = run(capsys, "fit", "--input", tmp_path / "plain.csv", "--output", tmp_path / "a", "--n-clusters", 3, *FAST)
+    assert rc == 0, err
+    rc, err = run(capsys, "fit", "--input", tmp_path / "semi.csv", "--output", tmp_path / "b", "--n-clusters", 3, *FAST)
+    assert rc == 0, err
+    assert "';'-separated with decimal commas" in err
+    a, b = NeurCAM.load(tmp_path / "a" / "model"), NeurCAM.load(tmp_path / "b" / "model")
+    assert b.feature_names_in_.tolist() == list(table.columns)          # four features, not one "f0;f1;f2;f3"
+    np.testing.assert_array_equal(a.predict(table), b.predict(table))   # the same numbers were read
+
+
+def test_a_wrong_delimiter_is_refused_never_fitted_as_one_column(table, tmp_path, capsys):
+    table.to_csv(tmp_path / "semi.csv", index=False, sep=";", decimal=",")
+    rc, err = run(capsys, "fit", "--input", tmp_path / "semi.csv", "--output", tmp_path / "o", "--n-clusters", 2,
+                  "--delimiter", ",", *FAST)
+    assert rc == 2 and "--delimiter ';'" in err and "one column" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_csv_with_a_header_and_no_rows_says_it_has_no_rows(table, tmp_path, capsys):
+    table.head(0).to_csv(tmp_path / "empty.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "empty.csv", "--output", tmp_path / "o", "--n-clusters", 2)
+    assert rc == 2 and "has no rows" in err and "4 column" in err, err
+
+
+# ------------------------------------------------------------------ names
+def test_feature_names_are_plotted_as_text_not_mathtext(table, tmp_path, capsys):
+    X = table.rename(columns={"f0": "cost_$_per_unit_$", "f1": "\u05e9\u05dd \u05de\u05e9\u05e4\u05d7\u05d4"})
+    X.to_csv(tmp_path / "d.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "d.csv", "--output", tmp_path / "o", "--n-clusters", 3,
+                  "--report", *FAST)
+    assert rc == 0, err
+    html = (tmp_path / "o" / "report" / "report.html").read_text()
+    assert "cost_$_per_unit_$" in html and "\u05e9\u05dd" in html
+
+
+def test_a_report_that_fails_keeps_the_model_and_says_so(table, tmp_path, capsys, monkeypatch):
+    from neurcam_dist.explain import report
+
+    def broken(expl):
+        raise RuntimeError("renderer exploded")
+    monkeypatch.setattr(report, "render_figures", broken)
+    table.to_csv(tmp_path / "d.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "d.csv", "--output", tmp_path / "o", "--n-clusters", 3,
+                  "--report", *FAST)
+    assert rc == cli.REPORT_FAILED and "renderer exploded" in err and "the model is kept" in err, err
+    est = NeurCAM.load(tmp_path / "o" / "model")
+    assert len(est.predict(table)) == len(table)
+    assert "renderer exploded" in (tmp_path / "o" / "report" / "error.txt").read_text()
+
+
+def test_names_equal_after_unicode_normalization_are_refused(table):
+    composed, decomposed = unicodedata.normalize("NFC", "caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
+    X = table.iloc[:, :2].set_axis([composed, decomposed], axis=1)
+    with pytest.raises(DataError, match="Unicode normalization"):
+        NeurCAM(n_clusters=2, **SMALL).fit(X)
+
+
+# ------------------------------------------------------------------ predict
+@pytest.fixture(scope="module")
+def model_dir(table, tmp_path_factory):
+    out = tmp_path_factory.mktemp("model") / "m"
+    NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(table).save(out)
+    return out
+
+
+def test_predict_never_overwrites_an_input_column_with_its_output(table, model_dir, tmp_path, capsys):
+    frame = table.assign(cluster=7, id=np.arange(len(table)))
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    (tmp_path / "pq").mkdir()
+    frame.to_parquet(tmp_path / "pq" / "part-0.parquet", index=False)
+    for src in (tmp_path / "in.csv", tmp_path / "pq"):
+        for extra in (["--carry", "cluster"], ["--id", "cluster"]):
+            rc, err = run(capsys, "predict", "--model", model_dir, "--input", src, "--output", tmp_path / "out", *extra)
+            assert rc == 2 and "'cluster'" in err and "output column" in err, (src, extra, err)
+            assert not (tmp_path / "out").exists()
+
+
+def test_predict_names_the_column_and_row_of_a_bad_cell(table, model_dir, tmp_path, capsys):
+    frame = table.astype(object)
+    frame.iloc[5, 1] = "1,5"
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    rc, err = run(capsys, "predict", "--model", model_dir, "--input", tmp_path / "in.csv", "--output",
+                  tmp_path / "out", "--no-id")
+    assert rc == 2 and "column 'f1', row 5 holds '1,5'" in err, err
+
+
+# ------------------------------------------------------------------ configs
+def test_a_duplicated_yaml_key_is_refused_with_the_key(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text(f"data:\n  path: {tmp_path}\nmodel:\n  n_clusters: 3\n  epochs: 50\n"
+                                     f"  epochs: 5\noutput: {tmp_path / 'o'}\n")
+    rc, err = run(capsys, "validate", tmp_path / "c.yaml")
+    assert rc == 2 and "'epochs' is given twice" in err and "lines 5 and 6" in err, err
+
+
+@pytest.mark.parametrize("name", ["../x y", "a:b", "team/model", "m@1", " padded", ".."])
+def test_registry_names_are_refused_before_training_as_mlflow_refuses_them(tmp_path, name):
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_model_name
+
+    from neurcam_dist.config import check_model_name, parse_config
+    with pytest.raises(ValueError):
+        check_model_name(name)
+    with pytest.raises(ConfigError, match="model_name"):
+        parse_config({"data": {"path": str(tmp_path)}, "model": {"n_clusters": 2}, "output": str(tmp_path / "o"),
+                      "tracking": {"model_name": name}}, "c.yaml")
+    if any(c in name for c in "/:") or name == "..":   # the registry's own rules agree
+        with pytest.raises(MlflowException):
+            _validate_model_name(name)
+    for ok in ("digits-demo", "segments v2", "a.b_c"):
+        assert check_model_name(ok) == ok
+        _validate_model_name(ok)
+
+
+# ------------------------------------------------------------------ outputs
+def test_unwritable_outputs_are_refused_before_any_work(table, model_dir, tmp_path, capsys):
+    table.to_csv(tmp_path / "d.csv", index=False)
+    (tmp_path / "afile").write_text("x")
+    cases = [("fit", "--input", tmp_path / "d.csv", "--n-clusters", 2, *FAST),
+             ("predict", "--model", model_dir, "--input", tmp_path / "d.csv", "--no-id"),
+             ("explain", "--model", model_dir, "--input", tmp_path / "d.csv")]
+    for args in cases:
+        for out, words in ((tmp_path / "afile" / "sub", "is a file, not a folder"),
+                           ("/sys/neurcam-test/out", "cannot be written")):
+            t0 = time.perf_counter()
+            rc, err = run(capsys, *args, "--output", out)
+            assert rc == 2 and words in err, (args[0], out, err)
+            assert time.perf_counter() - t0 < 30    # refused up front, not after the work
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_run_whose_output_is_a_file_is_refused_before_ray_starts(table, tmp_path, capsys):
+    (tmp_path / "d").mkdir()
+    table.to_parquet(tmp_path / "d" / "p.parquet")
+    (tmp_path / "afile").write_text("x")
+    cfg = {"data": {"path": str(tmp_path / "d")}, "model": {"n_clusters": 2}, "output": str(tmp_path / "afile")}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    for cmd in ("validate", "train", "tune"):
+        rc, err = run(capsys, cmd, "--config", tmp_path / "c.yaml")
+        assert rc == 2 and "is a file, not a folder" in err and "Traceback" not in err, (cmd, err)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_two_writers_on_one_output_leave_one_complete_set(table, tmp_path):
+    table.to_csv(tmp_path / "d.csv", index=False)
+    cmd = [sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(tmp_path / "d.csv"), "--output",
+           str(tmp_path / "o"), "--n-clusters", "3", *FAST]
+    procs = [subprocess.Popen([*cmd, "--seed", str(s)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in (1, 2)]
+    done = [p.communicate(timeout=300) + (p.returncode,) for p in procs]
+    assert any(rc == 0 for _, _, rc in done), done
+    for _, err, rc in done:
+        assert rc == 0 or "Traceback" not in err, err
+    import json
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    est = NeurCAM.load(tmp_path / "o" / "model")        # whole and verified (checksums)
+    from neurcam_dist.metrics import inertia
+    x = est.transform_features(table)
+    assert inertia(x, est.predict(table)) == pytest.approx(metrics["inertia"], rel=1e-6)  # the metrics are this model's
+
+
+# ------------------------------------------------------------------ Parquet schema drift
+def _shards(tmp_path, *frames):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for i, f in enumerate(frames):
+        f.to_parquet(folder / f"part-{i}.parquet", index=False)
+    return folder
+
+
+def test_int_and_float_shards_of_one_feature_are_unified_not_refused(table, tmp_path, capsys):
+    a = table.iloc[:75].assign(f3=np.arange(75))                     # int64 here
+    b = table.iloc[75:].assign(f3=np.linspace(0.5, 9.5, 75))          # double there
+    folder = _shards(tmp_path, a, b)
+    rc, err = run(capsys, "fit", "--input", folder, "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
+    assert rc == 0, err
+    rc, err = run(capsys, "predict", "--model", tmp_path / "o" / "model", "--input", folder, "--output",
+                  tmp_path / "p", "--no-id")
+    assert rc == 0, err
+    scored = pd.read_parquet(tmp_path / "p")
+    est = NeurCAM.load(tmp_path / "o" / "model")
+    np.testing.assert_array_equal(scored["cluster"].to_numpy(), est.predict(pd.concat([a, b]).astype(float)))
+
+
+def test_int_and_float_shards_train_on_ray(table, tmp_path, ray_cluster):
+    from neurcam_dist import service
+    a = table.iloc[:75].assign(f3=np.arange(75))
+    b = table.iloc[75:].assign(f3=np.linspace(0.5, 9.5, 75))
+    folder = _shards(tmp_path, a, b)
+    result = service.train({"data": {"path": str(folder)}, "output": str(tmp_path / "o"),
+                            "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [16],
+                                      "n_bases": 8},
+                            "train": {"num_workers": 1}})
+    assert result.metrics["n_rows"] == 150
+
+
+@pytest.mark.parametrize("drift, words", [
+    ("text", "is double in"),
+    ("missing", "lack(s) column 'f3'"),
+])
+def test_schema_drift_that_cannot_be_unified_names_the_files(table, tmp_path, capsys, drift, words):
+    a = table.iloc[:75]
+    b = table.iloc[75:].assign(f3=table.iloc[75:]["f3"].astype(str)) if drift == "text" else table.iloc[75:, :3]
+    folder = _shards(tmp_path, a, b)
+    rc, err = run(capsys, "fit", "--input", folder, "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
+    assert rc == 2 and words in err and "part-" in err, err
+
+
+def test_zero_row_shards_and_empty_folders(table, tmp_path, capsys):
+    folder = _shards(tmp_path, table, table.head(0))
+    rc, err = run(capsys, "fit", "--input", folder, "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
+    assert rc == 0, err                                          # an empty shard among others is fine
+    (tmp_path / "empty").mkdir()
+    rc, err = run(capsys, "fit", "--input", tmp_path / "empty", "--output", tmp_path / "o2", "--n-clusters", 3)
+    assert rc == 2 and str(tmp_path / "empty") in err, err
+
+
+# ------------------------------------------------------------------ wide tables
+def test_a_model_too_large_for_memory_is_refused_with_the_limit_and_what_to_lower():
+    from neurcam_dist.model import TrainingSpec
+    spec = TrainingSpec.for_data({"n_clusters": 4}, 2000, 3000)
+    assert 3e9 < spec.step_bytes(2000) < 5e9       # measured: 4.1 GB peak RSS for this model (see step_bytes)
+    with pytest.raises(ConfigError, match=r"needs about 3\.\d GiB.*1\.0 GiB is available.*batch_size.*n_single"):
+        spec.check_memory(2000, available=2**30)
+    said = []
+    spec.check_memory(2000, available=64 * 2**30, say=said.append)
+    assert said and "the progress bar shows the rate" in said[0]
+
+
+# ------------------------------------------------------------------ endpoints that hang
+class _Silent:
+    """A TCP server that accepts connections and never answers."""
+
+    def __enter__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.held = []
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self):
+        while True:
+            try:
+                self.held.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def __exit__(self, *exc):
+        self.sock.close()
+        for c in self.held:
+            c.close()
+
+
+def _neurcam(args, env, timeout=120):
+    full = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-m", "neurcam_dist.cli", *map(str, args)], env=full,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_tracking_server_that_never_answers_is_a_clear_error_in_seconds(model_dir, tmp_path, table):
+    table.to_csv(tmp_path / "d.csv", index=False)
+    with _Silent() as server:
+        env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{server.port}"}
+        for args in (["promote", "m", "1"],
+                     ["predict", "--model", "models:/m@champion", "--input", tmp_path / "d.csv", "--output",
+                      tmp_path / "p", "--no-id"],
+                     ["explain", "--model", "models:/m@champion", "--input", tmp_path / "d.csv", "--output",
+                      tmp_path / "e"]):
+            done = _neurcam(args, env, timeout=90)
+            assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+            assert f"127.0.0.1:{server.port} is unreachable (no answer within" in done.stderr, done.stderr[-2000:]
+
+
+def test_an_object_store_that_hangs_is_a_clear_error_in_bounded_time(tmp_path):
+    with _Silent() as server:
+        env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}", "AWS_ACCESS_KEY_ID": "x",
+               "AWS_SECRET_ACCESS_KEY": "y", "AWS_REGION": "us-east-1", "NEURCAM_S3_TIMEOUT": "2",
+               "AWS_MAX_ATTEMPTS": "2"}
+        cfg = {"data": {"path": "s3://bucket/data/"}, "model": {"n_clusters": 2}, "output": str(tmp_path / "o")}
+        (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+        t0 = time.perf_counter()
+        done = _neurcam(["validate", tmp_path / "c.yaml"], env, timeout=90)
+        assert done.returncode == 2 and "the object store cannot be reached" in done.stderr, done.stderr[-2000:]
+        assert "Timeout was reached" in done.stderr and "Traceback" not in done.stderr
+        assert time.perf_counter() - t0 < 60
+
+
+# ------------------------------------------------------------------ a killed command's Ray
+def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_path):
+    """SIGKILL leaves a local Ray's processes running (nothing of the driver is left to stop
+    them); the next command that starts a local Ray stops them and says so."""
+    import json
+    import signal
+
+    from neurcam_dist.distributed.leftovers import _alive, session_processes
+    (tmp_path / "d").mkdir()
+    pd.concat([table] * 20, ignore_index=True).to_parquet(tmp_path / "d" / "p.parquet")
+    env = {**os.environ, "NEURCAM_RAY_RECORDS": str(tmp_path / "records")}
+    env.pop("RAY_ADDRESS", None)
+
+    def config(name, epochs):
+        cfg = {"data": {"path": str(tmp_path / "d")}, "output": str(tmp_path / name), "train": {"num_workers": 1},
+               "model": {"n_clusters": 3, "epochs": epochs, "warmup_epochs": 2, "hidden": [16], "n_bases": 8}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+        return [sys.executable, "-m", "neurcam_dist.cli", "train", "--config", str(tmp_path / f"{name}.yaml")]
+    first = subprocess.Popen(config("a", 100_000), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = tmp_path / "records" / f"{first.pid}.json"
+    deadline = time.monotonic() + 180
+    while not record.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert record.exists(), "the first command never recorded its Ray session"
+    session = json.loads(record.read_text())["session_dir"]
+    time.sleep(8)                      # its training workers are up
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    time.sleep(2)
+    assert [p for p in session_processes(session) if _alive(p)], "nothing outlived the killed command"
+    done = subprocess.run(config("b", 2), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout + done.stderr
+    assert "left running by an earlier command that was killed" in said and str(first.pid) in said, said[-3000:]
+    assert not [p for p in session_processes(session) if _alive(p)]
+    assert not record.exists()
