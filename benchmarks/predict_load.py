@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from neurcam_dist import NeurCAM  # noqa: E402
 from neurcam_dist.data.synthetic import write_shards  # noqa: E402
 
+from common import markdown_table  # noqa: E402
+
 PROGRESS = re.compile(r"([\d,]+) of ([\d,]+) rows")
 
 
@@ -109,21 +111,23 @@ def main() -> None:
             out = work / f"out-{n}" / "predictions"
             ids = pd.concat([pq.read_table(f, columns=["id"]).to_pandas() for f in sorted(out.glob("*.parquet"))])
             assert len(ids) == n and ids["id"].is_unique, f"{len(ids)} rows, {ids['id'].nunique()} ids, expected {n}"
-            rates = window_rates(r["points"])
+            rates = window_rates(r["points"])[1:-1]   # whole windows: not the first (actors starting), not the last
+            first = r["points"][0][0] if r["points"] else float("nan")
             table.append({"rows": f"{n:,}", "input MiB on disk": f"{mib:,.0f}", "s": f"{r['seconds']:.1f}",
-                          "rows/s": f"{n / r['seconds']:,.0f}",
-                          "slowest / fastest 10-s window, rows/s": (f"{min(rates):,.0f} / {max(rates):,.0f}"
-                                                                     if rates else "-"),
+                          "first progress line, s": f"{first:.1f}", "rows/s": f"{n / r['seconds']:,.0f}",
+                          "10-s windows after the first: slowest / median / fastest rows/s": (
+                              f"{min(rates):,.0f} / {sorted(rates)[len(rates) // 2]:,.0f} / {max(rates):,.0f}"
+                              if rates else "-"),
                           "peak RSS, GiB (sum)": f"{r['rss'] / 2**30:.2f}",
                           "peak PSS, GiB": f"{r['pss'] / 2**30:.2f}"})
             shutil.rmtree(data)
             shutil.rmtree(work / f"out-{n}")
-            print(table[-1], flush=True)
+            print(table[-1], "windows:", [round(x) for x in window_rates(r["points"])], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{args.features} float32 features + id in {args.files} Parquet files; `neurcam predict` defaults "
           f"(2 scoring actors, batch 4096); every output row checked present once\n")
-    print(pd.DataFrame(table).to_markdown(index=False))
+    print(markdown_table(table))
 
 
 if __name__ == "__main__":
