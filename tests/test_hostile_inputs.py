@@ -125,6 +125,12 @@ def test_predict_names_the_column_and_row_of_a_bad_cell(table, model_dir, tmp_pa
     rc, err = run(capsys, "predict", "--model", model_dir, "--input", tmp_path / "in.csv", "--output",
                   tmp_path / "out", "--no-id")
     assert rc == 2 and "column 'f1', row 5 holds '1,5'" in err, err
+    (tmp_path / "pq").mkdir()
+    frame.astype({"f1": str}).to_parquet(tmp_path / "pq" / "part-0.parquet", index=False)
+    rc, err = run(capsys, "predict", "--model", model_dir, "--input", tmp_path / "pq", "--output",
+                  tmp_path / "out", "--no-id")
+    assert rc == 2 and "part-0.parquet: feature column 'f1'" in err and "row 5 holds '1,5'" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------ configs

@@ -251,6 +251,15 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
+        if not text:
+            typed = [(c, schema.field(c).type) for c in fitted.feature_names]
+            wrong = [(c, t) for c, t in typed if not data_mod.sources.is_number(t)]
+            if wrong:
+                from ..validation import first_text_cell
+                column = pq.read_table(f, columns=[wrong[0][0]], filesystem=src.filesystem).column(0).to_pandas()
+                raise data_mod.DataError(f"{redact(f)}: feature column {wrong[0][0]!r} holds {wrong[0][1]}, not numbers"
+                                         f"{f' (and {len(wrong) - 1} more such columns)' if len(wrong) > 1 else ''}"
+                                         f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
     refuse_collisions(([id_column] if id_column else []) + list(carry or []), scored_columns(fitted.ids, TOP_TERMS))
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
