@@ -77,7 +77,8 @@ def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
     another, is refused naming the files."""
     import pyarrow as pa
 
-    from .sources import file_tables, footers, resolve
+    from .reading import read_local
+    from .sources import footers, resolve
     src = resolve(path)
     found = footers(src)
     names = list(dict.fromkeys(n for _, schema, _ in found for n in schema.names))
@@ -87,12 +88,12 @@ def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
         if lacking:
             raise DataError(f"{lacking[0]}{f' and {len(lacking) - 1} more file(s)' if len(lacking) > 1 else ''} "
                             f"lack(s) column {col!r}, which other files of {path} have: give files of one schema")
-        types = {f: src.casts.get(col, schema.field(col).type) for f, schema, _ in found}
-        if len(set(types.values())) > 1:
-            (f1, t1), (f2, t2) = next(iter(types.items())), next((f, t) for f, t in types.items()
-                                                                   if t != next(iter(types.values())))
-            raise DataError(f"column {col!r} is {t1} in {f1} but {t2} in {f2}: give it one type in every file")
-    tables = [t for f in src.files for t in file_tables(f, src.filesystem, wanted, casts=src.casts)]
+        (f1, t1), *rest = [(f, src.casts.get(col, schema.field(col).type)) for f, schema, _ in found]
+        other = next(((f, t) for f, t in rest if t != t1), None)
+        if other is not None:
+            raise DataError(f"column {col!r} is {t1} in {f1} but {other[1]} in {other[0]}: give it one type in "
+                            f"every file")
+    tables = list(read_local(src, wanted))
     if not tables:
         return pd.DataFrame(columns=wanted)
     return pa.concat_tables(tables).to_pandas()
