@@ -304,6 +304,11 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     log = log or _say
     est = load_model(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
+    if table:   # told once: the header and the rows are read with the same format, said once
+        from .data.tables import csv_format
+        csv = dict(csv or {})
+        csv["delimiter"], csv["decimal"] = csv_format(settings.input, csv.get("encoding", "utf-8"),
+                                                      csv.get("delimiter"), csv.get("decimal"))
     if not settings.id_given:
         columns = _input_columns(settings.input, table, csv or {})
         if settings.id_column not in columns:
