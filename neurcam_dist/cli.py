@@ -186,6 +186,28 @@ def _add_explain(sub) -> argparse.ArgumentParser:
     return exp
 
 
+def _add_export(sub) -> argparse.ArgumentParser:
+    """``neurcam export``'s flags."""
+    exp = _sub(sub, "export", help="the model as one SQL query a warehouse runs to assign clusters (no Python), "
+                                   "or a readable rule per cluster")
+    exp.add_argument("--model", required=True,
+                     help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
+    _flag(exp, "--input", "--data", required=True,
+          help="CSV or Parquet with the model's feature columns: the rows whose range the shape tables span")
+    exp.add_argument("--format", default="sql", choices=["sql", "rules"],
+                     help="sql: the query; rules: one rule per cluster with its coverage and precision")
+    exp.add_argument("--table", default=None, help="the table the query reads (schema.table allowed; sql)")
+    exp.add_argument("--keep", default=None,
+                     help="comma-separated columns the query returns beside cluster (default: the features)")
+    _flag(exp, "--output", default=None, help="write the query to this file (default: print it)")
+    exp.add_argument("--rows", type=int, default=100_000,
+                     help="build on a seeded sample of this many rows when the data has more (0: every row)")
+    exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis")
+    exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair")
+    _encoding(exp)
+    return exp
+
+
 def _add_generate(sub) -> argparse.ArgumentParser:
     """``neurcam generate``'s flags."""
     gen = _sub(sub, "generate", help="write a bundled or synthetic dataset as Parquet shards")
@@ -363,7 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="'neurcam COMMAND --help' shows a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_explain, _add_generate, _add_sample,
+    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_explain, _add_export, _add_generate,
+                                                 _add_sample,
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
                                                  _add_predict, _add_recluster, _add_history, _add_validate,
                                                  _add_submit)}
@@ -406,6 +429,23 @@ def _explain(args) -> None:
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     report = result.report
     print(f"open the report: {redact(report) if is_uri(report) else Path(report).resolve().as_uri()}")
+
+
+def _export(args) -> None:
+    keep = [c.strip() for c in args.keep.split(",") if c.strip()] if args.keep else None
+    result = service.export(args.model, args.input, table=args.table, fmt=args.format, keep=keep, output=args.output,
+                            rows=args.rows, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
+    said = (f"the query's cluster equals predict's on {result.agreement:.2%} of the {result.n_rows:,} rows of "
+            f"{redact(args.input)} (the query uses the shape tables, interpolated between grid points)"
+            if args.format == "sql" else
+            f"rules measured on the {result.n_rows:,} rows of {redact(args.input)} (mean precision "
+            f"{result.agreement:.0%}): a summary to read, not the model (--format sql is the model)")
+    if args.output is None:
+        sys.stdout.write(result.text)
+        print(f"-- {said}", file=sys.stderr)
+    else:
+        print(f"wrote the {'SQL query' if args.format == 'sql' else 'rules'} ({len(result.text):,} characters) to "
+              f"{redact(args.output)}; {said}")
 
 
 def _generate(args) -> None:
@@ -517,7 +557,7 @@ def _predict(args) -> None:
 
 
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
+HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "export": _export, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
             "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}

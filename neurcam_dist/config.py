@@ -183,6 +183,9 @@ class TrainConfig(_Strict):
     cpus_per_worker: float = Field(1.0, gt=0.0, description="also the torch thread count of a CPU worker")
     checkpoint_every: int = Field(10, ge=1, description="epochs between checkpoints (the last is always kept)")
     max_failures: int = Field(2, ge=-1, description="worker failures to recover from (-1: unlimited)")
+    placement: Literal["pack", "spread"] = Field(
+        "pack", description="where Ray puts the workers of one run: pack (few nodes: less traffic between them) "
+                            "or spread (one per node where it can: a lost node takes one worker, not all)")
     shuffle_buffer: int = Field(20_000, ge=0, description="rows in each worker's local shuffle buffer (0: none)")
     kmeans_sample: int = Field(100_000, ge=1, description="rows sampled for the MiniBatchKMeans centroid init")
     reference_rows: int = Field(20_000, ge=1, description="feature rows kept with the result for explain()")

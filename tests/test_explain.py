@@ -269,3 +269,151 @@ def test_cluster_summary_sentences():
     assert cluster_summary(dict(p, size=0)) == "No row of the explained data falls in this cluster."
     old = {"cluster": 0, "size": 3, "into": [{"term": "a", "mean_relative_contribution": 1.0}], "out_of": []}
     assert cluster_summary(old) == "Pushed in mostly by a."   # an explanation written before the feature stats
+
+
+# ---------------------------------------------------------------- SQL a warehouse runs
+def test_the_exported_sql_assigns_clusters_in_duckdb_and_sqlite(fitted_pairs, tmp_path, capsys):
+    """One query, run by two engines on held-out rows: the cluster predict gives (>= 99.5%), the
+    stable ids, NULL for a row with a NULL feature; the CLI writes it and says the agreement."""
+    import sqlite3
+
+    import duckdb
+
+    from neurcam_dist.explain.sql import to_sql
+    from .conftest import blobs
+    est = fitted_pairs
+    rows, _ = blobs(n=4000)              # the fit's distribution: the shape tables span the first 1,000
+    train, held = rows.iloc[:1000], rows.iloc[1000:].reset_index(drop=True)
+    est.save(tmp_path / "model")
+    train.to_parquet(tmp_path / "train.parquet")
+    renamed = NeurCAM.load(tmp_path / "model")
+    renamed.set_cluster_ids([4, 8, 1], 9)
+    held = held.assign(id=np.arange(len(held)), note="x")
+    held.loc[7, "f2"] = np.nan                                           # a NULL feature
+    sql = to_sql(renamed.explain(train), "held out", keep=["id", "note"])
+    con = duckdb.connect()
+    con.register("held out", held)
+    by_duck = con.execute(sql).df().sort_values("id").reset_index(drop=True)
+    lite = sqlite3.connect(":memory:")
+    held.to_sql("held out", lite, index=False)
+    by_lite = pd.DataFrame(lite.execute(sql).fetchall(), columns=["id", "note", "cluster"]).sort_values("id")
+    assert list(by_duck.columns) == ["id", "note", "cluster"] and len(by_duck) == len(held)
+    assert pd.isna(by_duck.loc[7, "cluster"]) and pd.isna(by_lite.set_index("id").loc[7, "cluster"])
+    ok = held.drop(index=7)
+    want = renamed.predict(ok[renamed.feature_names_in_])
+    for got in (by_duck.set_index("id").loc[ok["id"], "cluster"], by_lite.set_index("id").loc[ok["id"], "cluster"]):
+        assert set(got.astype(int)) <= {1, 4, 8}
+        assert (got.astype(int).to_numpy() == want).mean() >= 0.995
+    # the command: written to a file, with the measured agreement said
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "train.parquet"),
+                 "--table", "analytics.events", "--keep", "f0", "--output", str(tmp_path / "q.sql")]) == 0
+    said = capsys.readouterr().out
+    assert "the query's cluster equals predict's on" in said and "of the 1,000 rows" in said, said
+    text = (tmp_path / "q.sql").read_text()
+    assert 'FROM "analytics"."events"' in text and text.startswith("-- NeurCAM cluster assignment")
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "train.parquet"),
+                 "--table", "t", "--keep", "cluster"]) == 2
+    assert "--keep cannot name 'cluster'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- what would move a row
+def test_counterfactuals_name_one_change_that_moves_each_row(fitted_pairs, data):
+    X, _ = data
+    est = fitted_pairs
+    rows = X.iloc[:40]
+    cf = est.counterfactuals(rows)
+    now = est.predict(rows)
+    assert list(cf["row"]) == list(rows.index) and (cf["cluster"].to_numpy() == now).all()
+    moved = 0
+    for _, r in cf.iterrows():
+        if r["feature"] is None:
+            continue
+        changed = rows.loc[[r["row"]]].copy()
+        changed[r["feature"]] = r["new_value"]
+        assert est.predict(changed)[0] == r["target"] != r["cluster"]      # applying it moves the row
+        assert r["change"] == pytest.approx(r["new_value"] - r["value"])
+        lo, hi = X[r["feature"]].min(), X[r["feature"]].max()
+        assert lo - 1e-9 <= r["new_value"] <= hi + 1e-9                    # within the data's range
+        moved += 1
+    assert moved >= 30
+    # toward a chosen cluster: the same rule; a row already there needs no change
+    target = int(est.cluster_ids_[0])
+    cf0 = est.counterfactuals(rows, target=target)
+    assert (cf0.loc[now == target, "change"] == 0).all()
+    for _, r in cf0[cf0["feature"].notna()].iterrows():
+        changed = rows.loc[[r["row"]]].copy()
+        changed[r["feature"]] = r["new_value"]
+        assert est.predict(changed)[0] == target
+    # the smallest one-feature change: no grid value of another used feature (or a smaller step of
+    # this one) moves the row with less change in standard deviations
+    r = cf[cf["feature"].notna()].iloc[0]
+    row = rows.loc[[r["row"]]]
+    for f in est.feature_names_in_:
+        for v in np.linspace(X[f].min(), X[f].max(), 200):
+            trial = row.copy()
+            trial[f] = v
+            if est.predict(trial)[0] == r["target"]:
+                assert abs(v - row[f].iloc[0]) / est.scale_[list(est.feature_names_in_).index(f)] >= \
+                    r["change_std"] - 0.02
+    with pytest.raises(ValueError, match="not one of this model's cluster ids"):
+        est.counterfactuals(rows, target=99)
+
+
+def test_rules_say_each_cluster_in_a_line_with_measured_coverage_and_precision(fitted, data, tmp_path, capsys):
+    from neurcam_dist.explain.rules import cluster_rules
+    X, _ = data
+    labels = fitted.predict(X)
+    rules = cluster_rules(X, labels, fitted.cluster_ids_)
+    assert [r.cluster for r in rules] == list(fitted.cluster_ids_)
+    for r in rules:
+        taken = r.mask(X)
+        mine = labels == r.cluster
+        assert r.coverage == pytest.approx((taken & mine).sum() / mine.sum())      # measured, not claimed
+        assert r.precision == pytest.approx((taken & mine).sum() / taken.sum())
+        assert 1 <= len(r.conditions) <= 3 and r.precision >= 0.9 and r.coverage >= 0.5   # well-separated blobs
+        assert len({(f, op) for f, op, _ in r.conditions}) == len(r.conditions)          # bounds merged
+    fitted.save(tmp_path / "model")
+    X.to_csv(tmp_path / "x.csv", index=False)
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "x.csv"),
+                 "--format", "rules"]) == 0
+    out = capsys.readouterr()
+    lines = out.out.strip().splitlines()
+    assert len(lines) == len(rules) and lines[0].startswith(f"cluster {rules[0].cluster}: ") and "precision" in lines[0]
+    assert "a summary to read, not the model" in out.err
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "x.csv")]) == 2
+    assert "--format sql needs --table NAME" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the report at many clusters
+def test_cluster_colours_never_use_the_others_grey_and_axes_name_their_unit(explanation):
+    import matplotlib.pyplot as plt
+
+    from neurcam_dist.explain.report import cluster_colours, thumbnail
+    for n in range(1, 19):
+        colours = cluster_colours(n)
+        assert len(set(colours)) == n                                   # one colour per cluster
+        assert not any(abs(r - g) < 0.02 and abs(g - b) < 0.02 for r, g, b, _ in colours), n   # no grey
+    term = next(t for t in explanation.terms if t.kind == "main")
+    fig = thumbnail(term, 0, explanation.n_clusters, explanation.ids)
+    assert fig.axes[0].get_ylabel() == "logit contribution"
+    plt.close(fig)
+
+
+def test_thumbnails_take_the_strongest_pushes_either_way_and_the_card_lists_unused_features(explanation):
+    from neurcam_dist.explain.report import cluster_terms, html_report
+    names = [t.name for t in explanation.terms]
+    assert len(names) >= 3
+    profile = {"into": [{"term": names[0], "mean_relative_contribution": 5.6}],
+               "out_of": [{"term": names[1], "mean_relative_contribution": -0.01},
+                          {"term": names[2], "mean_relative_contribution": -2.0}]}
+    picked = [explanation.terms[i].name for i in cluster_terms(explanation, profile, left_out={})]
+    assert picked == [names[0], names[2]]          # the strong push in is drawn, the flat push out is not
+    card = dict(explanation.model_card)
+    card["selected_features"] = [names[0]] * 3     # one feature picked by three channels
+    card["selected_pairs"], card["constant_features_left_out"] = [], []
+    expl = type(explanation)(**{**explanation.__dict__, "model_card": card})
+    page = html_report(expl, figures={})
+    assert f"<td>{names[0]}</td>" in page.replace(", ", ",") or f"<td>{names[0]}</td>" in page
+    others = [f for f in explanation.feature_names if f != names[0]]
+    assert "features no term reads" in page and ", ".join(others) in page
+    assert f"Never selected by any term, so they do not affect the clusters ({len(others)} of" in page

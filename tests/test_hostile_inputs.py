@@ -275,6 +275,25 @@ def test_a_model_too_large_for_memory_is_refused_with_the_limit_and_what_to_lowe
     assert said and "the progress bar shows the rate" in said[0]
 
 
+def test_a_model_too_large_for_a_ray_worker_is_refused_before_any_pass(ray_cluster, tmp_path):
+    """The same check on the Ray path, against what one worker of the cluster can count on (its
+    node's Ray memory split between the workers it holds), before the data is profiled."""
+    from neurcam_dist.distributed import train
+    from neurcam_dist.distributed.session import worker_memory
+    from neurcam_dist.config import parse_config
+    rng = np.random.default_rng(0)
+    pd.DataFrame(rng.normal(size=(64, 1500)), columns=[f"c{j}" for j in range(1500)]).to_parquet(tmp_path / "w.parquet")
+    cfg = {"data": {"path": str(tmp_path / "w.parquet")},
+           "model": {"n_clusters": 3, "hidden": [8192, 8192], "batch_size": 64, "epochs": 2},
+           "train": {"num_workers": 2}, "output": str(tmp_path / "out")}
+    budget = worker_memory(parse_config(cfg).train)
+    assert 0 < budget < 16 * 2**30                     # 2 workers on the session's one node
+    with pytest.raises(ConfigError, match=r"needs about \d+\.\d GiB \(1,500 shape functions over 1,500 "
+                                          r"features\), \d+\.\d GiB is available to a Ray Train worker: lower batch_size"):
+        train(cfg)
+    assert not (tmp_path / "out" / "model").exists()
+
+
 # ------------------------------------------------------------------ endpoints that hang
 class _Silent:
     """A TCP server that accepts connections and never answers."""

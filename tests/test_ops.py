@@ -252,6 +252,44 @@ def test_two_reclusterings_at_once_promote_exactly_one(ray_head, mlflow_server, 
     assert "ops-race.promotion-lease" not in names   # the lease was released
 
 
+@pytest.mark.slow  # ~3 min on 2 cores: four searches at once on one Ray head
+def test_four_reclusterings_into_one_output_leave_one_champion_and_four_history_lines(ray_head, mlflow_server,
+                                                                                       events, tmp_path):
+    """A CronJob allowed to overlap (or four operators at once): every run ends, exactly one is
+    promoted, the shared output's history has one line per run, its model is the champion's."""
+    config = tmp_path / "rc.yaml"
+    out = tmp_path / "shared-out"
+    # keep_runs 1: each run that ends prunes the older searches' folders, never one still running
+    config.write_text(yaml.safe_dump(tiny(events, out, "ops-four",
+                                          recluster={"policy": "improve", "min_improvement": 0.0, "keep_runs": 1})))
+    env = recluster_env(ray_head, mlflow_server, events, out)
+    procs = [subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "recluster", "--config", str(config),
+                               "--set", f"search.seeds=[{i}]"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(4)]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, "\n\n".join(x[-3000:] for x in logs)
+    lines = [json.loads(x) for x in (out / "recluster-history.jsonl").read_text().splitlines()]
+    assert len(lines) == 4 and len({x["search"] for x in lines}) == 4, lines
+    assert sorted(x["outcome"] for x in lines) == ["kept", "kept", "kept", "promoted"], lines
+    won = next(x for x in lines if x["promoted"])
+    import mlflow
+    from mlflow import MlflowClient
+    mlflow.set_tracking_uri(mlflow_server)
+    client = MlflowClient()
+    assert client.get_model_version_by_alias("ops-four", "champion").version == won["challenger_version"]
+    assert len(client.search_model_versions("name = 'ops-four'")) == 4      # each registered once
+    # the shared output holds whole sets: its model is one of the four challengers (the search that
+    # wrote last), its recluster.json one of the four records; the champion is the registry's
+    from neurcam_dist import NeurCAM
+    from neurcam_dist.tracking import load_estimator
+    X = blobs(n=300, seed=5)[0]
+    here = NeurCAM.load(out / "model").predict(X)
+    assert any(np.array_equal(here, load_estimator(f"models:/ops-four/{x['challenger_version']}").predict(X))
+               for x in lines)
+    assert json.loads((out / "recluster.json").read_text())["search"] in {x["search"] for x in lines}
+    assert json.loads((out / "search.json").read_text())["name"] in {x["search"] for x in lines}
+
+
 def k8s_cronjob(overlay: str) -> tuple[list[str], dict]:
     """The dev overlay's CronJob container command and the ConfigMap's files, as built."""
     docs = list(yaml.safe_load_all(subprocess.run(["kubectl", "kustomize", str(ROOT / "k8s" / "overlays" / overlay)],

@@ -560,6 +560,20 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
                                                                   "search-20261103-000000-cccccc"]
     assert sorted(p.name for p in (out / "_ray").iterdir()) == ["search-20261102-000000-bbbbbb-t0",
                                                                 "search-20261103-000000-cccccc-t0", "staging"]
+    # a search still running (another re-clustering into this output: no history line yet) is never
+    # deleted under it; once the history records it, it goes like the others
+    import time
+    running, ended = (time.strftime("search-%Y%m%d-%H%M%S-", time.localtime(time.time() + d)) + x
+                      for d, x in ((0, "dddddd"), (1, "eeeeee")))
+    for name in (running, ended):
+        (out / "trials" / name).mkdir(parents=True)
+    history.append_history(str(out), {"model_name": "m", "outcome": "kept", "search": ended})
+    assert history.prune_runs(str(out), str(out / "_ray"), keep=0) == ["search-20261102-000000-bbbbbb",
+                                                                       "search-20261103-000000-cccccc", ended]
+    assert [p.name for p in (out / "trials").iterdir()] == [running]
+    history.append_history(str(out), {"model_name": "m", "outcome": "promoted", "search": running})
+    assert history.prune_runs(str(out), str(out / "_ray"), keep=0) == [running]
+    assert (out / history.HISTORY).read_text().count("\n") == 6   # 3 lines, the torn one, 2 lines: none blank
 
 
 def test_an_unreachable_store_or_tracking_server_is_one_line_saying_what_to_check(tmp_path):

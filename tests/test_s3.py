@@ -410,3 +410,24 @@ def test_killed_worker_resumes_from_an_s3_checkpoint(s3_env, tmp_path):
     h = NeurCAM.load(f"{out}/model").history_
     assert len(h["resumes"]) == 1 and h["resumes"][0] % 2 == 0 and h["resumes"][0] >= 2
     assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1))
+
+
+def test_an_object_store_that_denies_access_is_one_line_in_bounded_time(s3_env, tmp_path, fitted, data):
+    """Wrong credentials against the real server: validate exits 2 and predict 1, each with one
+    line naming the store, no traceback, within a minute."""
+    _upload_blobs(f"{BUCKET}/denied", n_files=1)
+    fitted.save(tmp_path / "model")
+    env = {**s3_env, "AWS_SECRET_ACCESS_KEY": "not-the-secret"}
+    cfg = {"data": {"path": f"{BUCKET}/denied"}, "model": {"n_clusters": 3}, "output": str(tmp_path / "o")}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    for args, code in ((["validate", str(tmp_path / "c.yaml")], 2),
+                       (["predict", "--model", str(tmp_path / "model"), "--input", f"{BUCKET}/denied",
+                         "--output", str(tmp_path / "p"), "--id", "id"], 1)):
+        t0 = time.perf_counter()
+        done = _cli(args, env, timeout=120)
+        said = [x for x in done.stderr.splitlines() if x.startswith("neurcam:")]
+        assert done.returncode == code and len(said) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "denied" in said[0].lower() or "forbidden" in said[0].lower() or "signature" in said[0].lower(), said
+        assert "not-the-secret" not in done.stderr + done.stdout
+        assert time.perf_counter() - t0 < 60
+        assert not (tmp_path / "p").exists()

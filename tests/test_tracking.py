@@ -148,8 +148,12 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
     # and nothing new is registered
     dead = f"http://127.0.0.1:{free_port()}"
     job2 = {**job, "tracking": {**job["tracking"], "uri": dead}, "output": str(tmp_path / "out2")}
+    monkeypatch.setenv("NEURCAM_TRACKING_WAIT_S", "3")   # waited for (300 s by default), then the error
+    capsys.readouterr()
     with pytest.raises(TrackingError, match=r"model is saved in .*out2/model, but logging to MLflow"):
         train(job2)
+    said = capsys.readouterr().out
+    assert "waiting up to 3 s (NEURCAM_TRACKING_WAIT_S) for the server before logging" in said, said[-2000:]
     assert (tmp_path / "out2" / "model" / "manifest.json").exists()
     assert [v.version for v in client.search_model_versions("name='trained'")] == [t["version"]]
 

@@ -102,5 +102,31 @@ def worker_group(tc) -> dict:
     ingest.preserve_order = True
     resources = {"CPU": tc.cpus_per_worker, **({"GPU": tc.gpu_share} if tc.use_gpu else {})}
     return {"scaling_config": ScalingConfig(num_workers=tc.num_workers, use_gpu=tc.use_gpu,
-                                            resources_per_worker=resources),
+                                            resources_per_worker=resources,
+                                            placement_strategy=tc.placement.upper()),
             "dataset_config": DataConfig(execution_options=ingest)}
+
+
+def worker_memory(tc) -> float:
+    """Bytes one training worker can count on: the ``memory`` resource of the roomiest live node
+    that can hold a worker, split between the workers it would hold (``train.num_workers``, at
+    most as many as its CPUs or GPUs allow)."""
+    import ray
+    best = 0.0
+    for node in ray.nodes():
+        res = node.get("Resources", {}) if node.get("Alive") else {}
+        fit = res.get("CPU", 0.0) // tc.cpus_per_worker
+        if tc.use_gpu:
+            fit = min(fit, res.get("GPU", 0.0) // tc.gpu_share)
+        if fit >= 1:
+            best = max(best, res.get("memory", 0.0) / min(tc.num_workers, fit))
+    return best
+
+
+def check_worker_memory(job, say) -> None:
+    """Refuse, before any pass over the data, a model whose training step would not fit in a
+    worker's memory (``TrainingSpec.check_memory`` against ``worker_memory``), naming the estimate,
+    the limit and what to lower; a wide model that fits gets a line with its estimate."""
+    budget = worker_memory(job.train)
+    if budget > 0:
+        job.spec.check_memory(job.plan.n_rows, int(budget), say=say, where="a Ray Train worker")

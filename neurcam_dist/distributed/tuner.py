@@ -34,7 +34,7 @@ from . import events
 from .console import held_stderr, routed_logs
 from .events import log
 from .job import ResolvedJob, resolve, resolve_early, trial_model
-from .session import check_resources, ensure_ray, quiet_data_progress
+from .session import check_resources, check_worker_memory, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
 
@@ -150,6 +150,10 @@ class _Progress(Callback):
         log(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
              + (f" ari={r['ari']:.4f}" if "ari" in r else "") + f" after {r.get('epochs', '?')} epochs")
 
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        log(f"trial {trial.trial_id} failed (its process or node was lost); it runs again and its training "
+            f"resumes from its last checkpoint")
+
     def on_trial_error(self, iteration, trials, trial, **info):
         self.done += 1
         log(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
@@ -186,6 +190,7 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
 
 def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> SearchResult:
     s, tc = job.config.search, job.train
+    check_worker_memory(job, log)   # the base model; a trial whose values need more fails on its own
     plan, prof = prepare(job)
     with unchanged_input(plan):
         inits = {seed: initial_state(job.with_seed(seed), prof) for seed in s.seeds}
@@ -246,7 +251,10 @@ def run_trials(job: ResolvedJob, inits: dict[int, InitialState], name: str) -> l
         tune_config=tune.TuneConfig(num_samples=s.num_samples,
                                     search_alg=BasicVariantGenerator(random_state=s.sampler_seed,
                                                                      max_concurrent=s.max_concurrent_trials)),
+        # a trial whose own actor died (its node lost) runs again, up to train.max_failures times; its
+        # TorchTrainer, with the same run name and storage, resumes from the trial's last checkpoint
         run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
+                                  failure_config=tune.FailureConfig(max_failures=cfg.train.max_failures),
                                   callbacks=[_Progress(n_trials(s))]))
     trials = collect(tuner.fit(), job.model)
     for t in trials:

@@ -33,12 +33,12 @@ def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> b
     """One line per cluster over the feature's grid; the feature's histogram underneath."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 4.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     grid = term.grids[0]
-    cmap = _cmap(n_clusters)
+    colours = cluster_colours(n_clusters)
     for k in range(n_clusters):
         top.plot(grid, term.values[:, k], drawstyle="steps-mid" if term.discrete[0] else "default",
-                 color=cmap(k % cmap.N), label=f"cluster {ids[k] if ids else k}", lw=1.4)
+                 color=colours[k], label=f"cluster {ids[k] if ids else k}", lw=1.4)
     top.axhline(0, color="0.6", lw=0.8)
-    top.set_ylabel("contribution to logit")
+    top.set_ylabel("logit contribution")
     top.set_title(f"{term.name}  (importance {term.importance.mean():.3g})")
     if n_clusters <= 12:
         top.legend(fontsize=7, ncol=2, frameon=False)
@@ -69,21 +69,35 @@ def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> by
             ax.set_ylabel(term.features[0], fontsize=7)
         if k // cols == rows - 1 or k + cols >= n_clusters:
             ax.set_xlabel(term.features[1], fontsize=7)
-    fig.colorbar(im, ax=axes, shrink=0.8, label="contribution")
+    fig.colorbar(im, ax=axes, shrink=0.8, label="logit contribution")
     fig.suptitle(term.name)
     return _png(fig)
 
 
-def _cmap(n_clusters: int):
-    return plt.get_cmap("tab20" if n_clusters > 10 else "tab10")
+GREYS = {"tab10": (7,), "tab20": (14, 15)}   # the palettes' greys: the report's grey means "the other clusters"
+
+
+def cluster_colours(n_clusters: int) -> list:
+    """One colour per cluster, never a grey (the thumbnails draw the other clusters in grey):
+    tab10 without its grey up to 9 clusters, tab20 without its two greys up to 18; beyond that the
+    colours repeat (the legend and titles still name each cluster)."""
+    name = "tab10" if n_clusters <= 9 else "tab20"
+    cmap = plt.get_cmap(name)
+    base = [cmap(i) for i in range(cmap.N) if i not in GREYS[name]]
+    return [base[k % len(base)] for k in range(n_clusters)]
 
 
 def thumbnail_figure(term: Term, c: int, n_clusters: int, ids: list[int], band: dict | None = None) -> bytes:
     """A small shape graph with cluster ``c``'s curve drawn over the others' (grey), and the range
     where its middle 80% of rows lie (``band``: feature -> (q10, q90)) shaded; for a pair, cluster
     ``c``'s heat map on the scale shared by all clusters with that range outlined."""
+    return _png(thumbnail(term, c, n_clusters, ids, band), dpi=96)
+
+
+def thumbnail(term: Term, c: int, n_clusters: int, ids: list[int], band: dict | None = None):
+    """``thumbnail_figure``'s matplotlib figure (axes labelled with their units)."""
     band = band or {}
-    colour = _cmap(n_clusters)(c % _cmap(n_clusters).N)
+    colour = cluster_colours(n_clusters)[c]
     fig, ax = plt.subplots(figsize=(2.7, 1.9))
     if term.kind == "main":
         grid = term.grids[0]
@@ -96,6 +110,7 @@ def thumbnail_figure(term: Term, c: int, n_clusters: int, ids: list[int], band: 
         if term.features[0] in band:
             ax.axvspan(*band[term.features[0]], color=colour, alpha=0.12, lw=0)
         ax.set_xlabel(term.features[0], fontsize=7)
+        ax.set_ylabel("logit contribution", fontsize=6)
     else:
         lim = float(np.abs(term.values).max()) or 1.0
         ga, gb = term.grids
@@ -106,9 +121,10 @@ def thumbnail_figure(term: Term, c: int, n_clusters: int, ids: list[int], band: 
             ax.add_patch(Rectangle((b0, a0), b1 - b0, a1 - a0, fill=False, ec=colour, lw=1.5))
         ax.set_xlabel(b, fontsize=7)
         ax.set_ylabel(a, fontsize=7)
-    ax.set_title(f"{term.name}: cluster {ids[c]}", fontsize=8)
+    ax.set_title(f"{term.name}: cluster {ids[c]}" + ("" if term.kind == "main" else " (colour: logit contribution)"),
+                 fontsize=8)
     ax.tick_params(labelsize=6)
-    return _png(fig, dpi=96)
+    return fig
 
 
 def importance_figure(expl: Explanation, top: int = 25) -> bytes:
@@ -171,11 +187,13 @@ MINOR_PUSH = 0.05  # a push under this fraction of the cluster's largest is list
 
 
 def cluster_terms(expl: Explanation, profile: dict, left_out: dict[int, str] | None = None) -> list[int]:
-    """Indices of the terms drawn in a cluster's section: the first ``THUMBS`` pushing rows in, then
-    the first ``THUMBS`` pushing them out, leaving out minor pushes and terms not drawn at all."""
+    """Indices of the terms drawn in a cluster's section: the ``2 * THUMBS`` that move its rows most
+    in either direction (pushing in or out, strongest first), leaving out minor pushes and terms
+    not drawn at all."""
     left_out = left_out_terms(expl) if left_out is None else left_out
     index = {t.name: i for i, t in enumerate(expl.terms)}
-    entries = profile.get("into", [])[:THUMBS] + profile.get("out_of", [])[:THUMBS]
+    entries = sorted(profile.get("into", []) + profile.get("out_of", []),
+                     key=lambda q: -abs(q["mean_relative_contribution"]))[:2 * THUMBS]
     largest = max((abs(q["mean_relative_contribution"]) for q in entries), default=0.0)
     names = [q["term"] for q in entries if abs(q["mean_relative_contribution"]) >= MINOR_PUSH * largest]
     return [index[n] for n in dict.fromkeys(names) if n in index and index[n] not in left_out]
@@ -243,8 +261,16 @@ def _value(v) -> str:
     return html.escape(str(v))
 
 
-def _model_card(card: dict) -> list[str]:
-    """The model card as tables a person reads (the JSON is in explanation.json)."""
+def unused_features(card: dict, features: list[str]) -> list[str]:
+    """The feature columns no term reads (not selected alone nor in a pair, and not constant)."""
+    read = (set(card.get("selected_features", [])) | {f for p in card.get("selected_pairs", []) for f in p}
+            | set(card.get("constant_features_left_out", [])))
+    return [f for f in features if f not in read]
+
+
+def _model_card(card: dict, features: list[str] | None = None) -> list[str]:
+    """The model card as tables a person reads (the JSON is in explanation.json); ``features``:
+    the model's feature columns, to list those no term reads."""
     e = html.escape
     parts = ["<h3>Hyperparameters</h3><table>" + _rows((k, _value(v)) for k, v in card.get("hyperparameters", {}).items())
              + "</table>"]
@@ -254,10 +280,15 @@ def _model_card(card: dict) -> list[str]:
                                                   ("sha256", e(str(data.get("sha256", ""))))]) + "</table>"
                  + f"<details><summary>the {len(cols)} columns</summary><p>{e(', '.join(map(str, cols)))}</p></details>")
     clusters = card.get("clusters", {})
+    selected = list(dict.fromkeys(card.get("selected_features", [])))
+    pairs = list(dict.fromkeys(" & ".join(p) for p in card.get("selected_pairs", [])))
+    constant = list(card.get("constant_features_left_out", []))
+    unused = unused_features(card, features or [])
     parts.append("<h3>Selection</h3><table>" + _rows([
-        ("selected features", e(", ".join(card.get("selected_features", [])))),
-        ("selected pairs", e(", ".join(" & ".join(p) for p in card.get("selected_pairs", [])))),
-        ("constant features left out", e(", ".join(card.get("constant_features_left_out", []))) or "none"),
+        ("selected features", e(", ".join(selected))),
+        ("selected pairs", e(", ".join(pairs))),
+        ("features no term reads", e(", ".join(unused)) or "none"),
+        ("constant features left out", e(", ".join(constant)) or "none"),
         ("clusters (used)", f"{clusters.get('n_clusters', '?')} ({clusters.get('n_clusters_used', '?')})"),
         ("cluster ids", _value(clusters.get("cluster_ids", [])))]) + "</table>")
     text = card.get("text")
@@ -356,6 +387,10 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     if constant:
         parts.append(f"<p class='left-out'>Constant in the training data, so no gate could select them: "
                      f"{e(', '.join(constant))}.</p>")
+    unused = unused_features(card, list(expl.feature_names))
+    if unused:
+        parts.append(f"<p class='left-out'>Never selected by any term, so they do not affect the clusters "
+                     f"({len(unused)} of {len(expl.feature_names)}): {e(', '.join(unused))}.</p>")
     order = by_importance(expl)
     for kind, anchor, heading in (("main", "shapes", "Shape graphs"), ("pair", "pairs", "Pairwise interactions (purified)")):
         parts.append(f"<h2 id='{anchor}'>{heading}</h2>")
@@ -367,7 +402,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
             t = expl.terms[i]
             parts.append(_img(figures[figure_name(i, t)], f"{'shape graph' if kind == 'main' else 'heat map'} of {t.name}"))
     parts.append("<h2 id='card'>Model card</h2>")
-    parts += _model_card(card)
+    parts += _model_card(card, list(expl.feature_names))
     parts.append("</body></html>")
     return "\n".join(parts)
 

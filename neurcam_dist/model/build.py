@@ -58,7 +58,7 @@ class TrainingSpec:
         gates = (self.n_single + 2 * self.n_pairs) * self.n_features * 4 * 6
         return int(acts + gates)
 
-    def check_memory(self, rows: int, available: int, say=None) -> None:
+    def check_memory(self, rows: int, available: int, say=None, where: str = "this process") -> None:
         """Refuse (``ConfigError``, with the estimate, the limit and what to lower) a model whose
         training step (``step_bytes``) would not fit in ``available`` bytes (the driver's
         ``settings.available_memory()``); ``say`` a line with the estimate when it is over 1 GiB,
@@ -70,7 +70,7 @@ class TrainingSpec:
         if need > 0.8 * available:
             raise ConfigError(f"a training step needs about {need / 2**30:.1f} GiB ({self.n_single + self.n_pairs:,} "
                               f"shape functions over {self.n_features:,} features), {available / 2**30:.1f} GiB "
-                              f"is available: {fix}")
+                              f"is available to {where}: {fix}")
         if say is not None and need > 2**30:
             say(f"a wide model: {self.n_single + self.n_pairs:,} shape functions over {self.n_features:,} features "
                 f"need about {need / 2**30:.1f} GiB a training step and take long epochs (the progress bar shows "

@@ -28,20 +28,25 @@ FINGERPRINT_TAG = "neurcam.snapshot_fingerprint"
 # ---------------------------------------------------------------- history
 def append_history(output: str, record: dict) -> str:
     """Add ``record`` as one line of ``OUTPUT/recluster-history.jsonl``; returns its path. Locally
-    one ``write`` of the whole line to a file opened for appending; on an object store (which has
-    no append) the file is read and written back whole, as one object."""
+    one ``write`` of the whole line to a file opened for appending (after a newline when a killed
+    writer left the last line torn); on an object store (which has no append) the file is read and
+    written back whole, as one object."""
     line = json.dumps(record, default=str, sort_keys=True) + "\n"
     path = join(output, HISTORY)
     if not is_uri(path):
         p = Path(local(path))
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "a", encoding="utf-8") as f:
-            f.write(line)
+        with open(p, "a+b") as f:
+            end = f.seek(0, os.SEEK_END)
+            if end and (f.seek(end - 1), f.read(1))[1] != b"\n":
+                line = "\n" + line     # after a line a kill cut short: that one stays torn, this one whole
+            f.write(line.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         return str(p)
     from ..storage.published import put_text
-    put_text(_read_text(path) + line, path)
+    text = _read_text(path)
+    put_text(text + ("\n" if text and not text.endswith("\n") else "") + line, path)
     return path
 
 
@@ -165,18 +170,33 @@ def _delete(folder: str, names: list[str], log=None) -> None:
                 log(f"warning: could not delete {redact(join(folder, name))}: {exc}")
 
 
+UNRECORDED_S = 12 * 3600   # a search folder without a history line older than this was killed
+
+
 def prune_runs(output: str, storage: str, keep: int, log=None) -> list[str]:
     """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` (names sort by age:
     they start with the search's UTC time) and their trials' Ray Train folders
-    ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left alone). Returns the
-    search names deleted."""
+    ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left alone). Only a search
+    the history records as ended is deleted: one still running (another re-clustering into the same
+    output) is never pulled from under it; one with no line after ``UNRECORDED_S`` was killed and
+    goes too. Returns the search names deleted."""
     trials = join(output, "trials")
     searches = [n for n in _subfolders(trials) if n.startswith("search-")]
-    gone = searches[:-keep] if keep > 0 else searches
+    ended = {r.get("search") for r in read_history(output)}
+    old = searches[:-keep] if keep > 0 else searches
+    gone = [n for n in old if n in ended or _age_s(n) > UNRECORDED_S]
     if gone:
         _delete(trials, gone, log)
         _delete(storage, [n for n in _subfolders(storage) if any(n.startswith(g + "-") for g in gone)], log)
     return gone
+
+
+def _age_s(search: str) -> float:
+    """Seconds since a search named ``search-YYYYmmdd-HHMMSS-...`` started (0 for other names)."""
+    try:
+        return time.time() - time.mktime(time.strptime(search[len("search-"):][:15], "%Y%m%d-%H%M%S"))
+    except ValueError:
+        return 0.0
 
 
 def now() -> tuple[str, float]:

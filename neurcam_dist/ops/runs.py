@@ -2,11 +2,13 @@
 ``tracking:`` section. The front door (``neurcam_dist.service``) and the re-clustering call these;
 training itself (``distributed``) knows nothing of MLflow, and tracking nothing of Ray.
 
-When MLflow is unreachable the run still finishes and its model is saved in ``output/``;
-``tracking.TrackingError`` then says what was not logged (and that nothing was registered).
+When MLflow is unreachable the run still finishes and its model is saved in ``output/``; a server
+that is back within ``NEURCAM_TRACKING_WAIT_S`` (300 s) gets the run late, with a warning; after
+that ``tracking.TrackingError`` says what was not logged (and that nothing was registered).
 """
 from __future__ import annotations
 
+import time
 
 from ..config import JobConfig, coerce_config
 from ..distributed import SearchResult, TrainResult
@@ -47,19 +49,45 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
 
 
 def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
-    """``log_with(tracking)`` into ``result.tracking``, MLflow's own lines in the run's log; a
-    failure raises ``TrackingError`` saying what was not logged (the model is safe on disk)."""
+    """``log_with(tracking)`` into ``result.tracking``, MLflow's own lines in the run's log.
+    An http server that does not answer when the run ends is waited for (``tracking.wait_reachable``:
+    the run is logged late, with a warning saying so); one that stops answering part-way is
+    waited for again and the logging tried once more, the cut-off attempt's runs ended FAILED and,
+    when the server had registered the model already, not registered again. Any other failure
+    raises ``TrackingError`` saying what was not logged (the model is safe on disk)."""
     from .. import tracking
-    try:
-        with mlflow_lines(cfg):
-            tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
-            killed = tracking.mark_killed_runs(cfg.tracking.experiment)
-            result.tracking = log_with(tracking)
-        if killed:
-            log(f"marked {len(killed)} MLflow run(s) of {cfg.tracking.experiment} KILLED: left RUNNING by a process "
-                f"that is gone ({', '.join(killed[:5])})")
-    except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
-        raise tracking.tracking_failed(cfg, result.output, exc, runs) from exc
+    tc = cfg.tracking
+    t_end, waited = time.monotonic(), 0.0
+    for attempt in (1, 2):
+        try:
+            waited += tracking.wait_reachable(tc.uri, log)
+            with mlflow_lines(cfg):
+                tracking.use(tc.uri, tc.experiment)
+                if attempt == 2:
+                    ended, versions = tracking.abandon_partial_runs(tc.experiment, tc.model_name)
+                    log(f"ended the cut-off attempt's {len(ended)} MLflow run(s) FAILED")
+                    if versions:
+                        raise tracking.TrackingError(
+                            f"the model is saved in {result.output}/model; the tracking server registered "
+                            f"{tc.model_name} version(s) {', '.join(versions)} before it stopped answering; not "
+                            f"registered again: check them (and their runs) in MLflow")
+                killed = tracking.mark_killed_runs(tc.experiment)
+                result.tracking = log_with(tracking)
+            break
+        except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
+            if isinstance(exc, tracking.TrackingError):
+                raise
+            if attempt == 1 and tracking.is_connection_failure(exc):
+                log(f"WARNING: MLflow stopped answering while {runs} were being logged "
+                    f"({type(exc).__name__}: {redact(str(exc))[:300]}); trying once more")
+                continue
+            raise tracking.tracking_failed(cfg, result.output, exc, runs) from exc
+    if killed:
+        log(f"marked {len(killed)} MLflow run(s) of {tc.experiment} KILLED: left RUNNING by a process "
+            f"that is gone ({', '.join(killed[:5])})")
+    if waited or attempt == 2:
+        log(f"WARNING: the MLflow {what} was logged late ({time.monotonic() - t_end:.0f} s after training ended"
+            + (", on the second attempt" if attempt == 2 else "") + "): MLflow's start times are the logging's")
     _say_logged(cfg, result.tracking, what)
 
 
@@ -79,10 +107,11 @@ def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
 
 def _warn_if_unreachable(cfg: JobConfig) -> None:
     from ..tracking import check_reachable, tracking_uri
+    from ..tracking.uri import WAIT_ENV, wait_budget
     uri = tracking_uri(cfg.tracking.uri)
     if uri.startswith(("http://", "https://")):
         try:
             check_reachable(uri)
         except ConnectionError as exc:
-            log(f"WARNING: {exc}; the run goes on and its model is saved locally, but the command "
-                f"will exit non-zero if MLflow is still unreachable at the end")
+            log(f"WARNING: {exc}; the run goes on and its model is saved locally; at the end it waits up to "
+                f"{wait_budget():g} s ({WAIT_ENV}) for the server, then exits non-zero if it is still unreachable")

@@ -79,6 +79,31 @@ def mark_killed_runs(experiment: str) -> list[str]:
     return killed
 
 
+def abandon_partial_runs(experiment: str, model_name: str | None) -> tuple[list[str], list[str]]:
+    """After a logging attempt the server cut off (``ops.runs`` tries once more): this process's
+    runs still RUNNING in ``experiment`` end FAILED, tagged as superseded. Returns their ids and
+    the versions of ``model_name`` registered from them (a registration the server finished
+    although its answer was lost): the caller then must not register again."""
+    import mlflow
+    client = mlflow.MlflowClient()
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return [], []
+    mine = f"tags.`{PID_TAG}` = '{os.getpid()}' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"
+    ended = []
+    for run in client.search_runs([exp.experiment_id], filter_string=f"attributes.status = 'RUNNING' and {mine}",
+                                  max_results=1000):
+        client.set_tag(run.info.run_id, "neurcam.ended_by", "a logging attempt the tracking server cut off; "
+                                                            "logged again in a later run")
+        client.set_terminated(run.info.run_id, "FAILED")
+        ended.append(run.info.run_id)
+    versions = []
+    if model_name and ended:
+        versions = [mv.version for mv in client.search_model_versions(f"name = '{model_name}'")
+                    if mv.run_id in ended]
+    return ended, versions
+
+
 def _params(model: dict, cfg, plan) -> dict:
     return {**{f"model.{k}": v for k, v in model.items()},
             **{f"train.{k}": v for k, v in cfg.train.model_dump().items()}, **data_fingerprint(plan)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import ConfigError, CredentialsRefused
 from ..redaction import redact, split_credentials
 
 LOCAL_DB = "mlflow.db"
@@ -42,6 +43,8 @@ def connect(uri: str) -> str:
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 PROBE_SECONDS = 10.0   # the first answer an http server must give (``check_reachable``)
+WAIT_ENV = "NEURCAM_TRACKING_WAIT_S"   # how long a finished run waits for a server that is down
+WAIT_DEFAULT_S = 300.0                 # a server restarting (a pod rescheduled, an upgrade) is back by then
 
 
 def point_at(configured: str | None = None, workdir: str | os.PathLike = ".") -> str:
@@ -100,7 +103,7 @@ def check_reachable(uri: str, timeout: float = PROBE_SECONDS) -> None:
             return
     except urllib.error.HTTPError as exc:
         if exc.code in (401, 403):
-            raise ConnectionError(f"MLflow tracking server {redact(uri)} refused the credentials (HTTP {exc.code}): "
+            raise CredentialsRefused(f"MLflow tracking server {redact(uri)} refused the credentials (HTTP {exc.code}): "
                                   f"set MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD (or user:password@ in "
                                   f"the URI)") from None
         return   # it answers (a server without /health, say): MLflow's own calls tell the rest
@@ -110,3 +113,67 @@ def check_reachable(uri: str, timeout: float = PROBE_SECONDS) -> None:
                 else redact(reason))
         raise ConnectionError(f"MLflow tracking server {redact(uri)} is unreachable ({what}): check tracking.uri / "
                               f"MLFLOW_TRACKING_URI and that the server is up") from None
+
+
+def wait_budget() -> float:
+    """``NEURCAM_TRACKING_WAIT_S`` (seconds; 0: do not wait), else ``WAIT_DEFAULT_S``."""
+    raw = os.environ.get(WAIT_ENV)
+    try:
+        value = float(raw) if raw else WAIT_DEFAULT_S
+    except ValueError:
+        raise ConfigError(f"{WAIT_ENV}={raw!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise ConfigError(f"{WAIT_ENV}={raw!r}: give 0 or more seconds")
+    return value
+
+
+def wait_reachable(configured: str | None, log, budget_s: float | None = None, poll_s: float = 2.0) -> float:
+    """Before a finished run is logged: an http tracking server that does not answer (restarting,
+    redeployed, a network blip) is waited for, up to ``budget_s`` (``NEURCAM_TRACKING_WAIT_S``,
+    300 s by default), with a line when the wait starts and one when it ends. Returns the seconds
+    waited (0: it answered at once); raises ``check_reachable``'s ``ConnectionError`` when the
+    budget is spent. Stores other than http (the embedded SQLite one, a folder) return 0."""
+    import time
+    uri = connect(tracking_uri(configured))
+    if not uri.startswith(("http://", "https://")):
+        return 0.0
+    budget = budget_s if budget_s is not None else wait_budget()
+    t0 = time.monotonic()
+    try:
+        check_reachable(uri)
+        return 0.0
+    except ConnectionError as exc:
+        if budget <= 0 or isinstance(exc, CredentialsRefused):
+            raise
+        log(f"WARNING: {exc}; the model is saved; waiting up to {budget:g} s ({WAIT_ENV}) for the server "
+            f"before logging the run")
+    while True:
+        time.sleep(poll_s)
+        try:
+            check_reachable(uri, timeout=min(PROBE_SECONDS, max(1.0, budget - (time.monotonic() - t0))))
+        except ConnectionError as exc:
+            if time.monotonic() - t0 >= budget or isinstance(exc, CredentialsRefused):
+                raise
+            continue
+        waited = time.monotonic() - t0
+        log(f"MLflow tracking server {redact(uri)} answers again after {waited:.0f} s")
+        return waited
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps: MLflow re-raises ``requests``' errors as its own
+    ``MlflowException`` text) is the server not answering, as opposed to a refusal or a bug."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)) and not isinstance(exc, CredentialsRefused):
+            return True
+        name = type(exc).__name__
+        if name in ("MaxRetryError", "NewConnectionError", "ReadTimeoutError", "ProtocolError", "ConnectTimeout",
+                    "ReadTimeout", "RemoteDisconnected"):
+            return True
+        if any(s in str(exc) for s in ("Max retries exceeded", "Connection refused", "Connection aborted",
+                                        "Read timed out", "RemoteDisconnected")):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
