@@ -245,10 +245,12 @@ def test_int_and_float_shards_train_on_ray(table, tmp_path, ray_cluster):
 @pytest.mark.parametrize("drift, words", [
     ("text", "is double in"),
     ("missing", "lack(s) column 'f3'"),
+    ("extra", "lack(s) column 'extra', which other files of"),
 ])
 def test_schema_drift_that_cannot_be_unified_names_the_files(table, tmp_path, capsys, drift, words):
     a = table.iloc[:75]
-    b = table.iloc[75:].assign(f3=table.iloc[75:]["f3"].astype(str)) if drift == "text" else table.iloc[75:, :3]
+    b = {"text": lambda t: t.assign(f3=t["f3"].astype(str)), "missing": lambda t: t.iloc[:, :3],
+         "extra": lambda t: t.assign(extra=1.0)}[drift](table.iloc[75:])
     folder = _shards(tmp_path, a, b)
     rc, err = run(capsys, "fit", "--input", folder, "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
     assert rc == 2 and words in err and "part-" in err, err

@@ -158,6 +158,10 @@ def test_load_refuses_altered_or_missing_files(fitted, tmp_path):
     with pytest.raises(ValueError, match=r"config.json was altered"):
         NeurCAM.load(path)
     fitted.save(path)
+    weights.write_bytes(weights.read_bytes()[:100])                       # truncated (a copy cut short)
+    with pytest.raises(ValueError, match=r"weights.safetensors was altered or corrupted"):
+        NeurCAM.load(path)
+    fitted.save(path)
     (path / "weights.safetensors").unlink()
     with pytest.raises(ValueError, match=r"missing \['weights.safetensors'\]"):
         NeurCAM.load(path)
