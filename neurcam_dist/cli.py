@@ -169,11 +169,13 @@ def _add_fit(sub) -> argparse.ArgumentParser:
     return fit
 
 
+MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NAME@champion)"
+
+
 def _add_explain(sub) -> argparse.ArgumentParser:
     """``neurcam explain``'s flags."""
     exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report")
-    exp.add_argument("--model", required=True,
-                     help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
+    exp.add_argument("--model", required=True, help=MODEL_HELP)
     _flag(exp, "--input", "--data", required=True,
           help="CSV or Parquet with the model's feature columns (others are not read)")
     _flag(exp, "--output", "--out", required=True,
@@ -182,6 +184,9 @@ def _add_explain(sub) -> argparse.ArgumentParser:
                      help="explain a seeded sample of this many rows when the data has more (0: every row)")
     exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
     exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
+    exp.add_argument("--label", default=None,
+                     help="a column to compare the clusters with (label-by-cluster table, ARI, NMI); never used "
+                          "to cluster")
     _encoding(exp)
     return exp
 
@@ -190,8 +195,7 @@ def _add_export(sub) -> argparse.ArgumentParser:
     """``neurcam export``'s flags."""
     exp = _sub(sub, "export", help="the model as one SQL query a warehouse runs to assign clusters (no Python), "
                                    "or a readable rule per cluster")
-    exp.add_argument("--model", required=True,
-                     help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
+    exp.add_argument("--model", required=True, help=MODEL_HELP)
     _flag(exp, "--input", "--data", required=True,
           help="CSV or Parquet with the model's feature columns: the rows whose range the shape tables span")
     exp.add_argument("--format", default="sql", choices=["sql", "rules"],
@@ -304,8 +308,7 @@ def _add_predict(sub) -> argparse.ArgumentParser:
                "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
                "with recluster:), the output OUTPUT/predictions and the id data.id")
     _sets(pred)
-    pred.add_argument("--model", default=None,
-                      help="model directory written by fit/train, or an MLflow URI (models:/NAME@champion)")
+    pred.add_argument("--model", default=None, help=MODEL_HELP)
     _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI, or a CSV file (read as fit reads it)")
     _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
     _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
@@ -424,7 +427,7 @@ def _fit(args) -> int | None:
 
 def _explain(args) -> None:
     result = service.explain(args.model, args.input, args.output, rows=args.rows, grid_size=args.grid_size,
-                             pair_grid_size=args.pair_grid_size, say=print, **_csv(args))
+                             pair_grid_size=args.pair_grid_size, label=args.label, say=print, **_csv(args))
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     report = result.report

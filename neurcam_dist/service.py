@@ -134,15 +134,20 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
             "params": {k: v for k, v in est.get_params().items()}}
     failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
                        extra={assignments: _assignments(est, X, ids, assignments)},
-                       report=_explanation_or_error(est, X) if report else None, exclusive=True)
+                       report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
 
 
-def _explanation_or_error(est, X):
-    """``est.explain(X)``, or the exception it raised: a report is never worth the model
-    (``outputs.write_run`` writes the error as ``report/error.txt``)."""
+def _explanation_or_error(est, X, y=None, label: str | None = None):
+    """``est.explain(X)`` (with the clusters against ``y`` when there is a label column), or the
+    exception it raised: a report is never worth the model (``outputs.write_run`` writes the
+    error as ``report/error.txt``)."""
     try:
-        return est.explain(X)
+        expl = est.explain(X)
+        if y is not None:
+            from .explain.evaluation import label_summary
+            expl.model_card["labels"] = label_summary(y, est.predict(X), est.cluster_ids_, label)
+        return expl
     except Exception as exc:   # noqa: BLE001
         return exc
 
@@ -182,7 +187,7 @@ class ExplainResult:
 
 def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_size: int = 128,
             pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
-            decimal: str | None = None, say=print) -> ExplainResult:
+            decimal: str | None = None, label: str | None = None, say=print) -> ExplainResult:
     """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
     rows of ``data``, written to ``output``.
 
@@ -200,6 +205,9 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
         Points along each feature's axis for the shape graphs and the pair heat maps.
     encoding, delimiter, decimal : str
         A CSV file's format (as ``fit``'s).
+    label : str, optional
+        A column to compare the clusters with (never used to cluster): the report gets the
+        label-by-cluster table, ARI and NMI, and each cluster's label mix.
     say : callable
         Where the line about a sample goes.
     """
@@ -216,15 +224,21 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
     csv = {"delimiter": delimiter, "decimal": decimal}
-    df = read_table(data, encoding, columns=features, **csv)
+    df = read_table(data, encoding, columns=features + ([label] if label else []), **csv)
     missing = [c for c in features if c not in df.columns]
     if missing:
         names = [str(c) for c in table_columns(data, encoding, **csv)]
         raise DataError(f"{data} lacks the model's feature columns {missing}{missing_columns_note(missing, names)}")
+    if label and label not in df.columns:
+        names = [str(c) for c in table_columns(data, encoding, **csv)]
+        raise DataError(f"{data} has no label column {label!r}{missing_columns_note([label], names)}")
     if rows and len(df) > rows:
         say(f"explaining a seeded sample of {rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
         df = df.sample(rows, random_state=0).sort_index()
     expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
+    if label:
+        from .explain.evaluation import label_summary
+        expl.model_card["labels"] = label_summary(df[label], est.predict(df[features]), est.cluster_ids_, label)
     report = write_report(expl, output)
     return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
 

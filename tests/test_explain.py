@@ -417,3 +417,37 @@ def test_thumbnails_take_the_strongest_pushes_either_way_and_the_card_lists_unus
     others = [f for f in explanation.feature_names if f != names[0]]
     assert "features no term reads" in page and ", ".join(others) in page
     assert f"Never selected by any term, so they do not affect the clusters ({len(others)} of" in page
+
+
+def test_with_a_label_the_report_shows_the_clusters_against_it(fitted, data, tmp_path, capsys):
+    import json
+
+    from sklearn.metrics import adjusted_rand_score
+    X, y = data
+    fitted.save(tmp_path / "model")
+    table = X.assign(kind=np.where(y == 0, "a", np.where(y == 1, "b", "c")))
+    table.loc[3, "kind"] = None                                     # a row without a label
+    table.to_parquet(tmp_path / "t.parquet")
+    assert main(["explain", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "t.parquet"),
+                 "--output", str(tmp_path / "e"), "--label", "kind"]) == 0
+    truth = json.loads((tmp_path / "e" / "explanation.json").read_text())["model_card"]["labels"]
+    assigned = fitted.predict(X)
+    keep = table["kind"].notna().to_numpy()
+    assert truth["ari"] == pytest.approx(adjusted_rand_score(table["kind"][keep], assigned[keep]))
+    assert truth["n_rows"] == len(X) - 1 and truth["n_missing"] == 1
+    assert sum(v for row in truth["table"].values() for v in row.values()) == len(X) - 1
+    page = (tmp_path / "e" / "report.html").read_text()
+    assert "Against the label kind" in page and f"Adjusted Rand index {truth['ari']:.3f}" in page
+    assert page.count("Its rows' kind: ") == len([c for c in truth["mix"].values() if c])
+    assert main(["explain", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "t.parquet"),
+                 "--output", str(tmp_path / "e2"), "--label", "knd"]) == 2
+    assert "has no label column 'knd'" in capsys.readouterr().err
+
+
+def test_fit_with_a_label_and_a_report_compares_them_in_the_report(data, tmp_path):
+    X, y = data
+    X.assign(label=y).to_csv(tmp_path / "d.csv", index=False)
+    assert main(["fit", "--input", str(tmp_path / "d.csv"), "--output", str(tmp_path / "o"), "--n-clusters", "3",
+                 "--label", "label", "--report", "--epochs", "20", "--quiet"]) == 0
+    page = (tmp_path / "o" / "report" / "report.html").read_text()
+    assert "Against the label label" in page and "Its rows' label: " in page

@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 
 from ..storage import atomic_directory  # noqa: E402
 from ..uris import as_path, is_uri, join  # noqa: E402
+from .evaluation import mix_text  # noqa: E402
 from .explanation import Explanation, Term, cluster_summary  # noqa: E402
 
 
@@ -314,6 +315,21 @@ def _pushes(entries: list[dict], sign: str) -> str:
                      for q in entries) or "none"
 
 
+def _against_labels(truth: dict | None) -> list[str]:
+    """The label-by-cluster table with ARI and NMI, when the explanation was given labels."""
+    if not truth:
+        return []
+    e = html.escape
+    clusters = list(next(iter(truth["table"].values()), {}).keys())
+    rows = "".join(f"<tr><th>{e(lab)}</th>" + "".join(f"<td>{row.get(c, 0):,}</td>" for c in clusters) + "</tr>"
+                   for lab, row in truth["table"].items())
+    missing = f" ({truth['n_missing']:,} rows without a label left out)" if truth.get("n_missing") else ""
+    return [f"<h3 id='labels'>Against the label {e(truth['name'])}</h3><p>Adjusted Rand index "
+            f"{truth['ari']:.3f}, normalized mutual information {truth['nmi']:.3f} over {truth['n_rows']:,} rows"
+            f"{missing} (the label was not used to cluster).</p><table><tr><th>{e(truth['name'])} \\ cluster</th>"
+            + "".join(f"<th>{e(c)}</th>" for c in clusters) + "</tr>" + rows + "</table>"]
+
+
 def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
     """The overview table, then a section per cluster: size and share, a sentence on its rows, the
     terms that push rows in and out, and thumbnails with its curve over the others'."""
@@ -328,6 +344,7 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
                      f"<td>{fmt(100 * p['size'] / total)}%</td><td>{_pushes(p['into'], '+')}</td>"
                      f"<td>{_pushes(p['out_of'], '-')}</td></tr>")
     parts.append("</table>")
+    parts += _against_labels(expl.model_card.get("labels"))
     left_out = left_out_terms(expl)
     for p in expl.profiles:
         cid = p["cluster"]
@@ -335,6 +352,9 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
                      f"({fmt(100 * p['size'] / total)}%)</h3>"
                      f"<p class='summary'>{e(cluster_summary(p, digits=fmt))}</p>"
                      f"<p class='push'>Pushed in by: {_pushes(p['into'], '+')}. Pushed out by: {_pushes(p['out_of'], '-')}.</p>")
+        truth = expl.model_card.get("labels")
+        if truth and truth.get("mix", {}).get(str(cid)):
+            parts.append(f"<p class='push'>Its rows' {e(truth['name'])}: {e(mix_text(truth['mix'][str(cid)]))}.</p>")
         if p.get("top_terms"):
             parts.append(f"<p class='push'>Top terms (most above their frequency over all documents): "
                          f"{e(', '.join(p['top_terms']))}.</p>")
