@@ -143,13 +143,18 @@ def _explanation_or_error(est, X, y=None, label: str | None = None):
     exception it raised: a report is never worth the model (``outputs.write_run`` writes the
     error as ``report/error.txt``)."""
     try:
-        expl = est.explain(X)
-        if y is not None:
-            from .explain.evaluation import label_summary
-            expl.model_card["labels"] = label_summary(y, est.predict(X), est.cluster_ids_, label)
-        return expl
+        return _with_labels(est.explain(X), est, X, y, label)
     except Exception as exc:   # noqa: BLE001
         return exc
+
+
+def _with_labels(expl, est, X, y, name: str | None):
+    """``expl`` with the clusters of ``X`` against the labels ``y`` in its model card
+    (``explain.evaluation.label_summary``), when there are labels."""
+    if y is not None:
+        from .explain.evaluation import label_summary
+        expl.model_card["labels"] = label_summary(y, est.predict(X), est.cluster_ids_, name)
+    return expl
 
 
 def _assignments(est, X, ids, name: str) -> bytes:
@@ -235,10 +240,8 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
     if rows and len(df) > rows:
         say(f"explaining a seeded sample of {rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
         df = df.sample(rows, random_state=0).sort_index()
-    expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
-    if label:
-        from .explain.evaluation import label_summary
-        expl.model_card["labels"] = label_summary(df[label], est.predict(df[features]), est.cluster_ids_, label)
+    expl = _with_labels(est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size), est,
+                        df[features], df[label] if label else None, label)
     report = write_report(expl, output)
     return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
 

@@ -63,6 +63,13 @@ S3_CONNECT_TIMEOUT_S = 5.0
 S3_MAX_ATTEMPTS = 3
 
 
+def store_did_not_answer(error) -> bool:
+    """Whether ``error`` (an exception or its text) is pyarrow's S3 client failing to reach the
+    endpoint (refused, reset, timed out), as opposed to a denial or a missing key."""
+    import re
+    return bool(re.search(r"NETWORK_CONNECTION|curlCode|Could not connect|timed out", str(error)))
+
+
 def bounded_s3(fs):
     """pyarrow's ``S3FileSystem`` ``fs`` with its options kept and its waits bounded: a connection
     attempt of ``S3_CONNECT_TIMEOUT_S``, no more than ``NEURCAM_S3_TIMEOUT`` (default

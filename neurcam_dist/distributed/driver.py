@@ -29,14 +29,14 @@ from ..model.initial import initial_centroids
 from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
-from ..uris import as_path, is_uri, join
+from ..uris import as_path, is_uri, join, store_did_not_answer
 from ..validation import constant_features_note, empty_clusters_note
 from .scoring import evaluate
 from . import events
 from .console import held_stderr, routed_logs
 from .events import log
 from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
-from .session import check_resources, check_worker_memory, ensure_ray, worker_group
+from .session import check_resources, ensure_ray, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
 
 
@@ -164,9 +164,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
 def store_hint(error, storage: str) -> str:
     """What to do when the object store holding the checkpoints stopped answering mid-run (Ray
     Train's controller fails the run when it cannot write its checkpoint record)."""
-    import re
-    if not is_uri(storage) or not re.search(r"NETWORK_CONNECTION|curlCode|Could not connect|timed out",
-                                            str(error)):
+    if not (is_uri(storage) and store_did_not_answer(error)):
         return ""
     return (f"; the object store holding the checkpoints ({redact(storage)}) did not answer during the run: "
             f"nothing was written to the output (a previous model there is untouched); check the store "
@@ -196,7 +194,6 @@ def train(config, *, name: str | None = None) -> TrainResult:
 
 
 def _train(job: ResolvedJob, name: str | None, t_start: float) -> TrainResult:
-    check_worker_memory(job, log)
     plan, prof = prepare(job)
     with unchanged_input(plan):
         init = initial_state(job, prof)

@@ -22,6 +22,7 @@ from ..validation import constant_features_note
 from ..model import TrainingSpec
 from ..uris import join
 from .events import log
+from .session import check_worker_memory
 
 
 @dataclass(frozen=True)
@@ -182,10 +183,12 @@ def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
 
 
 def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
-    """The pass that must succeed before a worker starts: every value of every file checked, the
-    standardization moments, the constant features (named, or refused with
+    """The pass that must succeed before a worker starts: the training step against a worker's
+    memory (``session.check_worker_memory``, before reading anything), every value of every file
+    checked, the standardization moments, the constant features (named, or refused with
     ``constant_features: error``). Returns the job's plan and the profile."""
     plan, m = job.plan, job.model
+    check_worker_memory(job, log)
     log(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(job.output, plan.source)
     check_writable(job.output)

@@ -34,7 +34,7 @@ from . import events
 from .console import held_stderr, routed_logs
 from .events import log
 from .job import ResolvedJob, resolve, resolve_early, trial_model
-from .session import check_resources, check_worker_memory, ensure_ray, quiet_data_progress
+from .session import check_resources, ensure_ray, quiet_data_progress
 
 TOP_K = (5, 10, 25)
 
@@ -190,7 +190,6 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
 
 def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> SearchResult:
     s, tc = job.config.search, job.train
-    check_worker_memory(job, log)   # the base model; a trial whose values need more fails on its own
     plan, prof = prepare(job)
     with unchanged_input(plan):
         inits = {seed: initial_state(job.with_seed(seed), prof) for seed in s.seeds}

@@ -55,28 +55,36 @@ HOST_TAG, PID_TAG = "neurcam.host", "neurcam.pid"   # who writes a run: a run RU
 STALE_S = 86400   # a run RUNNING this long from another host is taken for a killed one
 
 
-def mark_killed_runs(experiment: str) -> list[str]:
-    """Runs of ``experiment`` that neurcam started and that are still RUNNING although their process
-    is gone (killed by SIGKILL, an evicted pod: nothing could end them): set KILLED. A run from this
-    host is checked by its process id; one from another host counts as gone after ``STALE_S``.
-    Returns their ids."""
+def _end_running(experiment: str, extra_filter: str, keep_running, reason: str, status: str) -> list[str]:
+    """The one way runs left RUNNING are ended: runs of ``experiment`` that neurcam started (they
+    carry ``PID_TAG``), RUNNING, matching ``extra_filter`` and not ``keep_running(run)``, get the tag
+    ``neurcam.ended_by`` = ``reason`` and ``status``. Returns their ids."""
     import mlflow
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return []
-    host = socket.gethostname()
-    killed = []
-    for run in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'",
+    ended = []
+    for run in client.search_runs([exp.experiment_id], filter_string="attributes.status = 'RUNNING'" + extra_filter,
                                   max_results=1000):
-        tags = run.data.tags
-        if PID_TAG not in tags:
+        if PID_TAG not in run.data.tags or keep_running(run):
             continue
-        if process_gone(tags.get(HOST_TAG), tags[PID_TAG], run.info.start_time / 1000, STALE_S):
-            client.set_tag(run.info.run_id, "neurcam.ended_by", f"a later run found its process gone ({host})")
-            client.set_terminated(run.info.run_id, "KILLED")
-            killed.append(run.info.run_id)
-    return killed
+        client.set_tag(run.info.run_id, "neurcam.ended_by", reason)
+        client.set_terminated(run.info.run_id, status)
+        ended.append(run.info.run_id)
+    return ended
+
+
+def mark_killed_runs(experiment: str) -> list[str]:
+    """Runs of ``experiment`` that neurcam started and that are still RUNNING although their process
+    is gone (killed by SIGKILL, an evicted pod: nothing could end them): set KILLED. A run from this
+    host is checked by its process id; one from another host counts as gone after ``STALE_S``.
+    Returns their ids."""
+    def alive(run) -> bool:
+        tags = run.data.tags
+        return not process_gone(tags.get(HOST_TAG), tags[PID_TAG], run.info.start_time / 1000, STALE_S)
+    return _end_running(experiment, "", alive, f"a later run found its process gone ({socket.gethostname()})",
+                        "KILLED")
 
 
 def abandon_partial_runs(experiment: str, model_name: str | None) -> tuple[list[str], list[str]]:
@@ -85,21 +93,12 @@ def abandon_partial_runs(experiment: str, model_name: str | None) -> tuple[list[
     the versions of ``model_name`` registered from them (a registration the server finished
     although its answer was lost): the caller then must not register again."""
     import mlflow
-    client = mlflow.MlflowClient()
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        return [], []
-    mine = f"tags.`{PID_TAG}` = '{os.getpid()}' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"
-    ended = []
-    for run in client.search_runs([exp.experiment_id], filter_string=f"attributes.status = 'RUNNING' and {mine}",
-                                  max_results=1000):
-        client.set_tag(run.info.run_id, "neurcam.ended_by", "a logging attempt the tracking server cut off; "
-                                                            "logged again in a later run")
-        client.set_terminated(run.info.run_id, "FAILED")
-        ended.append(run.info.run_id)
+    mine = f" and tags.`{PID_TAG}` = '{os.getpid()}' and tags.`{HOST_TAG}` = '{socket.gethostname()}'"
+    ended = _end_running(experiment, mine, lambda run: False,
+                         "a logging attempt the tracking server cut off; logged again in a later run", "FAILED")
     versions = []
     if model_name and ended:
-        versions = [mv.version for mv in client.search_model_versions(f"name = '{model_name}'")
+        versions = [mv.version for mv in mlflow.MlflowClient().search_model_versions(f"name = '{model_name}'")
                     if mv.run_id in ended]
     return ended, versions
 
