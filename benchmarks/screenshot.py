@@ -1,6 +1,10 @@
-"""A PNG of the top of an HTML report, as headless Chromium renders it (the README's picture).
+"""A PNG of an HTML report, as headless Chromium renders it (the README's and the docs' pictures).
 
     python benchmarks/screenshot.py runs/demo/report/report.html docs/report-top.png [--height 1400]
+    python benchmarks/screenshot.py REPORT docs/report-shapes.png --cluster 3 --at shapes
+
+``--cluster K`` chooses the K-th cluster in the page's selector (-1: every cluster), ``--term N``
+the N-th term of the shape graphs' selector, ``--at ANCHOR`` scrolls to a section first.
 
 Uses Playwright with Debian's chromium (``bash .ci/browser`` installs it; ``NEURCAM_CHROMIUM`` picks
 another binary); the page loads nothing from the network.
@@ -22,6 +26,9 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--width", type=int, default=1100)
     ap.add_argument("--height", type=int, default=1400)
+    ap.add_argument("--cluster", default=None, help="the K-th cluster of the page's selector (-1: every cluster)")
+    ap.add_argument("--term", default=None, help="the N-th term of the shape graphs' selector")
+    ap.add_argument("--at", default=None, help="a section's anchor to scroll to (shapes, rows, stability, ...)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -35,6 +42,13 @@ def main() -> None:
         try:
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
             page.goto(args.report.resolve().as_uri(), wait_until="load")
+            if args.cluster is not None:
+                page.select_option("#choose-cluster", args.cluster)
+            if args.term is not None:
+                page.select_option("#shapes ~ .term-view select", args.term)
+            if args.at:
+                page.evaluate("a => document.getElementById(a).scrollIntoView()", args.at)
+            page.wait_for_timeout(300)
             page.screenshot(path=str(tmp))
         finally:
             browser.close()

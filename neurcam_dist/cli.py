@@ -174,14 +174,23 @@ MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NA
 
 def _add_explain(sub) -> argparse.ArgumentParser:
     """``neurcam explain``'s flags."""
-    exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report")
-    exp.add_argument("--model", required=True, help=MODEL_HELP)
+    exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report; one row's "
+                                    "terms (--rows); how rows moved between two versions (--compare)")
+    _flag(exp, "--model", required=False, help=MODEL_HELP + " (or the NEW of --compare)")
     _flag(exp, "--input", "--data", required=True,
           help="CSV or Parquet with the model's feature columns (others are not read)")
     _flag(exp, "--output", "--out", required=True,
           help="folder to receive explanation.json, tables/, plots/ and report.html")
-    exp.add_argument("--rows", type=int, default=1_000_000,
+    exp.add_argument("--sample", type=int, default=1_000_000,
                      help="explain a seeded sample of this many rows when the data has more (0: every row)")
+    exp.add_argument("--rows", default=None, metavar="ID,...",
+                     help="show these rows one by one: their terms as bars, their values and the smallest change "
+                          "that moves them to another cluster (0-based positions, or values of --id)")
+    _flag(exp, "--id", default=None, help="the column whose values --rows names")
+    exp.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
+                     help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
+                          "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
+                          "models:/NAME/4)"),
     exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
     exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
     exp.add_argument("--label", default=None,
@@ -204,8 +213,8 @@ def _add_export(sub) -> argparse.ArgumentParser:
     exp.add_argument("--keep", default=None,
                      help="comma-separated columns the query returns beside cluster (default: the features)")
     _flag(exp, "--output", default=None, help="write the query to this file (default: print it)")
-    exp.add_argument("--rows", type=int, default=100_000,
-                     help="build on a seeded sample of this many rows when the data has more (0: every row)")
+    _flag(exp, "--sample", "--rows", type=int, default=100_000,
+          help="build on a seeded sample of this many rows when the data has more (0: every row)")
     exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis")
     exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair")
     _encoding(exp)
@@ -426,8 +435,16 @@ def _fit(args) -> int | None:
 
 
 def _explain(args) -> None:
-    result = service.explain(args.model, args.input, args.output, rows=args.rows, grid_size=args.grid_size,
-                             pair_grid_size=args.pair_grid_size, label=args.label, say=print, **_csv(args))
+    if args.compare and args.model and args.model != args.compare[1]:
+        raise ConfigError(f"--model {args.model} and --compare's NEW {args.compare[1]} differ: --compare OLD NEW "
+                          f"explains NEW; leave --model out")
+    if not (args.model or args.compare):
+        raise ConfigError("explain needs --model (or --compare OLD NEW)")
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    result = service.explain(args.compare[1] if args.compare else args.model, args.input, args.output,
+                             sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
+                             label=args.label, rows=rows, id_column=args.id,
+                             compare=args.compare[0] if args.compare else None, say=print, **_csv(args))
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     report = result.report
@@ -437,7 +454,7 @@ def _explain(args) -> None:
 def _export(args) -> None:
     keep = [c.strip() for c in args.keep.split(",") if c.strip()] if args.keep else None
     result = service.export(args.model, args.input, table=args.table, fmt=args.format, keep=keep, output=args.output,
-                            rows=args.rows, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
+                            sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
     said = (f"the query's cluster equals predict's on {result.agreement:.2%} of the {result.n_rows:,} rows of "
             f"{redact(args.input)} (the query uses the shape tables, interpolated between grid points)"
             if args.format == "sql" else

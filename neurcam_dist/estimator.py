@@ -447,12 +447,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return dataclasses.replace(rows, cluster_ids=fitted.ids, assigned=fitted.ids[rows.logits.argmax(1)],
                                    features=pd.DataFrame(arr, columns=list(self.feature_names_in_)))
 
-    def counterfactuals(self, X, target: int | None = None, grid_size: int = 64):
-        """What would move each row of ``X``: the smallest change of one feature (in standard
-        deviations) that puts it in cluster ``target`` (a stable id), or in the nearest other
-        cluster when None, within the range of the reference rows (else of ``X``). A DataFrame
-        (``row``, ``cluster``, ``target``, ``feature``, ``value``, ``new_value``, ``change``,
-        ``change_std``); see ``explain.counterfactual``. Applying ``new_value`` moves the row."""
+    def counterfactuals(self, X, target: int | None = None, grid_size: int = 64, pairs: bool = True):
+        """What would move each row of ``X``: the smallest change of one feature, or of a pair
+        term's two features when that is shorter (``pairs``; in standard deviations), that puts it
+        in cluster ``target`` (a stable id), or in the nearest other cluster when None, within the
+        range of the reference rows (else of ``X``). A DataFrame (``row``, ``cluster``, ``target``,
+        ``feature``, ``value``, ``new_value``, ``change``, ``change_std``, and for a pair move
+        ``feature_2``, ``value_2``, ``new_value_2``, ``change_2``); see ``explain.counterfactual``.
+        Applying the new values moves the row."""
         import pandas as pd
 
         from .explain.counterfactual import counterfactuals
@@ -461,7 +463,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ref = getattr(self, "reference_", None)
         span = np.asarray(ref, dtype=np.float64) if ref is not None else arr
         return counterfactuals(fitted, arr, list(self.feature_names_in_), span.min(0), span.max(0), target=target,
-                               grid_size=grid_size, index=X.index if isinstance(X, pd.DataFrame) else None)
+                               grid_size=grid_size, index=X.index if isinstance(X, pd.DataFrame) else None,
+                               pairs=pairs)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path) -> None:

@@ -185,16 +185,20 @@ class ExplainResult:
 
     def top_terms(self, n: int = 3) -> str:
         """``"term (importance), ..."`` for the ``n`` most important terms."""
-        from .explain.report import fmt
+        from .explain.explanation import fmt
         top = self.explanation.importance[:n]
         return ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})" for r in top)
 
 
-def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_size: int = 128,
+def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid_size: int = 128,
             pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
-            decimal: str | None = None, label: str | None = None, say=print) -> ExplainResult:
+            decimal: str | None = None, label: str | None = None, rows: list | None = None,
+            id_column: str | None = None, compare: str | None = None, say=print) -> ExplainResult:
     """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
     rows of ``data``, written to ``output``.
+
+    Kept whole: the body is 27 lines (check, read, pick rows, explain, write); the length is this
+    parameter reference.
 
     Parameters
     ----------
@@ -204,7 +208,7 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
         A CSV or Parquet table with the model's feature columns (only those are read).
     output : str
         The folder for ``explanation.json``, ``tables/``, ``plots/`` and ``report.html``.
-    rows : int
+    sample : int
         Explain a seeded sample of this many rows when the data has more (0: every row).
     grid_size, pair_grid_size : int
         Points along each feature's axis for the shape graphs and the pair heat maps.
@@ -213,37 +217,115 @@ def explain(model: str, data: str, output: str, *, rows: int = 1_000_000, grid_s
     label : str, optional
         A column to compare the clusters with (never used to cluster): the report gets the
         label-by-cluster table, ARI and NMI, and each cluster's label mix.
+    rows : list, optional
+        Rows to show one by one (their terms as bars, their values, what would move them): values
+        of ``id_column``, or 0-based row positions in ``data`` when there is none. Looked up
+        before any sampling, so a chosen row is always found.
+    id_column : str, optional
+        The column whose values ``rows`` names.
+    compare : str, optional
+        An earlier version of the model (directory or MLflow URI): the report shows how the rows
+        moved between the two versions' cluster ids and which terms now drive each cluster.
     say : callable
-        Where the line about a sample goes.
+        Where the lines about a sample, the chosen rows and the comparison go.
     """
-    from .data.tables import read_table, table_columns
     from .explain.report import write_report
-    from .validation import missing_columns_note
     for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
         if value < 2:
             raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
-    if rows < 0:
-        raise ConfigError(f"--rows must be 0 (every row) or more, got {rows}")
+    if sample < 0:
+        raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
+    if id_column and not rows:
+        raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
     from .storage import check_writable
     check_writable(output, "--output")
     est = load_model(model)
+    old = load_model(compare) if compare else None
     features = [str(c) for c in est.feature_names_in_]
-    csv = {"delimiter": delimiter, "decimal": decimal}
-    df = read_table(data, encoding, columns=features + ([label] if label else []), **csv)
-    missing = [c for c in features if c not in df.columns]
-    if missing:
-        names = [str(c) for c in table_columns(data, encoding, **csv)]
-        raise DataError(f"{data} lacks the model's feature columns {missing}{missing_columns_note(missing, names)}")
-    if label and label not in df.columns:
-        names = [str(c) for c in table_columns(data, encoding, **csv)]
-        raise DataError(f"{data} has no label column {label!r}{missing_columns_note([label], names)}")
-    if rows and len(df) > rows:
-        say(f"explaining a seeded sample of {rows:,} of the {len(df):,} rows (--rows; 0: all of them)")
-        df = df.sample(rows, random_state=0).sort_index()
+    df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
+                          {"the model's feature columns": features,
+                           f"the feature columns of {compare}": [str(c) for c in old.feature_names_in_] if old else []},
+                          {"label": label, "--id": id_column})
+    chosen = _chosen_rows(df, rows, id_column, data) if rows else None
+    if sample and len(df) > sample:
+        say(f"explaining a seeded sample of {sample:,} of the {len(df):,} rows (--sample; 0: all of them)")
+        df = df.sample(sample, random_state=0).sort_index()
+    if id_column:
+        df = df.set_index(id_column, drop=False)
     expl = _with_labels(est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size), est,
                         df[features], df[label] if label else None, label)
+    _rows_and_comparison(expl, est, df, chosen, old, compare, model, say)
     report = write_report(expl, output)
     return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
+
+
+def _explained_table(data: str, encoding: str, csv: dict, needed: dict[str, list[str]], named: dict):
+    """The columns of ``data`` an explanation reads: each list of ``needed`` (what it is -> its
+    columns) and each column of ``named`` (flag -> column or None); ``DataError`` naming any missing."""
+    from .data.tables import read_table, table_columns
+    from .validation import missing_columns_note
+    wanted = [c for cols in needed.values() for c in cols] + [c for c in named.values() if c]
+    df = read_table(data, encoding, columns=list(dict.fromkeys(wanted)), **csv)
+    for what, cols in needed.items():
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            names = [str(c) for c in table_columns(data, encoding, **csv)]
+            raise DataError(f"{data} lacks {what} {missing}{missing_columns_note(missing, names)}")
+    for flag, col in named.items():
+        if col and col not in df.columns:
+            names = [str(c) for c in table_columns(data, encoding, **csv)]
+            raise DataError(f"{data} has no {flag} column {col!r}{missing_columns_note([col], names)}")
+    return df
+
+
+def _chosen_rows(df, rows: list, id_column: str | None, data: str):
+    """The rows of ``df`` that ``rows`` names (values of ``id_column``, else 0-based positions),
+    in the order given, indexed by what named them; ``DataError`` naming any not found."""
+    if id_column:
+        keys = df[id_column].astype(str)
+        found = {str(r): df.index[keys == str(r)] for r in rows}
+        missing = [r for r, at in found.items() if not len(at)]
+        if missing:
+            raise DataError(f"--rows {missing} not found in column {id_column!r} of {data} "
+                            f"(e.g. {', '.join(keys.head(3))})")
+        picked = df.loc[[found[str(r)][0] for r in rows]]
+        return picked.set_axis([str(r) for r in rows])
+    positions = []
+    for r in rows:
+        try:
+            positions.append(int(r))
+        except ValueError:
+            raise DataError(f"--rows {r!r} is not a row position (0-based): name an id column with --id "
+                            f"to look rows up by their ids") from None
+    bad = [p for p in positions if not 0 <= p < len(df)]
+    if bad:
+        raise DataError(f"--rows {bad} out of range: {data} has {len(df):,} rows (positions 0 to {len(df) - 1:,})")
+    return df.iloc[positions].set_axis(positions)
+
+
+def _rows_and_comparison(expl, est, df, chosen, old, old_name: str | None, new_name: str, say) -> None:
+    """The chosen rows' views (``explain.build.add_rows``) and the comparison with ``old`` added to
+    ``expl`` and said, when asked for."""
+    from .explain.build import add_rows
+    from .explain.compare import comparison_text
+    from .explain.examples import row_text
+    features = [str(c) for c in est.feature_names_in_]
+    if chosen is not None:
+        for record in add_rows(expl, est, chosen[features], span=df[features]):
+            say(row_text(record))
+    if old is not None:
+        expl.comparison = _comparison(expl, est, old, df, old_name, new_name)
+        say(comparison_text(expl.comparison))
+
+
+def _comparison(expl, est, old, df, old_name: str, new_name: str) -> dict:
+    """How the rows of ``df`` moved from ``old``'s cluster ids to ``est``'s, and the new drivers."""
+    from .explain.build import build_explanation
+    from .explain.compare import comparison
+    old_cols = [str(c) for c in old.feature_names_in_]
+    before = build_explanation(old, df[old_cols], typical=0)
+    return comparison(expl, before, est.predict(df[[str(c) for c in est.feature_names_in_]]),
+                      old.predict(df[old_cols]), new_name=redact(new_name), old_name=redact(old_name))
 
 
 @dataclass(frozen=True)
@@ -256,11 +338,11 @@ class ExportResult:
 
 
 def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
-           output: str | None = None, rows: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
+           output: str | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
            encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None) -> ExportResult:
     """``model`` as one standard SQL query over the warehouse table ``table``
     (``explain.sql.to_sql``: the table-only scorer, so no Python is needed to assign clusters),
-    built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``rows``
+    built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``sample``
     when it has more); written atomically to ``output`` when given. The result says on what share
     of those rows the query's cluster equals ``predict``'s. ``fmt="rules"``: a short readable rule
     per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
@@ -283,8 +365,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     missing = [c for c in features if c not in df.columns]
     if missing:
         raise DataError(f"{data} lacks the model's feature columns {missing}")
-    if rows and len(df) > rows:
-        df = df.sample(rows, random_state=0).sort_index()
+    if sample and len(df) > sample:
+        df = df.sample(sample, random_state=0).sort_index()
     import numpy as np
     if fmt == "rules":
         from .explain.rules import cluster_rules, rules_text

@@ -1,6 +1,7 @@
 """Explanations: additivity, purification, serialisation, the table scorer, plots and the report."""
 from html.parser import HTMLParser
 
+import json
 import numpy as np
 import pandas as pd
 import pytest
@@ -137,10 +138,11 @@ def test_parquet_tables(explanation, tmp_path):
 class _Collect(HTMLParser):
     def __init__(self):
         super().__init__()
-        self.imgs, self.tags = [], []
+        self.imgs, self.tags, self.attrs = [], [], []
 
     def handle_starttag(self, tag, attrs):
         self.tags.append(tag)
+        self.attrs += [(tag, k, v) for k, v in attrs]
         if tag == "img":
             self.imgs.append(dict(attrs)["src"])
 
@@ -164,14 +166,22 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     page = report.read_text()
     parser = _Collect()
     parser.feed(page)
-    assert "table" in parser.tags and len(parser.imgs) == len(drawn) + 1 + len(thumbs)
+    # the importance chart and the thumbnails are images; the shape graphs are drawn by the page's
+    # script from the numbers it carries, most important first
+    assert "table" in parser.tags and len(parser.imgs) == 1 + len(thumbs)
+    data = json.loads(page.split("id='neurcam-data'>")[1].split("</script>")[0])
+    assert [t["name"] for t in data["terms"]] == [explanation.terms[i].name for i in drawn]
+    assert data["ids"] == explanation.ids and len(set(data["colours"])) == explanation.n_clusters
+    for t, i in zip(data["terms"], drawn):
+        term = explanation.terms[i]
+        assert np.allclose(t["values"], term.values, rtol=1e-3, atol=1e-3 * np.abs(term.values).max())
     # most important first; every term either drawn or listed with its reason; then the thumbnails
     names = [figure_name(i, explanation.terms[i]) for i in drawn]
     assert [p.name for p in paths[1:len(drawn) + 1]] == names and [p.name for p in paths[len(drawn) + 1:]] == thumbs
     # a section per cluster, before the importance section, each with its summary
     head = page.split("<h2 id='importance'>")[0]
     for p in explanation.profiles:
-        section = head.split(f"id='cluster-{p['cluster']}'>")[1].split("</section>")[0]
+        section = head.split(f"id='cluster-{p['cluster']}' data-index=")[1].split("</section>")[0]
         assert f"{p['size']:,} rows" in section and "class='summary'>Mostly rows with" in section
     for i in left_out:
         assert f"{explanation.terms[i].name} (" in page
@@ -181,7 +191,9 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     for src in parser.imgs:
         assert src.startswith("data:image/png;base64,")
         Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).verify()
-    assert "http://" not in page and "https://" not in page and "<script" not in page
+    # nothing fetched: no script, style sheet, image or frame comes from a URL (Plotly is embedded)
+    assert not [a for a in parser.attrs if a[1] in ("src", "href") and a[2] and a[2].startswith(("http", "//"))]
+    assert parser.tags.count("script") == 3 and "link" not in parser.tags and "iframe" not in parser.tags
     assert Explanation.from_json(tmp_path / "report" / "explanation.json").to_dict() == explanation.to_dict()
 
 
@@ -196,10 +208,10 @@ def test_explain_cli(fitted_pairs, data, tmp_path, capsys):
     assert "open the report: file://" in out
     top = fitted_pairs.explain(X).importance[:3]
     assert "most important terms: " + ", ".join(r["term"] + " (" for r in top[:1]) in out
-    # Parquet with a wide column the model does not read, more rows than --rows: a seeded sample
+    # Parquet with a wide column the model does not read, more rows than --sample: a seeded sample
     X.assign(embedding=[np.zeros(64)] * len(X)).to_parquet(tmp_path / "d.parquet")
     assert main(["explain", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "d.parquet"),
-                 "--out", str(tmp_path / "sampled"), "--rows", "100"]) == 0
+                 "--out", str(tmp_path / "sampled"), "--sample", "100"]) == 0
     assert "explaining a seeded sample of 100 of the 240 rows" in capsys.readouterr().out
     got = Explanation.from_json(tmp_path / "sampled" / "explanation.json")
     assert got.importance == fitted_pairs.explain(X.sample(100, random_state=0).sort_index()).importance
@@ -317,6 +329,15 @@ def test_the_exported_sql_assigns_clusters_in_duckdb_and_sqlite(fitted_pairs, tm
 
 
 # ---------------------------------------------------------------- what would move a row
+def apply(rows, r):
+    """The row of a counterfactual with its change (one feature or a pair's two) applied."""
+    changed = rows.loc[[r["row"]]].copy()
+    changed[r["feature"]] = r["new_value"]
+    if r["feature_2"] is not None:
+        changed[r["feature_2"]] = r["new_value_2"]
+    return changed
+
+
 def test_counterfactuals_name_one_change_that_moves_each_row(fitted_pairs, data):
     X, _ = data
     est = fitted_pairs
@@ -328,25 +349,35 @@ def test_counterfactuals_name_one_change_that_moves_each_row(fitted_pairs, data)
     for _, r in cf.iterrows():
         if r["feature"] is None:
             continue
-        changed = rows.loc[[r["row"]]].copy()
-        changed[r["feature"]] = r["new_value"]
+        changed = apply(rows, r)
         assert est.predict(changed)[0] == r["target"] != r["cluster"]      # applying it moves the row
         assert r["change"] == pytest.approx(r["new_value"] - r["value"])
-        lo, hi = X[r["feature"]].min(), X[r["feature"]].max()
-        assert lo - 1e-9 <= r["new_value"] <= hi + 1e-9                    # within the data's range
+        for f, v in ((r["feature"], r["new_value"]), (r["feature_2"], r["new_value_2"])):
+            if f is not None:
+                assert X[f].min() - 1e-9 <= v <= X[f].max() + 1e-9           # within the data's range
         moved += 1
     assert moved >= 30
+    # a pair move is given only where it is shorter than every one-feature move of that row, and
+    # its length is the Euclidean length of the two changes in standard deviations
+    singles = est.counterfactuals(rows, pairs=False)
+    assert singles["feature_2"].isna().all()
+    by_pair = cf[cf["feature_2"].notna()]
+    assert len(by_pair), "no pair move in the test: the Neur2CAM model has pair terms"
+    sd = dict(zip(est.feature_names_in_, est.scale_))
+    for i, r in by_pair.iterrows():
+        pair = {r["feature"], r["feature_2"]}
+        assert any(set(p) == pair for p in est.selected_pairs_)
+        assert r["change_std"] == pytest.approx(np.hypot(r["change"] / sd[r["feature"]], r["change_2"] / sd[r["feature_2"]]))
+        assert np.isnan(singles.loc[i, "change_std"]) or r["change_std"] < singles.loc[i, "change_std"]
     # toward a chosen cluster: the same rule; a row already there needs no change
     target = int(est.cluster_ids_[0])
     cf0 = est.counterfactuals(rows, target=target)
     assert (cf0.loc[now == target, "change"] == 0).all()
     for _, r in cf0[cf0["feature"].notna()].iterrows():
-        changed = rows.loc[[r["row"]]].copy()
-        changed[r["feature"]] = r["new_value"]
-        assert est.predict(changed)[0] == target
+        assert est.predict(apply(rows, r))[0] == target
     # the smallest one-feature change: no grid value of another used feature (or a smaller step of
     # this one) moves the row with less change in standard deviations
-    r = cf[cf["feature"].notna()].iloc[0]
+    r = singles[singles["feature"].notna()].iloc[0]
     row = rows.loc[[r["row"]]]
     for f in est.feature_names_in_:
         for v in np.linspace(X[f].min(), X[f].max(), 200):

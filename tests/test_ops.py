@@ -328,6 +328,15 @@ def test_the_k8s_cronjob_command_reclusters_against_the_champion(ray_head, mlflo
     assert sorted(record["mapping"].values()) == [0, 1, 2, 3] and record["next_cluster_id"] == 4
     assert 0.0 <= record["agreement_ari"] <= 1.0 and record["top_terms_overlap"] is not None
     assert record["promoted"] == (record["improvement"] >= 0.0)
+    # the challenger's report shows how its reference rows moved from the champion's ids, and the
+    # cluster the champion did not have as new
+    from neurcam_dist.explain import Explanation
+    report = tmp_path / "out" / "report"
+    cmp = Explanation.from_json(report / "explanation.json").comparison
+    assert cmp["n_rows"] == sum(n for row in cmp["flow"].values() for n in row.values()) > 0
+    assert {int(n) for row in cmp["flow"].values() for n in row} <= {0, 1, 2, 3} and set(cmp["flow"]) <= {"0", "1", "2"}
+    assert [d["cluster"] for d in cmp["drivers"] if d["before"] is None] == [3]
+    assert "id='compare'" in (report / "report.html").read_text()
     assert "[neurcam]" in done.stdout      # the job's log lines were streamed to the CronJob's output
     # MLflow's lines (the champion's download, the registration, the promotion): one file, said once
     assert done.stdout.count("MLflow's own log lines go to") == 1, done.stdout

@@ -76,7 +76,7 @@ def test_a_renamed_model_predicts_saves_and_explains_with_its_ids(renamed, tmp_p
     from neurcam_dist.explain.report import html_report
     page = html_report(expl)
     assert "href='#cluster-7'>7</a>" in page and "cluster-0" not in page
-    assert [i for i in (7, 2, 4, 0, 1) if f"id='cluster-{i}'" in page] == [7, 2, 4]
+    assert [i for i in (7, 2, 4, 0, 1) if f"id='cluster-{i}' data-index" in page] == [7, 2, 4]
     for bad, msg in (([1, 1, 2], "distinct"), ([0, 1], "3 distinct"), ([-1, 0, 1], "non-negative")):
         with pytest.raises(ValueError, match=msg):
             NeurCAM.load(tmp_path / "m").set_cluster_ids(bad)

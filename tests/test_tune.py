@@ -92,6 +92,15 @@ def test_two_seed_search_registers_the_lowest_inertia_trial(shards, tmp_path, ml
     assert json.loads((out / "metrics.json").read_text())["inertia"] == res.best.inertia
     assert (out / "report" / "report.html").exists()
     assert json.loads((out / "config.json").read_text())["model"]["random_state"] == res.best.params["random_state"]
+    # the report's stability: both runs compared, a band around each of the winner's curves
+    written = Explanation.from_json(out / "report" / "explanation.json")
+    st = written.stability
+    assert st["n_models"] == 2 and st["top5_intersection"] == res.consistency["top5_intersection"]
+    mains = [t for t in written.terms if t.kind == "main"]
+    assert mains and set(st["bands"]) == {t.name for t in mains}
+    for t in mains:
+        low, high = np.asarray(st["bands"][t.name]["low"]), np.asarray(st["bands"][t.name]["high"])
+        assert np.all(low <= t.values + 1e-12) and np.all(t.values <= high + 1e-12)
 
     # the registered model, loaded in a fresh process, predicts what the estimator predicts
     X = res.estimator.reference_
@@ -171,15 +180,6 @@ def test_search_config_is_checked_before_anything_runs(shards, tmp_path):
     assert space["random_state"] == {"grid_search": [0, 1, 2, 3]} and space["m"] == {"grid_search": [1.05, 1.1]}
     assert 0.1 <= space["gamma"].sample() <= 10
     assert parse_config(base).search.seeds == [0, 1, 2, 3, 4]  # the default: 5 seeds
-
-
-def test_topk_intersection_is_the_mean_over_pairs_of_shared_terms():
-    runs = [["a", "b", "c", "d"], ["a", "c", "e", "f"], ["b", "a", "g", "h"]]
-    got = tune_mod.topk_intersections(runs, ks=(1, 2, 4))
-    # K=1: a|a share 1, a|b 0, a|b 0; K=2: {a,b}&{a,c}=1, {a,b}&{b,a}=2, {a,c}&{b,a}=1; K=4: 2, 2, 1
-    assert got == {"top1_intersection": pytest.approx(1 / 3), "top2_intersection": pytest.approx(4 / 3),
-                   "top4_intersection": pytest.approx(5 / 3)}
-    assert tune_mod.topk_intersections([["a"]]) == {}
 
 
 def test_concurrent_trials_that_would_starve_ray_data_are_refused(shards, tmp_path, ray_cluster):

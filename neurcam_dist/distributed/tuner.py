@@ -13,7 +13,6 @@ measures how consistent the best runs' explanations are. It returns what trackin
 """
 from __future__ import annotations
 
-import itertools
 import json
 import time
 import uuid
@@ -26,6 +25,8 @@ from ray.tune import Callback
 from ..errors import ConfigError, NeurcamError, SearchError, find_cause  # noqa: F401 - SearchError re-exported
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
+from ..explain.build import build_explanation
+from ..explain.stability import stability
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
 from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
@@ -36,7 +37,6 @@ from .events import log
 from .job import ResolvedJob, resolve, resolve_early, trial_model
 from .session import check_resources, ensure_ray, quiet_data_progress
 
-TOP_K = (5, 10, 25)
 
 
 @dataclass
@@ -170,7 +170,9 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     plus ``output/report/`` and ``output/search.json``. Raises ``SearchError`` when every trial
     failed. MLflow logging (a ``tracking:`` section) is ``service.search``'s.
     ``prepare_winner(estimator, plan)`` runs before the winner is explained and written (the
-    re-clustering gives it its stable cluster ids there), while the input is still checked."""
+    re-clustering gives it its stable cluster ids there), while the input is still checked; what
+    it returns, when callable, is given the winner's explanation before the report is written
+    (the re-clustering adds its comparison with the champion there)."""
     cfg = coerce_config(config)
     s = cfg.search or SearchConfig()
     cfg = cfg.model_copy(update={"search": s})
@@ -206,12 +208,19 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
         return est
 
     est = load(best)
+    annotate = None
     if prepare_winner is not None:
         with unchanged_input(plan):
-            prepare_winner(est, plan)
+            annotate = prepare_winner(est, plan)
     # one explanation per compared run, on the winner's reference rows; the winner's is its report
-    explanations = [est.explain()] + [load(t).explain(est.reference_) for t in ranked[1:s.consistency_runs]]
-    consistency = explanation_consistency(explanations)
+    explanations = [est.explain()] + [build_explanation(load(t), est.reference_, typical=0)
+                                      for t in ranked[1:s.consistency_runs]]
+    explanations[0].stability = stability(explanations[0], explanations[1:], est.reference_)
+    consistency = {k: v for k, v in explanations[0].stability.items() if k.startswith(("consistency", "top"))}
+    if explanations[0].stability["warning"]:
+        log("warning: " + explanations[0].stability["warning"])
+    if callable(annotate):
+        annotate(explanations[0])
     best_job = job.with_params(best.params)
     metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
                "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ranked),
@@ -312,23 +321,4 @@ def error_summary(text: str | None) -> str:
     return (lines[-1] if lines else "unknown error")[:500]
 
 
-# ---------------------------------------------------------------------------- explanation consistency
-def topk_intersections(rankings: list[list[str]], ks=TOP_K) -> dict:
-    """The paper's appendix measure: for each K, the mean over pairs of runs of the number of terms
-    their top-K lists share (a run with fewer than K terms contributes all of its terms)."""
-    out = {}
-    pairs = list(itertools.combinations(range(len(rankings)), 2))
-    for k in ks:
-        if not pairs:
-            break
-        shared = [len(set(rankings[a][:k]) & set(rankings[b][:k])) for a, b in pairs]
-        out[f"top{k}_intersection"] = float(np.mean(shared))
-    return out
 
-
-def explanation_consistency(explanations: list) -> dict:
-    """Top-K intersections of the best runs' term importances (explanations on the same rows)."""
-    if len(explanations) < 2:
-        return {"consistency_runs": len(explanations)}
-    rankings = [[r["term"] for r in e.importance[:max(TOP_K)]] for e in explanations]
-    return {"consistency_runs": len(explanations), **topk_intersections(rankings)}

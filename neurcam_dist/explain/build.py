@@ -9,6 +9,7 @@ import torch
 
 from ..storage import jsonable
 from ..validation import check_matrix
+from .examples import TYPICAL, row_records, typical_positions
 from .explanation import Explanation, Term
 from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
 from .terms import term_groups
@@ -54,9 +55,11 @@ def _main_tables(fitted, terms, owner: np.ndarray, main_grid: dict) -> dict[int,
     return {n: contrib[:len(main_grid[terms[n][0]][0]), np.flatnonzero(owner == n), :].sum(1) for n in singles}
 
 
-def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30) -> Explanation:
+def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30,
+                      typical: int = TYPICAL) -> Explanation:
     """The ``Explanation`` of a fitted model over data ``X`` (its distribution centres the terms,
-    weights the purification and defines importance).
+    weights the purification and defines importance), with ``typical`` rows of each cluster as
+    examples (``examples.typical_positions``; 0: none).
 
     Kept whole: the terms, their grids, the purification and the importance are computed from
     one pass over ``X`` and share its per-term arrays; the steps are the comments inside."""
@@ -118,7 +121,35 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
                        cluster_ids=fitted.ids.tolist())
     _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
                   text=getattr(est, "text_", None) is not None)
+    if typical:
+        positions, border, basis = typical_positions(fitted, arr, typical)
+        ids = _row_ids(X, len(arr))
+        flat = [p for c in range(k) for p in positions[c]] + list(border.values())
+        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], arr.min(0), arr.max(0)))
+        expl.examples = {"basis": basis, "typical": {str(expl.ids[c]): [next(records) for _ in positions[c]]
+                                                     for c in range(k)},
+                         "borderline": {str(expl.ids[c]): next(records) for c in border}, "rows": []}
     return expl
+
+
+def _row_ids(X, n: int) -> list:
+    """Each row's id: a DataFrame's index labels, else its position."""
+    index = getattr(X, "index", None)
+    return list(index) if index is not None and len(index) == n else list(range(n))
+
+
+def add_rows(expl: Explanation, est, X, span=None) -> list[dict]:
+    """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
+    the smallest one-feature change to another cluster, within ``span``'s range, else ``X``'s),
+    appended to ``expl.examples["rows"]``; returns the new records."""
+    fitted = est.scoring_model()
+    names = list(fitted.feature_names)
+    arr, _, _ = check_matrix(X, "X", expected_columns=names)
+    ref = arr if span is None else check_matrix(span, "X", expected_columns=names)[0]
+    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), ref.min(0), ref.max(0))
+    expl.examples = expl.examples or {"basis": None, "typical": {}, "rows": []}
+    expl.examples.setdefault("rows", []).extend(records)
+    return records
 
 
 TOP_TERMS = 10

@@ -57,6 +57,9 @@ class Explanation:
     profiles: list[dict]
     model_card: dict = field(default_factory=dict)
     cluster_ids: list[int] | None = None   # the model's stable id of each cluster column (0..K-1 when None)
+    examples: dict | None = None    # typical rows per cluster and chosen rows (``examples.row_records``)
+    stability: dict | None = None   # against other runs' explanations (``stability.stability``)
+    comparison: dict | None = None  # against an earlier model version (``compare.compare``)
 
     # ---- derived views
     @property
@@ -122,6 +125,7 @@ class Explanation:
             "cluster_sizes": list(map(int, self.cluster_sizes)),
             "profiles": self.profiles,
             "model_card": self.model_card,
+            "examples": self.examples, "stability": self.stability, "comparison": self.comparison,
             "terms": [{"name": t.name, "kind": t.kind, "features": t.features,
                        "grids": [g.tolist() for g in t.grids], "discrete": list(map(bool, t.discrete)),
                        "values": t.values.tolist(), "importance": t.importance.tolist(),
@@ -144,7 +148,8 @@ class Explanation:
         return cls(feature_names=list(d["feature_names"]), n_clusters=int(d["n_clusters"]),
                    intercept=np.asarray(d["intercept"], dtype=np.float64), terms=terms,
                    cluster_sizes=list(d["cluster_sizes"]), profiles=list(d["profiles"]),
-                   model_card=dict(d.get("model_card", {})), cluster_ids=d.get("cluster_ids"))
+                   model_card=dict(d.get("model_card", {})), cluster_ids=d.get("cluster_ids"),
+                   examples=d.get("examples"), stability=d.get("stability"), comparison=d.get("comparison"))
 
     def to_json(self, path) -> None:
         """Write ``to_dict`` to ``path`` atomically."""
@@ -184,6 +189,15 @@ class Explanation:
             intercept.to_parquet(tmp / "intercept.parquet", index=False)
 
         atomic_directory(Path(directory), write, marker="terms.parquet")
+
+
+def fmt(value: float, scale: float | None = None) -> str:
+    """At most 3 significant digits, never scientific notation; 0 for a value that is zero to the
+    model's precision (below 1e-6 of ``scale``, the largest value it is shown beside)."""
+    value = float(value)
+    if value == 0.0 or (scale and abs(value) < 1e-6 * abs(scale)) or abs(value) < 1e-12:
+        return "0"
+    return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
 
 
 DISTINCT = 0.5  # |standardized mean difference| from which a cluster's feature counts as high / low

@@ -16,7 +16,8 @@ import numpy as np  # noqa: E402
 from ..storage import atomic_directory  # noqa: E402
 from ..uris import as_path, is_uri, join  # noqa: E402
 from .evaluation import mix_text  # noqa: E402
-from .explanation import Explanation, Term, cluster_summary  # noqa: E402
+from .examples import change_words  # noqa: E402
+from .explanation import Explanation, Term, cluster_summary, fmt  # noqa: E402
 
 
 def _safe(name: str) -> str:
@@ -172,15 +173,6 @@ def by_importance(expl: Explanation) -> list[int]:
     return sorted(range(len(expl.terms)), key=lambda i: -float(expl.terms[i].importance.mean()))
 
 
-def fmt(value: float, scale: float | None = None) -> str:
-    """At most 3 significant digits, never scientific notation; 0 for a value that is zero to the
-    model's precision (below 1e-6 of ``scale``, the largest value it is shown beside)."""
-    value = float(value)
-    if value == 0.0 or (scale and abs(value) < 1e-6 * abs(scale)) or abs(value) < 1e-12:
-        return "0"
-    return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
-
-
 THUMBS = 2  # terms pushing rows in, and out, drawn as thumbnails in each cluster's section
 
 
@@ -242,8 +234,8 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
 
-SECTIONS = (("clusters", "Clusters"), ("importance", "Importance"), ("shapes", "Shape graphs"),
-            ("pairs", "Pairwise interactions"), ("card", "Model card"))
+SECTIONS = (("clusters", "Clusters"), ("rows", "What would change a row's cluster"), ("importance", "Importance"),
+            ("shapes", "Shape graphs"), ("pairs", "Pairwise interactions"), ("card", "Model card"))
 TOP_TABLE = 20  # rows of the importance table (every term is in tables/terms.parquet)
 
 
@@ -346,9 +338,9 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
     parts.append("</table>")
     parts += _against_labels(expl.model_card.get("labels"))
     left_out = left_out_terms(expl)
-    for p in expl.profiles:
+    for index, p in enumerate(expl.profiles):
         cid = p["cluster"]
-        parts.append(f"<section class='cluster' id='cluster-{cid}'><h3>Cluster {cid}: {p['size']:,} rows "
+        parts.append(f"<section class='cluster' id='cluster-{cid}' data-index='{index}'><h3>Cluster {cid}: {p['size']:,} rows "
                      f"({fmt(100 * p['size'] / total)}%)</h3>"
                      f"<p class='summary'>{e(cluster_summary(p, digits=fmt))}</p>"
                      f"<p class='push'>Pushed in by: {_pushes(p['into'], '+')}. Pushed out by: {_pushes(p['out_of'], '-')}.</p>")
@@ -364,37 +356,241 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
                 _img(figures[name], f"{expl.terms[i].name}, cluster {cid} highlighted") for i, name in thumbs)
                 + "</div><p class='note'>Coloured: this cluster's curve; grey: the other clusters'; shaded: "
                   "where the middle 80% of its rows lie.</p>")
+        parts += _examples(expl, cid)
         parts.append("</section>")
     return parts
 
 
+SPARSE_ROWS = 5          # a grid point whose histogram bin and its two neighbours hold fewer rows than
+SPARSE_SHARE = 0.005     # this (or than this share of the rows) is drawn dotted: the curve rests on few rows
+DEFAULT_ALL = 5          # below this many clusters the page starts on every cluster, else on the first
+
+
+def _rounded(a, digits: int = 4) -> list:
+    """``a`` as lists with ``digits`` significant digits of its largest value (a smaller page)."""
+    a = np.asarray(a, dtype=np.float64)
+    top = float(np.abs(a).max()) if a.size else 0.0
+    decimals = max(0, digits - int(np.floor(np.log10(top))) - 1) if top > 0 else 0
+    return np.round(a, decimals).tolist()
+
+
+def sparse_points(term: Term, n_rows: int) -> list[bool]:
+    """For each grid point of a main term, whether its histogram bin and the two beside it hold
+    few rows (fewer than ``SPARSE_ROWS`` or ``SPARSE_SHARE`` of them): the curve there is dotted."""
+    grid = term.grids[0]
+    if not term.histogram:
+        return [False] * len(grid)
+    edges, counts = np.asarray(term.histogram["edges"]), np.asarray(term.histogram["counts"])
+    b = np.clip(np.searchsorted(edges, grid, side="right") - 1, 0, len(counts) - 1)
+    near = np.convolve(counts, np.ones(3), mode="same")
+    return (near[b] < max(SPARSE_ROWS, SPARSE_SHARE * n_rows)).tolist()
+
+
+def page_data(expl: Explanation, drawn: list[int]) -> dict:
+    """The numbers the report's script draws: cluster ids and colours, the drawn terms (grids,
+    values, density, sparse points, the range over compared runs) and the chosen rows."""
+    from matplotlib.colors import to_hex
+    n_rows = int(expl.model_card.get("data", {}).get("n_rows") or sum(expl.cluster_sizes) or 1)
+    bands = (expl.stability or {}).get("bands", {})
+    terms = []
+    for i in drawn:
+        t = expl.terms[i]
+        if t.kind == "main":
+            edges = np.asarray((t.histogram or {}).get("edges", [0.0, 1.0]), dtype=np.float64)
+            band = bands.get(t.name)
+            terms.append({"name": t.name, "kind": "main", "feature": t.features[0], "discrete": bool(t.discrete[0]),
+                          "grid": _rounded(t.grids[0], 7), "values": _rounded(t.values),
+                          "sparse": sparse_points(t, n_rows),
+                          "hist": {"centres": _rounded((edges[:-1] + edges[1:]) / 2, 7), "widths": _rounded(np.diff(edges), 7),
+                                   "counts": list((t.histogram or {}).get("counts", [0]))},
+                          "band": {"low": _rounded(band["low"]), "high": _rounded(band["high"])} if band else None})
+        else:
+            terms.append({"name": t.name, "kind": "pair", "features": list(t.features),
+                          "grids": [_rounded(g, 7) for g in t.grids], "values": _rounded(t.values),
+                          "lim": float(np.abs(t.values).max()) or 1.0})
+    return {"ids": expl.ids, "colours": [to_hex(c) for c in cluster_colours(expl.n_clusters)],
+            "initial": -1 if expl.n_clusters < DEFAULT_ALL else 0, "terms": terms,
+            "runs": (expl.stability or {}).get("n_models", 1),
+            "rows": (expl.examples or {}).get("rows", [])}
+
+
+def _json_script(data: dict) -> str:
+    import json
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return f"<script type='application/json' id='neurcam-data'>{text}</script>"
+
+
+def _term_view(anchor: str, heading: str, expl: Explanation, drawn: list[int], kind: str) -> list[str]:
+    """A section with a term selector and one interactive graph (the script draws it)."""
+    e = html.escape
+    mine = [(n, i) for n, i in enumerate(drawn) if expl.terms[i].kind == kind]
+    parts = [f"<h2 id='{anchor}'>{heading}</h2>"]
+    if not mine:
+        return parts + ["<p>none drawn (see the list above)</p>" if any(t.kind == kind for t in expl.terms)
+                        else "<p>none in this model</p>"]
+    flagged = set((expl.stability or {}).get("flagged", []))
+    options = "".join(f"<option value='{n}'>{e(expl.terms[i].name)} (importance {fmt(float(expl.terms[i].importance.mean()))}"
+                      f"{'; does not recur in the other runs' if expl.terms[i].name in flagged else ''})</option>"
+                      for n, i in mine)
+    what = ("Each cluster's curve: what the feature adds to that cluster's logit at each value; the bars "
+            "underneath count the rows. Dotted: few rows there (the curve rests on little data)."
+            + (" Shaded: the range of the chosen cluster's curve over the compared runs." if (expl.stability or {}).get("bands")
+               else "") if kind == "main" else
+            "The chosen cluster's purified interaction: what the pair adds beyond the two features' own curves.")
+    return parts + [f"<div class='term-view'><label>term ({len(mine)}, most important first): <select>{options}"
+                    f"</select></label><p class='note'>{what}</p><div class='plot'></div></div>",
+                    "<noscript><p>The interactive graphs need JavaScript: every graph is also a PNG in the "
+                    "plots/ folder beside this file.</p></noscript>"]
+
+
+def _examples(expl: Explanation, cid: int) -> list[str]:
+    """A cluster's typical rows (a table of their values) and its borderline row's smallest move."""
+    ex = expl.examples or {}
+    e = html.escape
+    typical = ex.get("typical", {}).get(str(cid)) or []
+    parts = []
+    if typical:
+        features = list(dict.fromkeys(f for r in typical for q in r["terms"][:3] for f in q["term"].split(" & ")
+                                      if f in r["values"]))[:6]
+        parts.append(f"<p class='push'>Typical rows ({e(ex.get('basis') or '')}):</p><table class='rows'><tr><th>row</th>"
+                     "<th>probability</th>" + "".join(f"<th>{e(f)}</th>" for f in features)
+                     + "<th>pushed in most by</th></tr>"
+                     + "".join(f"<tr><td>{e(str(r['row']))}</td><td>{r['probability']:.2f}</td>"
+                               + "".join(f"<td>{fmt(r['values'][f])}</td>" for f in features)
+                               + f"<td>{_row_pushes(r)}</td></tr>" for r in typical) + "</table>")
+    border = ex.get("borderline", {}).get(str(cid))
+    if border:
+        parts.append(f"<p class='push'>Closest to another cluster: {_change_text(border)}</p>")
+    return parts
+
+
+def _row_pushes(r: dict, n: int = 3) -> str:
+    return html.escape(", ".join(f"{q['term']} ({'+' if q['push'] > 0 else '-'}{fmt(abs(q['push']))})"
+                                 for q in r["terms"][:n]))
+
+
+def _change_text(r: dict) -> str:
+    """What would move row ``r`` (a record of ``examples.row_records``), in words."""
+    e = html.escape
+    head = f"row {e(str(r['row']))} (cluster {r['cluster']}, probability {r['probability']:.2f})"
+    if not r.get("change"):
+        return f"{head}: {e(change_words(None))}."
+    return f"{head} {e(change_words(r['change']))}, every other value as it is."
+
+
+def _rows_section(expl: Explanation) -> list[str]:
+    """What would change a row's cluster: each cluster's borderline row, and every chosen row
+    (``neurcam explain --rows``) with its terms as bars and its values."""
+    ex = expl.examples or {}
+    e = html.escape
+    parts = ["<h2 id='rows'>What would change a row's cluster</h2><p>The logits are additive, so the "
+             "smallest change of one feature (or of a pair term's two features) that moves a row to another "
+             "cluster is computed from the model itself (in standard deviations; applying it moves the row). "
+             "Each cluster's row closest to another cluster:</p><ul>"]
+    parts += [f"<li>{_change_text(r)}</li>" for r in ex.get("borderline", {}).values()]
+    parts.append("</ul>")
+    for n, r in enumerate(ex.get("rows", [])):
+        values = ", ".join(f"{e(f)} = {fmt(v)}" for f, v in r["values"].items())
+        parts.append(f"<div class='row-view' id='row-{_safe(str(r['row']))}'><h3>Row {e(str(r['row']))}: cluster "
+                     f"{r['cluster']} (probability {r['probability']:.2f})</h3><div class='row-bars' data-row='{n}'>"
+                     f"</div><p class='note'>Bars: how much each term pushes this row toward its cluster (its "
+                     f"contribution to the cluster minus its mean over all clusters; blue in, orange out). "
+                     f"Values: {values}.</p><p class='push'>{_change_text(r)}</p></div>")
+    return parts
+
+
+def _stability_section(expl: Explanation) -> list[str]:
+    st = expl.stability
+    if not st:
+        return []
+    e = html.escape
+    tops = ", ".join(f"top-{k[3:-13]}: {st[k]:.1f}" for k in st if k.startswith("top") and k.endswith("_intersection"))
+    parts = [f"<h2 id='stability'>Stability over {st['n_models']} runs</h2><p>The search's {st['n_models']} best "
+             f"runs explained on the same rows; terms shared by their top lists on average: {e(tops) or 'n/a'}.</p>"]
+    if st.get("warning"):
+        parts.append(f"<p class='warning'>Warning: {e(st['warning'])}.</p>")
+    rec = st.get("recurrence", {})
+    if rec:
+        parts.append("<table><tr><th>term (this model's top)</th><th>in the other runs' top lists</th></tr>"
+                     + "".join(f"<tr><td>{e(t)}{' <b>(does not recur)</b>' if t in st.get('flagged', []) else ''}</td>"
+                               f"<td>{share:.0%}</td></tr>" for t, share in rec.items()) + "</table>")
+    return parts
+
+
+def _comparison_section(expl: Explanation) -> list[str]:
+    cmp = expl.comparison
+    if not cmp:
+        return []
+    e = html.escape
+    old, new = cmp["names"]["old"], cmp["names"]["new"]
+    olds = sorted(cmp["flow"], key=int)
+    news = sorted({n for row in cmp["flow"].values() for n in row}, key=int)
+    parts = [f"<h2 id='compare'>Compared with {e(old)}</h2><p>{cmp['n_rows']:,} rows: {cmp['same_id']:.1%} keep their "
+             f"cluster id (agreement ARI {cmp['ari']:.3f}). Rows of each cluster of {e(old)} (rows) by their cluster "
+             f"in {e(new)} (columns):</p><table><tr><th>{e(old)} \\ {e(new)}</th>"
+             + "".join(f"<th>{e(n)}</th>" for n in news) + "</tr>"
+             + "".join(f"<tr><th>{e(o)}</th>" + "".join(
+                 f"<td{' class=same' if o == n else ''}>{cmp['flow'][o].get(n, 0):,}</td>" for n in news) + "</tr>"
+                 for o in olds) + "</table><table><tr><th>cluster</th><th>driven now by</th><th>before</th>"
+             "<th>new drivers</th></tr>"]
+    for d in cmp["drivers"]:
+        before = "(new cluster)" if d["before"] is None else e(", ".join(d["before"]))
+        parts.append(f"<tr><td>{d['cluster']}</td><td>{e(', '.join(d['now']))}</td><td>{before}</td>"
+                     f"<td>{e(', '.join(d['new_terms'])) or 'none'}</td></tr>")
+    parts.append("</table>")
+    return parts
+
+
 def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, title: str = "NeurCAM clustering report") -> str:
-    """A self-contained page: every image embedded, no scripts or network references."""
+    """A self-contained page that works offline: the images and Plotly's script embedded, the
+    numbers the interactive views draw carried in the page, nothing fetched.
+
+    Kept whole: the page is one sequence of sections in reading order."""
+    from plotly.offline import get_plotlyjs
+
+    from .report_script import SCRIPT
     figures = figures or render_figures(expl)
     card = expl.model_card
     e = html.escape
+    left_out = left_out_terms(expl)
+    drawn = [i for i in by_importance(expl) if i not in left_out]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:1em}"
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em 1em}"
              "table{border-collapse:collapse;margin-bottom:.8em}td,th{border:1px solid #ccc;padding:2px 6px;"
-             "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:2}"
+             "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:3}"
              "details{font-size:13px}.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumbs img{width:260px}"
-             ".note{font-size:12px;color:#555}.summary{font-size:16px;font-weight:600}.push{font-size:14px}</style></head><body>",
-             f"<h1>{e(title)}</h1>"]
+             ".note{font-size:12px;color:#555}.summary{font-size:16px;font-weight:600}.push{font-size:14px}"
+             ".bar{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:.4em 0;z-index:10}"
+             "h2,h3,section,.row-view{scroll-margin-top:3.2em}.warning{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em}td.same{font-weight:700}"
+             "</style></head><body>"]
+    options = "<option value='-1'>every cluster</option>" + "".join(
+        f"<option value='{k}'>cluster {cid}</option>" for k, cid in enumerate(expl.ids))
+    parts.append(f"<div class='bar'><b>{e(title)}</b> &nbsp; <label>cluster: <select id='choose-cluster'>{options}"
+                 f"</select></label> <span class='note'>showing <span id='showing'>every cluster</span>: its "
+                 f"section and, in the graphs, its curve in colour over the others' (grey)</span></div>")
+    parts.append(f"<h1>{e(title)}</h1>")
     data = card.get("data", {})
     n_rows = data.get("n_rows")
     parts.append(f"<p>{f'{n_rows:,}' if n_rows is not None else '?'} rows, {len(expl.feature_names)} features, "
                  f"{expl.n_clusters} clusters, {len(expl.terms)} terms "
                  f"({sum(t.kind == 'pair' for t in expl.terms)} pairwise).</p>")
-    parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in SECTIONS) + "</ul></nav>")
+    warn = (expl.stability or {}).get("warning")
+    if warn:
+        parts.append(f"<p class='warning'>Warning: {e(warn)} (see <a href='#stability'>Stability</a>).</p>")
+    sections = list(SECTIONS) + [s for s, present in ((("stability", "Stability"), expl.stability),
+                                                       (("compare", "Compared with"), expl.comparison)) if present]
+    parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in sections) + "</ul></nav>")
     parts += _clusters(expl, figures)
-    left_out = left_out_terms(expl)
+    parts += _rows_section(expl)
     ranking = [r for r in expl.importance if r["term"] not in {expl.terms[i].name for i in left_out}]
     top = ranking[0]["importance"] if ranking else 0.0
     parts.append("<h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
                  "averaged over clusters.</p><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th>"
                  "</tr>")
+    flagged = set((expl.stability or {}).get("flagged", []))
     for i, r in enumerate(ranking[:TOP_TABLE], 1):
-        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}</td><td>{r['kind']}</td><td>{fmt(r['importance'], top)}</td></tr>")
+        mark = " <b>(does not recur)</b>" if r["term"] in flagged else ""
+        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}{mark}</td><td>{r['kind']}</td><td>{fmt(r['importance'], top)}</td></tr>")
     parts.append("</table>")
     if len(ranking) > TOP_TABLE:
         parts.append(f"<p>and {len(ranking) - TOP_TABLE} more (every term: tables/terms.parquet).</p>")
@@ -411,18 +607,14 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     if unused:
         parts.append(f"<p class='left-out'>Never selected by any term, so they do not affect the clusters "
                      f"({len(unused)} of {len(expl.feature_names)}): {e(', '.join(unused))}.</p>")
-    order = by_importance(expl)
-    for kind, anchor, heading in (("main", "shapes", "Shape graphs"), ("pair", "pairs", "Pairwise interactions (purified)")):
-        parts.append(f"<h2 id='{anchor}'>{heading}</h2>")
-        drawn = [i for i in order if expl.terms[i].kind == kind and i not in left_out]
-        if not drawn:
-            parts.append("<p>none drawn (see the list above)</p>" if any(t.kind == kind for t in expl.terms)
-                         else "<p>none in this model</p>")
-        for i in drawn:
-            t = expl.terms[i]
-            parts.append(_img(figures[figure_name(i, t)], f"{'shape graph' if kind == 'main' else 'heat map'} of {t.name}"))
+    parts += _term_view("shapes", "Shape graphs", expl, drawn, "main")
+    parts += _term_view("pairs", "Pairwise interactions (purified)", expl, drawn, "pair")
+    parts += _stability_section(expl)
+    parts += _comparison_section(expl)
     parts.append("<h2 id='card'>Model card</h2>")
     parts += _model_card(card, list(expl.feature_names))
+    parts.append(_json_script(page_data(expl, drawn)))
+    parts.append(f"<script>{get_plotlyjs()}</script><script>{SCRIPT}</script>")
     parts.append("</body></html>")
     return "\n".join(parts)
 

@@ -117,8 +117,9 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
                                    else "none yet (this model becomes the first)"))
     found: dict = {}
 
-    def prepare_winner(est, plan) -> None:
-        """Stable ids for the challenger, from its agreement with the champion on this snapshot."""
+    def prepare_winner(est, plan):
+        """Stable ids for the challenger, from its agreement with the champion on this snapshot;
+        returns what adds the comparison with the champion to the challenger's report."""
         k = est.n_clusters
         if champion is None:
             est.set_cluster_ids(np.arange(k), max(k, lineage_next))
@@ -137,6 +138,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         sizes_new = {int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n}
         sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
         found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old)
+        return lambda expl: _compare_with_champion(expl, est, champion, compared, found)
 
     result = runs.search(cfg, name=record["search"], prepare_winner=prepare_winner)
     est = result.estimator
@@ -149,13 +151,6 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     record["mapping"] = {str(raw): int(i) for raw, i in enumerate(est.cluster_ids_)}
     record["next_cluster_id"] = int(est.next_cluster_id_)
     cmp = found.get("cmp")
-    if cmp:  # the challenger's terms from the explanation the search wrote (not computed twice)
-        ref = est.reference_
-        if set(champion.feature_names_in_) <= set(ref.columns):
-            from ..explain import Explanation
-            terms_new = [r["term"] for r in Explanation.from_dict(json.loads(read_text(join(result.output, "report", "explanation.json")))).importance]
-            terms_old = [r["term"] for r in champion.explain(ref[list(champion.feature_names_in_)]).importance]
-            found["overlap"] = top_terms_overlap(terms_new, terms_old, TOP_TERMS)
     record.update(
         inertia_challenger=float(cmp["inertia_challenger"] if cmp else result.metrics["inertia"]),
         inertia_champion=float(cmp["inertia_champion"]) if cmp else None,
@@ -184,6 +179,23 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         record["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _log_to_mlflow(record)
     log(f"{'PROMOTED' if want else 'not promoted'}: {reason}")
+
+
+def _compare_with_champion(expl, est, champion, compared, found: dict) -> None:
+    """The challenger's report gets how the reference rows moved from the champion's cluster ids to
+    the challenger's and which terms now drive each cluster (``explain.compare``); ``found`` gets
+    the overlap of their top terms. Rows of features the champion does not read: no comparison."""
+    ref = est.reference_
+    cols = [str(c) for c in champion.feature_names_in_]
+    if not set(cols) <= set(map(str, ref.columns)):
+        return
+    from ..explain.build import build_explanation
+    from ..explain.compare import comparison
+    before = build_explanation(champion, ref[cols], typical=0)
+    found["overlap"] = top_terms_overlap([r["term"] for r in expl.importance], [r["term"] for r in before.importance],
+                                         TOP_TERMS)
+    expl.comparison = comparison(expl, before, est.predict(ref), champion.predict(ref[cols]),
+                                 old_name=f"the champion (version {compared})", new_name="this challenger")
 
 
 STALE_S = 12 * 3600   # a "running" record from another host older than this was killed

@@ -1,0 +1,121 @@
+"""Rows as examples: a few typical rows per cluster, and any row as its terms' bars.
+
+A row's view is what the report and ``neurcam explain --rows`` show: its cluster and probability,
+its values of the features the model reads, the terms that pushed it toward its cluster (or away,
+as bars: the term's contribution to the row's cluster minus its mean over all clusters, in logits)
+and the smallest one-feature change that would move it to its nearest other cluster
+(``counterfactual.counterfactuals``: the model itself decides, and applying it moves the row).
+Records are plain JSON values, kept in ``Explanation.examples``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..numerics import softmax
+from .counterfactual import counterfactuals
+from .explanation import fmt
+from .terms import rows_from_contributions
+
+TYPICAL = 3      # typical rows per cluster
+ROW_TERMS = 8    # terms per row view (largest |push| first)
+
+NEAREST = "nearest the cluster's centroid in the clustering space (the standardized features)"
+CONFIDENT = ("most confidently assigned (highest probability): the clustering space, the embeddings, "
+             "is not part of the explained data")
+
+
+def typical_positions(fitted, arr: np.ndarray, n: int = TYPICAL) -> tuple[dict[int, list[int]], dict[int, int], str]:
+    """Cluster column -> the positions (in ``arr``) of its ``n`` most typical rows; cluster column
+    -> its borderline row (the smallest lead of its logit over the next cluster's: the row a small
+    change moves); and the rule used for "typical": nearest the centroid when the clustering
+    space is the standardized features, else the highest membership probability."""
+    logits = fitted.logits(arr)
+    labels = logits.argmax(1)
+    top2 = np.sort(logits, axis=1)[:, -2:] if logits.shape[1] > 1 else np.zeros((len(arr), 2))
+    margin = top2[:, 1] - top2[:, 0]
+    if fitted.uses_features_as_repr:
+        centroids = fitted.net.centroids.detach().double().cpu().numpy()
+        x = fitted.standardize(arr).astype(np.float64)
+        score = ((x - centroids[labels]) ** 2).sum(1)          # smaller is more typical
+        basis = NEAREST
+    else:
+        score = -softmax(logits)[np.arange(len(arr)), labels]
+        basis = CONFIDENT
+    typical, border = {}, {}
+    for c in range(fitted.n_clusters):
+        members = np.flatnonzero(labels == c)
+        typical[c] = members[np.argsort(score[members], kind="stable")[:n]].tolist()
+        if len(members):
+            border[c] = int(members[np.argmin(margin[members])])
+    return typical, border, basis
+
+
+def row_records(fitted, arr: np.ndarray, names: list[str], row_ids: list, low: np.ndarray, high: np.ndarray,
+                n_terms: int = ROW_TERMS) -> list[dict]:
+    """One record per row of ``arr``: ``row`` (its id), ``cluster`` (stable id), ``probability``,
+    ``values`` (feature -> value, the features the model reads), ``terms`` (the ``n_terms``
+    largest pushes toward its cluster, strongest first: ``term``, ``push`` in logits) and
+    ``change`` (the smallest move of one feature, or of a pair term's two, to the nearest other
+    cluster within ``[low, high]``: ``counterfactual.counterfactuals``; None when none moves it)."""
+    if not len(arr):
+        return []
+    rows = rows_from_contributions(fitted, fitted.contributions(arr))
+    proba = softmax(rows.logits)
+    own = rows.logits.argmax(1)
+    ids = fitted.ids
+    used = [i for i, n in enumerate(names) if n in _read(fitted)]
+    moves = counterfactuals(fitted, arr, names, low, high, index=np.arange(len(arr)))
+    out = []
+    for r in range(len(arr)):
+        c = int(own[r])
+        push = rows.contributions[r, :, c] - rows.contributions[r].mean(1)
+        order = np.argsort(-np.abs(push), kind="stable")[:n_terms]
+        move = moves.iloc[r]
+        change = None if not isinstance(move["feature"], str) else {
+            "target": int(move["target"]), "feature": str(move["feature"]), "value": float(move["value"]),
+            "new_value": float(move["new_value"]), "change": float(move["change"]),
+            "change_std": float(move["change_std"])}
+        if change and isinstance(move["feature_2"], str):
+            change.update(feature_2=str(move["feature_2"]), value_2=float(move["value_2"]),
+                          new_value_2=float(move["new_value_2"]), change_2=float(move["change_2"]))
+        out.append({"row": _plain(row_ids[r]), "cluster": int(ids[c]), "probability": float(proba[r, c]),
+                    "values": {names[j]: float(arr[r, j]) for j in used},
+                    "terms": [{"term": rows.terms[i], "push": float(push[i])} for i in order if push[i] != 0.0],
+                    "change": change})
+    return out
+
+
+def _read(fitted) -> set[str]:
+    singles, pairs = fitted.selected()
+    return set(singles) | {f for p in pairs for f in p}
+
+
+def _plain(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+def row_text(record: dict, digits=None) -> str:
+    """One row's view as console lines: cluster and probability, its terms as bars, the change."""
+    digits = digits or fmt
+    lines = [f"row {record['row']}: cluster {record['cluster']} (probability {record['probability']:.2f})"]
+    widest = max((abs(t["push"]) for t in record["terms"]), default=0.0) or 1.0
+    width = max((len(t["term"]) for t in record["terms"]), default=0)
+    for t in record["terms"]:
+        bar = "#" * max(1, round(20 * abs(t["push"]) / widest))
+        sign = "+" if t["push"] > 0 else "-"
+        values = " ".join(f"{f}={digits(record['values'][f])}" for f in t["term"].split(" & ") if f in record["values"])
+        lines.append(f"  {t['term']:<{width}}  {sign + digits(abs(t['push'])):>7} {bar:<20}  {values}")
+    lines.append("  " + change_words(record.get("change"), digits))
+    return "\n".join(lines)
+
+
+def change_words(ch: dict | None, digits=None) -> str:
+    """A row's smallest move in words: "would join cluster 2 if hue went from 0.9 to 0.87 (0.17
+    standard deviations)", with "and B from .. to .." for a pair's move."""
+    digits = digits or fmt
+    if not ch:
+        return "no change of one feature or pair (within the data's range) moves it to another cluster"
+    words = f"would join cluster {ch['target']} if {ch['feature']} went from {digits(ch['value'])} to {digits(ch['new_value'])}"
+    if ch.get("feature_2"):
+        words += f" and {ch['feature_2']} from {digits(ch['value_2'])} to {digits(ch['new_value_2'])}"
+    return words + f" ({digits(ch['change_std'])} standard deviations)"
