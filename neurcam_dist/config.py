@@ -90,7 +90,10 @@ class TextConfig(_Strict):
 
     columns: list[str] = Field(default_factory=lambda: ["text"], min_length=1,
                                description="text column(s), joined with a space (a title and a body)")
-    min_df: float = Field(0.01, ge=0.0, lt=1.0, description="drop terms in fewer than this share of the documents")
+    min_df: float | None = Field(None, ge=0.0, lt=1.0,
+                                 description="drop terms in fewer than this share of the documents (default: 0.01, "
+                                             "lowered for short documents until the average one keeps 4 terms, "
+                                             "never below 5 documents)")
     max_df: float = Field(0.99, gt=0.0, le=1.0, description="drop terms in more than this share of the documents")
     lemmatizer: Literal["simplemma", "none"] = "simplemma"
     embed: bool = Field(True, description="sentence embeddings as the representation (else the term features)")
@@ -107,7 +110,7 @@ class TextConfig(_Strict):
 
     @model_validator(mode="after")
     def _thresholds(self):
-        if self.min_df >= self.max_df:
+        if self.min_df is not None and self.min_df >= self.max_df:
             raise ConfigError(f"text.min_df ({self.min_df}) must be below text.max_df ({self.max_df})")
         return self
 

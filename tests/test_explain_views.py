@@ -195,3 +195,19 @@ def test_explain_cli_rows_ids_and_compare(five, tmp_path, capsys):
     assert main(base + ["--model", str(tmp_path / "old"), "--compare", str(tmp_path / "old"), str(tmp_path / "new"),
                         "--out", str(tmp_path / "c")]) == 2
     assert "--compare OLD NEW explains NEW" in capsys.readouterr().err
+
+
+def test_a_wide_models_page_carries_its_most_important_terms_only(five, tmp_path, monkeypatch):
+    import json
+
+    from neurcam_dist.explain import report
+    est, X, _ = five
+    expl = build_explanation(est, X, typical=0)
+    drawn = [i for i in report.by_importance(expl) if i not in report.left_out_terms(expl)]
+    assert len(drawn) > 2
+    monkeypatch.setattr(report, "VIEW_TERMS", 2)
+    page = report.write_report(expl, tmp_path / "r").read_text()
+    data = json.loads(page.split("id='neurcam-data'>")[1].split("</script>")[0])
+    assert [t["name"] for t in data["terms"]] == [expl.terms[i].name for i in drawn[:2]]
+    assert f"The 2 most important of {len(drawn)}" in page
+    assert len(list((tmp_path / "r" / "plots").glob("*_shape_*.png"))) == len(drawn)   # every term still drawn

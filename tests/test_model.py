@@ -368,21 +368,24 @@ def test_kmeans_init_is_lloyd_while_cheap_and_recorded(data, fitted):
 def _run(s: Schedule, hot_below: float = 0.0, limit: int = 10_000) -> list:
     """End epochs (loss 1.0) until ``s`` finishes; gates are one-hot below ``hot_below``."""
     actions = []
-    while not s.finished and len(actions) < limit:
+    while not s.finished and len(actions) < limit:   # as the Trainer does: the budget's end locks the gates
         actions.append(s.end_epoch(1.0, lambda t: t < hot_below, lambda t: t < hot_below))
+        actions += s.lock_remaining()
     return actions
 
 
-@pytest.mark.parametrize("epochs,pairs", [(1, False), (5, False), (60, False), (60, True), (400, True)])
+@pytest.mark.parametrize("epochs,pairs", [(1, False), (1, True), (2, True), (5, False), (60, False), (60, True),
+                                          (400, True)])
 def test_epochs_bounds_the_whole_run_and_it_still_ends_with_locked_gates(epochs, pairs):
     s = Schedule(epochs=epochs, warmup_epochs=400, distill_epochs=10, epsilon=0.9, has_pairs=pairs,
                  early_stopping=False, anneal_epochs=100)
     actions = _run(s)  # gates never one-hot on their own: annealing must be cut to fit
-    assert s.epoch == max(epochs, 1 + (2 if pairs else 1))  # only a budget below one epoch per phase is exceeded
+    assert s.epoch == epochs and s.phase == "final"            # exactly the budget, however small
     assert actions.count("freeze_teacher") == 1 and actions.count("lock_single") == 1
     assert actions.count("lock_pairs") == (1 if pairs else 0)
     assert s.stop_reason == f"reached epochs={epochs}"
-    assert any("annealing compressed to fit epochs=" in e["reason"] for e in s.events)
+    assert any(f"annealing compressed to fit epochs={epochs}" in e["reason"]
+               or f"the budget, epochs={epochs}, ended" in e["reason"] for e in s.events)
 
 
 def test_annealing_stops_at_anneal_epochs_and_the_event_says_so():
@@ -415,12 +418,12 @@ def test_a_lowered_budget_compresses_the_phases_after_it():
     assert [e["epoch"] for e in s.events] == [2, 7, 8]  # warm-up cut at 7, gates locked at 8
     clone = Schedule.from_state_dict(s.state_dict())
     assert clone.limit == 8 and clone.budget_reason == "max_seconds=2"
-    # a budget cut to the epoch under way leaves no room: warm-up and annealing take one epoch each
+    # a budget cut to the epoch under way leaves no room: warm-up ends and the gates lock in it
     late = five_epochs_in()
     late.cap(3, "max_seconds=2")
     assert late.limit == 6
     _run(late)
-    assert late.epoch == 7 and late.phase == "final"
+    assert late.epoch == 6 and late.phase == "final" and "the budget, max_seconds=2, ended" in late.events[-1]["reason"]
 
 
 def test_annealing_falls_fast_enough_to_be_one_hot_by_its_deadline_and_no_faster():

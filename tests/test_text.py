@@ -60,6 +60,34 @@ def test_vocabulary_keeps_terms_between_the_thresholds():
         Vocabulary.fit(df, n, min_df=0.95, max_df=0.99, text_columns=["text"], analyzer=a)
 
 
+def test_min_df_is_lowered_for_short_documents_only():
+    from collections import Counter
+
+    from neurcam_dist.text.vocabulary import MIN_DOCUMENTS, TERMS_PER_DOCUMENT, auto_min_df
+
+    def per_document(df, n, c):
+        return sum(v for v in df.values() if c <= v <= 0.99 * n) / n
+
+    n = 2000                                   # 1%: 20 documents
+    # long documents: 10 terms in 40% of the documents each (4 a document at 1% already) -> 1%
+    long = Counter({f"w{i}": 800 for i in range(10)} | {f"r{i}": 3 for i in range(500)})
+    assert auto_min_df(long, n) == 0.01
+    assert Vocabulary.fit(long, n, text_columns=["text"], analyzer=Analyzer()).min_df == 0.01
+    # short documents: 2 terms a document at 1%; terms in 6-19 documents bring the rest
+    short = Counter({f"w{i}": 400 for i in range(10)} | {f"m{i}": 6 + i % 14 for i in range(700)})
+    got = auto_min_df(short, n)
+    c = round(got * n)
+    assert per_document(short, n, 20) < TERMS_PER_DOCUMENT and MIN_DOCUMENTS <= c < 20
+    assert per_document(short, n, c) >= TERMS_PER_DOCUMENT > per_document(short, n, c + 1)   # the largest such
+    v = Vocabulary.fit(short, n, text_columns=["text"], analyzer=Analyzer())
+    assert v.min_df == got and min(v.document_frequency) == c
+    # never below a term in 5 documents, however short
+    tiny = Counter({f"w{i}": 30 for i in range(5)} | {f"r{i}": 2 for i in range(5000)})
+    assert auto_min_df(tiny, n) == MIN_DOCUMENTS / n
+    # a small corpus whose 1% is under 5 documents keeps 1% (it is never raised)
+    assert auto_min_df(Counter({"a": 1, "b": 1}), 100) == 0.01
+
+
 def test_rows_have_unit_norm_and_an_empty_row_stays_zero():
     a = Analyzer()
     v = Vocabulary.fit(*document_frequencies(CORPUS, a), min_df=0.2, max_df=0.9, text_columns=["text"], analyzer=a)

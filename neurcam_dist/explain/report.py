@@ -364,6 +364,7 @@ def _clusters(expl: Explanation, figures: dict[str, bytes]) -> list[str]:
 SPARSE_ROWS = 5          # a grid point whose histogram bin and its two neighbours hold fewer rows than
 SPARSE_SHARE = 0.005     # this (or than this share of the rows) is drawn dotted: the curve rests on few rows
 DEFAULT_ALL = 5          # below this many clusters the page starts on every cluster, else on the first
+VIEW_TERMS = 100         # terms the page carries for its graphs (most important first; every one is in plots/)
 
 
 def _rounded(a, digits: int = 4) -> list:
@@ -423,8 +424,11 @@ def _json_script(data: dict) -> str:
 def _term_view(anchor: str, heading: str, expl: Explanation, drawn: list[int], kind: str) -> list[str]:
     """A section with a term selector and one interactive graph (the script draws it)."""
     e = html.escape
-    mine = [(n, i) for n, i in enumerate(drawn) if expl.terms[i].kind == kind]
+    mine = [(n, i) for n, i in enumerate(drawn[:VIEW_TERMS]) if expl.terms[i].kind == kind]
     parts = [f"<h2 id='{anchor}'>{heading}</h2>"]
+    if len(mine) < sum(expl.terms[i].kind == kind for i in drawn):
+        parts.append(f"<p class='note'>The {len(mine)} most important of {sum(expl.terms[i].kind == kind for i in drawn)} "
+                     f"(every one is a PNG in plots/ and its numbers are in tables/).</p>")
     if not mine:
         return parts + ["<p>none drawn (see the list above)</p>" if any(t.kind == kind for t in expl.terms)
                         else "<p>none in this model</p>"]
@@ -613,7 +617,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     parts += _comparison_section(expl)
     parts.append("<h2 id='card'>Model card</h2>")
     parts += _model_card(card, list(expl.feature_names))
-    parts.append(_json_script(page_data(expl, drawn)))
+    parts.append(_json_script(page_data(expl, drawn[:VIEW_TERMS])))
     parts.append(f"<script>{get_plotlyjs()}</script><script>{SCRIPT}</script>")
     parts.append("</body></html>")
     return "\n".join(parts)

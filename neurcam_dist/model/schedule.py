@@ -210,6 +210,22 @@ class Schedule:
                 self.stop_reason = f"early stop: loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
         return action
 
+    def lock_remaining(self, pairs_hot_at=None, single_hot_at=None) -> list[str]:
+        """At the end of the budget with gates still annealing (a budget of fewer epochs than the
+        phases, ``epochs=1``): lock them now, pairs then single features, each at the largest
+        temperature at which the relaxed gates equal the lock, so the run ends one-hot within its
+        budget. Returns the lock actions for the driver (none when the budget is not spent)."""
+        actions = []
+        while self.phase in ANNEALING and self.epoch >= self.limit:
+            attr, label, gates, _, lock = ANNEALING[self.phase]
+            hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
+            if hot_at is not None:
+                setattr(self, attr, hot_at(getattr(self, attr)))
+            self._enter(ANNEALING[self.phase][3], f"{gates} gates locked to their argmax, one-hot at "
+                        f"{label}={getattr(self, attr):.3g} (the budget, {self._limit_text}, ended)")
+            actions.append(lock)
+        return actions
+
     @property
     def finished(self) -> bool:
         """Done once the final phase stops, or the epoch budget is spent with every gate locked."""

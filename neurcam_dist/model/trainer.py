@@ -76,20 +76,23 @@ class Trainer:
                   "seconds": seconds}
         self.plateau.step(means["loss"])
         self._spend(seconds)
+        hot_at = (self.net.pairs.gates.one_hot_temperature, self.net.single.gates.one_hot_temperature)
         action = s.end_epoch(means["loss"], lambda t: self.agree(self.net.pairs.gates.one_hot_at(t)),
-                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)),
-                             self.net.pairs.gates.one_hot_temperature, self.net.single.gates.one_hot_temperature)
-        if action == "freeze_teacher":
-            self.teacher = copy.deepcopy(self.net).eval()
-            for p in self.teacher.parameters():
-                p.requires_grad_(False)
-        elif action == "lock_pairs":
-            self.net.pairs.gates.lock()
-        elif action == "lock_single":
-            self.net.single.gates.lock()
+                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)), *hot_at)
+        # a budget shorter than the phases ends here all the same, with its gates locked
+        actions = ([action] if action else []) + s.lock_remaining(*hot_at)
+        for a in actions:
+            if a == "freeze_teacher":
+                self.teacher = copy.deepcopy(self.net).eval()
+                for p in self.teacher.parameters():
+                    p.requires_grad_(False)
+            elif a == "lock_pairs":
+                self.net.pairs.gates.lock()
+            elif a == "lock_single":
+                self.net.single.gates.lock()
         if s.phase != phase:
             self.plateau = make_plateau(self.optimizer, self.lr_patience)  # the loss changes meaning
-        return record, action
+        return record, (actions[0] if actions else None)
 
     def _spend(self, seconds: float) -> None:
         """Count an epoch's ``seconds`` (the slowest worker's, when data-parallel) and, under

@@ -24,7 +24,7 @@ from ..data.sources import CSV, PARQUET, DataError, listing, resolve
 from ..redaction import redact
 from ..storage import write_dataset
 from .sentences import EMBEDDING_COLUMN, SentenceEmbedder, check_model_path
-from .vocabulary import VOCABULARY_FILE, Analyzer, Vocabulary, check_thresholds, document_frequencies, join_text
+from .vocabulary import VOCABULARY_FILE, Analyzer, Vocabulary, MIN_DF, check_thresholds, document_frequencies, join_text
 
 TEXT_TMP = "__neurcam_text"
 N_TERMS = "n_terms"      # occurrences of vocabulary terms in the document (0: an all-zero row)
@@ -39,7 +39,7 @@ class TextJob:
     text_columns: list[str]
     id_column: str = "id"
     carry: list[str] = field(default_factory=list)
-    min_df: float = 0.01
+    min_df: float | None = None    # None: chosen for the documents (``vocabulary.auto_min_df``)
     max_df: float = 0.99
     embed: bool = False
     model: str | None = None
@@ -61,7 +61,7 @@ class TextJob:
                    use_gpu=t.use_gpu)
 
     def __post_init__(self):
-        check_thresholds(self.min_df, self.max_df)
+        check_thresholds(0.0 if self.min_df is None else self.min_df, self.max_df)
         if not self.text_columns:
             raise DataError("name the text column(s) (--text-column)")
         named = [*self.text_columns, self.id_column, *self.carry]
@@ -159,8 +159,13 @@ def fit_vocabulary(ds, job: TextJob, log=print) -> Vocabulary:
     reserved = {job.id_column, *job.carry, EMBEDDING_COLUMN, N_TERMS}
     vocab = Vocabulary.fit(df, n, min_df=job.min_df, max_df=job.max_df, text_columns=job.text_columns,
                            analyzer=analyzer, reserved=reserved)
+    per_doc = sum(vocab.document_frequency) / n
     log(f"counted {len(df):,} distinct terms in {n:,} documents in {time.perf_counter() - t0:.1f} s; kept "
-        f"{len(vocab.terms):,} in between {job.min_df:g} and {job.max_df:g} of the documents")
+        f"{len(vocab.terms):,} in between {vocab.min_df:g} and {job.max_df:g} of the documents (the average "
+        f"document keeps {per_doc:.1f} of them)"
+        + (f"; min_df {vocab.min_df:.3g} chosen for these documents (short ones: each term in at least "
+           f"{round(vocab.min_df * n)} documents; text.min_df sets it)" if job.min_df is None and vocab.min_df < MIN_DF
+           else ""))
     return vocab
 
 
