@@ -211,3 +211,14 @@ def test_a_wide_models_page_carries_its_most_important_terms_only(five, tmp_path
     assert [t["name"] for t in data["terms"]] == [expl.terms[i].name for i in drawn[:2]]
     assert f"The 2 most important of {len(drawn)}" in page
     assert len(list((tmp_path / "r" / "plots").glob("*_shape_*.png"))) == len(drawn)   # every term still drawn
+
+
+def test_row_ids_of_any_index_are_json_values(five, tmp_path):
+    import pandas as pd
+    est, X, _ = five
+    stamped = X.set_axis(pd.date_range("2026-01-01", periods=len(X), freq="h"))
+    expl = build_explanation(est, stamped)
+    expl.to_json(tmp_path / "e.json")
+    back = Explanation.from_json(tmp_path / "e.json")
+    first = back.examples["typical"][str(expl.ids[0])][0]["row"]
+    assert isinstance(first, str) and pd.Timestamp(first) in stamped.index

@@ -38,7 +38,6 @@ from .job import ResolvedJob, resolve, resolve_early, trial_model
 from .session import check_resources, ensure_ray, quiet_data_progress
 
 
-
 @dataclass
 class Trial:
     """One trial's outcome, as recorded in ``search.json`` and MLflow."""
@@ -319,6 +318,3 @@ def error_summary(text: str | None) -> str:
         if "Error" in ln or "error" in ln:
             return ln[:500]
     return (lines[-1] if lines else "unknown error")[:500]
-
-
-

@@ -140,7 +140,7 @@ def _row_ids(X, n: int) -> list:
 
 def add_rows(expl: Explanation, est, X, span=None) -> list[dict]:
     """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
-    the smallest one-feature change to another cluster, within ``span``'s range, else ``X``'s),
+    the smallest change of one feature or pair to another cluster, within ``span``'s range, else ``X``'s),
     appended to ``expl.examples["rows"]``; returns the new records."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)

@@ -91,7 +91,10 @@ def _read(fitted) -> set[str]:
 
 
 def _plain(v):
-    return v.item() if hasattr(v, "item") else v
+    """A row id as a JSON value: numpy scalars as Python numbers, anything else not a number or
+    a string (a timestamp index) as its text."""
+    v = v.item() if hasattr(v, "item") else v
+    return v if isinstance(v, (str, int, float)) and not isinstance(v, bool) else str(v)
 
 
 def row_text(record: dict, digits=None) -> str:
