@@ -140,6 +140,8 @@ def test_a_failing_trial_is_recorded_and_the_best_other_registered(shards, tmp_p
 def test_stopped_server_and_all_failed_searches_exit_nonzero(shards, tmp_path, ray_cluster, capsys, monkeypatch):
     import yaml
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    # the wait for a server that is down (300 s by default) is test_tracking's and test_chaos's
+    monkeypatch.setenv("NEURCAM_TRACKING_WAIT_S", "2")
     # MLflow down: the search finishes, the winner is saved, the command says what was not logged
     dead = f"http://127.0.0.1:{free_port()}"
     cfg = tmp_path / "search.yaml"
