@@ -119,10 +119,11 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
                        cluster_ids=fitted.ids.tolist())
-    _add_profiles(expl, fitted.logits(arr).argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
+    logits = fitted.logits(arr)   # one pass over the rows: the profiles and the examples share it
+    _add_profiles(expl, logits.argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
                   text=getattr(est, "text_", None) is not None)
     if typical:
-        positions, border, basis = typical_positions(fitted, arr, typical)
+        positions, border, basis = typical_positions(fitted, arr, typical, logits)
         ids = _row_ids(X, len(arr))
         flat = [p for c in range(k) for p in positions[c]] + list(border.values())
         records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], arr.min(0), arr.max(0)))

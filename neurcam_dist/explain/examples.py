@@ -24,12 +24,14 @@ CONFIDENT = ("most confidently assigned (highest probability): the clustering sp
              "is not part of the explained data")
 
 
-def typical_positions(fitted, arr: np.ndarray, n: int = TYPICAL) -> tuple[dict[int, list[int]], dict[int, int], str]:
+def typical_positions(fitted, arr: np.ndarray, n: int = TYPICAL, logits: np.ndarray | None = None
+                      ) -> tuple[dict[int, list[int]], dict[int, int], str]:
     """Cluster column -> the positions (in ``arr``) of its ``n`` most typical rows; cluster column
     -> its borderline row (the smallest lead of its logit over the next cluster's: the row a small
     change moves); and the rule used for "typical": nearest the centroid when the clustering
-    space is the standardized features, else the highest membership probability."""
-    logits = fitted.logits(arr)
+    space is the standardized features, else the highest membership probability. ``logits``: the
+    rows' logits when the caller has them (no second pass over the rows)."""
+    logits = fitted.logits(arr) if logits is None else logits
     labels = logits.argmax(1)
     top2 = np.sort(logits, axis=1)[:, -2:] if logits.shape[1] > 1 else np.zeros((len(arr), 2))
     margin = top2[:, 1] - top2[:, 0]

@@ -40,11 +40,12 @@ def explanation_consistency(explanations: list) -> dict:
     return {"consistency_runs": len(explanations), **topk_intersections(rankings)}
 
 
-def match_clusters(expl, other, X) -> np.ndarray:
+def match_clusters(expl, other, X, labels: np.ndarray | None = None) -> np.ndarray:
     """For each cluster column of ``expl``, the column of ``other`` holding most of its rows of
-    ``X`` (one to one; scipy's ``linear_sum_assignment`` on the overlap table)."""
+    ``X`` (one to one; scipy's ``linear_sum_assignment`` on the overlap table); ``labels``:
+    ``expl``'s columns of the rows when the caller has them."""
     from scipy.optimize import linear_sum_assignment
-    a = expl.logits(X).argmax(1)
+    a = expl.logits(X).argmax(1) if labels is None else labels
     b = other.logits(X).argmax(1)
     k, k2 = expl.n_clusters, other.n_clusters
     overlap = np.zeros((k, k2))
@@ -82,7 +83,8 @@ def stability(expl, others: list, X, top: int = 10) -> dict:
     if not others:
         out["bands"] = {}
         return out
-    matched = [(o, match_clusters(expl, o, X)) for o in others]
+    mine_labels = expl.logits(X).argmax(1)   # once, for every other run
+    matched = [(o, match_clusters(expl, o, X, mine_labels)) for o in others]
     bands = {}
     for t in expl.terms:
         if t.kind != "main":
