@@ -148,12 +148,13 @@ def _explanation_or_error(est, X, y=None, label: str | None = None):
         return exc
 
 
-def _with_labels(expl, est, X, y, name: str | None):
-    """``expl`` with the clusters of ``X`` against the labels ``y`` in its model card
-    (``explain.evaluation.label_summary``), when there are labels."""
+def _with_labels(expl, est, X, y, name: str | None, assigned=None):
+    """``expl`` with the clusters of ``X`` (``assigned``, when the caller has them) against the
+    labels ``y`` in its model card (``explain.evaluation.label_summary``), when there are labels."""
     if y is not None:
         from .explain.evaluation import label_summary
-        expl.model_card["labels"] = label_summary(y, est.predict(X), est.cluster_ids_, name)
+        expl.model_card["labels"] = label_summary(y, est.predict(X) if assigned is None else assigned,
+                                                  est.cluster_ids_, name)
     return expl
 
 
@@ -230,9 +231,7 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         Where the lines about a sample, the chosen rows and the comparison go.
     """
     from .explain.report import write_report
-    for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
-        if value < 2:
-            raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
+    _check_grids(grid_size, pair_grid_size)
     if sample < 0:
         raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
     if id_column and not rows:
@@ -252,11 +251,20 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         df = df.sample(sample, random_state=0).sort_index()
     if id_column:
         df = df.set_index(id_column, drop=False)
+    # each row's cluster, once for the label table and the comparison
+    assigned = est.predict(df[features]) if (label or old is not None) else None
     expl = _with_labels(est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size), est,
-                        df[features], df[label] if label else None, label)
-    _rows_and_comparison(expl, est, df, chosen, old, compare, model, say)
+                        df[features], df[label] if label else None, label, assigned)
+    _rows_and_comparison(expl, est, df, chosen, old, compare, model, say, assigned)
     report = write_report(expl, output)
     return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
+
+
+def _check_grids(grid_size: int, pair_grid_size: int) -> None:
+    """``--grid-size`` and ``--pair-grid-size`` of ``explain`` and ``export``: 2 points at least."""
+    for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
+        if value < 2:
+            raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
 
 
 def _explained_table(data: str, encoding: str, csv: dict, needed: dict[str, list[str]], named: dict):
@@ -303,9 +311,10 @@ def _chosen_rows(df, rows: list, id_column: str | None, data: str):
     return df.iloc[positions].set_axis(positions)
 
 
-def _rows_and_comparison(expl, est, df, chosen, old, old_name: str | None, new_name: str, say) -> None:
+def _rows_and_comparison(expl, est, df, chosen, old, old_name: str | None, new_name: str, say,
+                         assigned=None) -> None:
     """The chosen rows' views (``explain.build.add_rows``) and the comparison with ``old`` added to
-    ``expl`` and said, when asked for."""
+    ``expl`` and said, when asked for; ``assigned``: ``est``'s clusters of ``df``'s rows."""
     from .explain.build import add_rows
     from .explain.compare import comparison_text
     from .explain.examples import row_text
@@ -314,18 +323,20 @@ def _rows_and_comparison(expl, est, df, chosen, old, old_name: str | None, new_n
         for record in add_rows(expl, est, chosen[features], span=df[features]):
             say(row_text(record))
     if old is not None:
-        expl.comparison = _comparison(expl, est, old, df, old_name, new_name)
+        expl.comparison = _comparison(expl, est, old, df, old_name, new_name, assigned)
         say(comparison_text(expl.comparison))
 
 
-def _comparison(expl, est, old, df, old_name: str, new_name: str) -> dict:
-    """How the rows of ``df`` moved from ``old``'s cluster ids to ``est``'s, and the new drivers."""
+def _comparison(expl, est, old, df, old_name: str, new_name: str, assigned=None) -> dict:
+    """How the rows of ``df`` moved from ``old``'s cluster ids to ``est``'s (``assigned``, when
+    the caller has them), and the new drivers."""
     from .explain.build import build_explanation
     from .explain.compare import comparison
     old_cols = [str(c) for c in old.feature_names_in_]
     before = build_explanation(old, df[old_cols], typical=0)
-    return comparison(expl, before, est.predict(df[[str(c) for c in est.feature_names_in_]]),
-                      old.predict(df[old_cols]), new_name=redact(new_name), old_name=redact(old_name))
+    now = est.predict(df[[str(c) for c in est.feature_names_in_]]) if assigned is None else assigned
+    return comparison(expl, before, now, old.predict(df[old_cols]), new_name=redact(new_name),
+                      old_name=redact(old_name))
 
 
 @dataclass(frozen=True)
@@ -347,24 +358,19 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     of those rows the query's cluster equals ``predict``'s. ``fmt="rules"``: a short readable rule
     per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
     is then the rules' mean precision)."""
-    from .data.tables import read_table
     from .explain.sql import to_sql
     if fmt not in ("sql", "rules"):
         raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
     if fmt == "sql" and not table:
         raise ConfigError("--format sql needs --table NAME: the table the query reads")
-    for flag, value in (("--grid-size", grid_size), ("--pair-grid-size", pair_grid_size)):
-        if value < 2:
-            raise ConfigError(f"{flag} must be at least 2 (points along each feature's axis), got {value}")
+    _check_grids(grid_size, pair_grid_size)
     if output is not None:
         from .storage import check_writable
         check_writable(str(Path(output).parent) if not is_uri(output) else output, "--output")
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
-    df = read_table(data, encoding, columns=features, delimiter=delimiter, decimal=decimal)
-    missing = [c for c in features if c not in df.columns]
-    if missing:
-        raise DataError(f"{data} lacks the model's feature columns {missing}")
+    df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
+                          {"the model's feature columns": features}, {})
     if sample and len(df) > sample:
         df = df.sample(sample, random_state=0).sort_index()
     import numpy as np

@@ -326,6 +326,11 @@ def test_the_exported_sql_assigns_clusters_in_duckdb_and_sqlite(fitted_pairs, tm
     assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "train.parquet"),
                  "--table", "t", "--keep", "cluster"]) == 2
     assert "--keep cannot name 'cluster'" in capsys.readouterr().err
+    # a table without a feature column is refused as explain refuses it, naming the column
+    pd.read_parquet(tmp_path / "train.parquet").rename(columns={"f1": "F1"}).to_parquet(tmp_path / "renamed.parquet")
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "renamed.parquet"),
+                 "--table", "t"]) == 2
+    assert "lacks the model's feature columns ['f1']; did you mean 'F1'?" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- what would move a row
