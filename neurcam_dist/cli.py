@@ -128,6 +128,12 @@ def _sets(p: argparse.ArgumentParser, example: str = "model.epochs=50") -> None:
                    help=f"override a config value, e.g. --set {example} (YAML syntax for the value)")
 
 
+def _deterministic(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--deterministic", action="store_true",
+                   help="train under torch's deterministic algorithms with a fixed cuBLAS workspace in every "
+                        "worker, for GPU runs that repeat bit for bit (--set model.deterministic=true)")
+
+
 def _encoding(p: argparse.ArgumentParser) -> None:
     """A CSV input's encoding, delimiter and decimal mark (the last two told from the file when not given)."""
     p.add_argument("--encoding", default="utf-8", help="text encoding of a CSV file (e.g. latin-1)")
@@ -289,6 +295,7 @@ def _add_train(sub) -> argparse.ArgumentParser:
     tr = _sub(sub, "train", help="train on Ray over sharded Parquet, as a YAML config says")
     _flag(tr, "--config", required=True, help="YAML file (see configs/)")
     _sets(tr)
+    _deterministic(tr)
     return tr
 
 
@@ -297,6 +304,7 @@ def _add_tune(sub) -> argparse.ArgumentParser:
     tun = _sub(sub, "tune", help="Ray Tune search (seeds and hyperparameters), lowest inertia wins")
     _flag(tun, "--config", required=True, help="YAML file with a search: section (default: 5 seeds)")
     _sets(tun, "search.seeds=3")
+    _deterministic(tun)
     return tun
 
 
@@ -496,6 +504,8 @@ def _promote(args) -> None:
 
 def _load_config(args):
     """The config with the environment's and --set's overrides; says which variables applied."""
+    if getattr(args, "deterministic", False):
+        args.set = [*args.set, "model.deterministic=true"]
     cfg = service.load_config(args.config, _overrides(args.set))
     for note in cfg.notes():
         print(f"config: {note}", file=sys.stderr)

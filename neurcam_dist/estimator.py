@@ -24,7 +24,7 @@ from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
 from .model.step import shuffled_batches
 from .params import HYPERPARAMETERS
-from .settings import available_memory, cuda_graphs_enabled
+from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
 from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, frame_columns
@@ -67,7 +67,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
                  anneal_epochs: int = 30, max_seconds: float | None = None,
-                 precision: str = "fp32", verbose: bool = True):
+                 precision: str = "fp32", deterministic: bool = False, verbose: bool = True):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -95,6 +95,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.anneal_epochs = anneal_epochs
         self.max_seconds = max_seconds
         self.precision = precision
+        self.deterministic = deterministic
         self.verbose = verbose
 
     # ------------------------------------------------------------------ validation
@@ -162,12 +163,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
-        distill = spec.distill_epochs > 0
-        targets = fcm_log_membership(squared_distances(xr_t, trainer.net.centroids.detach()), spec.m) if distill else None
-        records = self._train(trainer, x_t, xr_t, targets, spec, callback)
+        with deterministic_algorithms(spec.deterministic):
+            records = self._train(trainer, x_t, xr_t, spec, callback)
+            deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
         fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
                                         scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
-                                        precision=precision, init_info=init_info)
+                                        precision=precision, init_info=init_info, deterministic=deterministic)
         # One pass over the training rows: the labels (channels sum to the logits) and the mean of
         # every channel, the reference that centres per-row explanations.
         labels, sums = [], 0.0
@@ -202,10 +203,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             distinct = len(np.unique(arr, axis=0)) if arr.shape[0] <= 1_000_000 else None
             warnings.warn(empty_clusters_note(used, self.n_clusters, distinct), UserWarning, stacklevel=3)
 
-    def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, targets: torch.Tensor | None,
-               spec: TrainingSpec, callback) -> list[dict]:
-        """Epochs over shuffled in-memory batches until the schedule finishes; the history records."""
+    def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, spec: TrainingSpec, callback) -> list[dict]:
+        """Epochs over shuffled in-memory batches until the schedule finishes (distilling toward
+        the k-means assignment first, when ``init='distill'``); the history records."""
         net = trainer.net
+        targets = (fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), spec.m)
+                   if spec.distill_epochs > 0 else None)
         gen = torch.Generator().manual_seed(spec.random_state)
         records = []
         bar = _progress(self.verbose, spec.epochs)

@@ -84,11 +84,11 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
 def _write_report(report, folder: Path) -> str | None:
     """Render ``report`` (an ``Explanation``, or the exception that explaining raised) into
     ``folder``; on any error, ``folder/error.txt`` says what failed and how to retry, and the
-    error is returned."""
-    from .explain.report import write_report
+    error is returned (a plotting library missing on this host among them)."""
     try:
         if isinstance(report, Exception):
             raise report
+        from .explain.report import write_report
         write_report(report, folder)
         return None
     except Exception as exc:   # noqa: BLE001 - whatever broke the rendering, the model is kept

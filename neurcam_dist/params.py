@@ -71,6 +71,8 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "n_iter_no_change": Spec(int, 10, "plateau length (epochs) for early stopping", ge=1),
     "tol": Spec(float, 1e-3, "relative loss improvement that counts for early stopping", ge=0.0),
     "precision": Spec(str, "fp32", "fp32, bf16 (autocast matmuls) or auto", choices=("fp32", "bf16", "auto")),
+    "deterministic": Spec(bool, False, "train under torch's deterministic algorithms with a fixed cuBLAS workspace, "
+                          "for GPU fits that repeat bit for bit (CPU fits repeat either way)"),
     "verbose": Spec(bool, True, "progress bar", in_config=False),
 }
 

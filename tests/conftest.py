@@ -71,10 +71,19 @@ def ray_cluster(s3_settings):
     ray.shutdown()
 
 
+_GIVEN_PORTS: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now and not handed out before in this session: the kernel may give the
+    port it just gave again, and a Ray head started on the same port twice refuses to start."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _GIVEN_PORTS:
+            _GIVEN_PORTS.add(port)
+            return port
 
 
 def start_mlflow_server(d, port: int) -> subprocess.Popen:

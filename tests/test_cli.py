@@ -175,6 +175,17 @@ def test_every_command_speaks_one_vocabulary_with_help_and_defaults(capsys):
     assert info.value.code == 2 and "the following arguments are required: --input" in capsys.readouterr().err
 
 
+def test_deterministic_flag_sets_the_model_field_for_train_and_tune(tmp_path):
+    from neurcam_dist.cli import _load_config, build_parser
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"data: {{path: {tmp_path}}}\nmodel: {{n_clusters: 3}}\noutput: {tmp_path / 'out'}\n")
+    for command in ("train", "tune"):
+        args = build_parser().parse_args([command, "--config", str(cfg), "--deterministic"])
+        assert _load_config(args).model.deterministic is True
+        args = build_parser().parse_args([command, "--config", str(cfg)])
+        assert _load_config(args).model.deterministic is False
+
+
 def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
     """SIGTERM (kill, a pod stopping) unwinds the command: exit 143, no half-written output."""
     import os

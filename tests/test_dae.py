@@ -53,7 +53,8 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
            "representation": {"kind": "dae", "hidden": [16, 8], "bottleneck": 3, "epochs": 25, "batch_size": 128,
                               "n_iter_no_change": 50},
            "model": {"n_clusters": 3, "n_single": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3,
-                     "distill_epochs": 1, "epochs": 8, "epsilon": 0.3, "batch_size": 64, "early_stopping": False},
+                     "distill_epochs": 1, "epochs": 8, "epsilon": 0.3, "batch_size": 64, "early_stopping": False,
+                     "deterministic": True},
            "train": {"num_workers": 2},
            "tracking": {"uri": mlflow_server, "experiment": "dae-test"},
            "output": str(tmp_path / "run")}
@@ -66,7 +67,7 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
     # memory, the teacher's assignment cached per row (no second forward); the same rows every epoch
     # (an equal split may drop < 2)
     h = res.estimator.history_
-    assert h["world_size"] == 2
+    assert h["world_size"] == 2 and h["deterministic"] is True   # model.deterministic: both trainings
     assert [r["source"] for r in h["epochs"]] == ["stream"] + ["resident"] * (h["n_epochs"] - 1)
     assert any(r["phase"] in ("anneal_single", "final") for r in h["epochs"])   # phases with a teacher
     assert all(r["teacher_rows"] == 0 for r in h["epochs"])
@@ -74,7 +75,7 @@ def test_a_dae_run_trains_on_ray_clusters_in_its_embedding_and_logs_the_weights(
     card = json.loads((tmp_path / "run" / "representation" / "config.json").read_text())
     losses = [h["loss"] for h in card["history"]]
     assert len(losses) == 25 and losses[-1] < losses[0]          # the reconstruction loss falls
-    assert card["features"] == [f"f{j}" for j in range(6)] and card["bottleneck"] == 3
+    assert card["features"] == [f"f{j}" for j in range(6)] and card["bottleneck"] == 3 and card["deterministic"]
     staged = sorted((tmp_path / "run" / "_ray" / "staging" / "dae").glob("*.parquet"))
     table = pq.read_table(staged[0])
     assert table.schema.field("dae_embedding").type.list_size == 3

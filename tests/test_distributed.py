@@ -193,10 +193,14 @@ def test_held_rows_are_sliced_between_workers_the_same_way_every_run(shards, tmp
     """Small data that the workers keep resident comes from one Arrow table in the object store,
     not a Ray Data shard: each of two workers takes a fixed slice, every row once, so (unlike a
     split stream) two runs give the same model bit for bit. Past its resident budget a worker
-    trains from its held slice every epoch, the frozen model's assignment kept by row key."""
-    a, b = (train(job(shards, tmp_path / name, workers=2)) for name in ("a", "b"))
+    trains from its held slice every epoch, the frozen model's assignment kept by row key. The
+    second run is ``model.deterministic``: its workers train under torch's deterministic
+    algorithms, which change nothing on a CPU."""
+    a, b = (train(job(shards, tmp_path / name, workers=2, model=extra))
+            for name, extra in (("a", None), ("b", {"deterministic": True})))
     h = a.estimator.history_
     assert h["world_size"] == 2
+    assert (h["deterministic"], b.estimator.history_["deterministic"]) == (False, True)
     assert [r["source"] for r in h["epochs"]] == ["held"] + ["resident"] * (h["n_epochs"] - 1)
     assert all(r["rows"] == N_ROWS for r in h["epochs"])   # no row dropped to even out the split
     sa, sb = a.estimator.net_.state_dict(), b.estimator.net_.state_dict()

@@ -91,6 +91,20 @@ def test_a_report_that_fails_keeps_the_model_and_says_so(table, tmp_path, capsys
     assert "renderer exploded" in (tmp_path / "o" / "report" / "error.txt").read_text()
 
 
+def test_a_host_without_the_plotting_library_keeps_the_model_and_says_so(table, tmp_path, capsys, monkeypatch):
+    """A slim image (a GPU node with torch and Ray only) has no matplotlib: the report fails, the
+    run does not."""
+    import sys
+    monkeypatch.delitem(sys.modules, "neurcam_dist.explain.report", raising=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    table.to_csv(tmp_path / "d.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "d.csv", "--output", tmp_path / "o", "--n-clusters", 3,
+                  "--report", *FAST)
+    assert rc == cli.REPORT_FAILED and "matplotlib" in err and "the model is kept" in err, err
+    assert len(NeurCAM.load(tmp_path / "o" / "model").predict(table)) == len(table)
+    assert "matplotlib" in (tmp_path / "o" / "report" / "error.txt").read_text()
+
+
 def test_names_equal_after_unicode_normalization_are_refused(table):
     composed, decomposed = unicodedata.normalize("NFC", "caf\u00e9"), unicodedata.normalize("NFD", "caf\u00e9")
     X = table.iloc[:, :2].set_axis([composed, decomposed], axis=1)

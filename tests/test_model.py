@@ -195,6 +195,34 @@ def test_same_seed_same_model_other_seed_other_model(data, fitted):
     assert not np.array_equal(other.predict_proba(X), fitted.predict_proba(X))
 
 
+def test_deterministic_fit_trains_under_torch_deterministic_algorithms_and_restores_them(data, fitted):
+    X, _ = data
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    seen = []
+    est = NeurCAM(n_clusters=3, random_state=0, deterministic=True, **SMALL)
+    est.fit(X, callback=lambda ctx: seen.append((torch.are_deterministic_algorithms_enabled(),
+                                                  os.environ.get("CUBLAS_WORKSPACE_CONFIG"))))
+    assert len(seen) == est.history_["n_epochs"]
+    assert all(on and ws == (workspace or ":4096:8") for on, ws in seen)
+    assert not torch.are_deterministic_algorithms_enabled()
+    assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == workspace   # left as it was
+    assert est.history_["deterministic"] is True and fitted.history_["deterministic"] is False
+    # on a CPU the switch changes no arithmetic here: the same model as without it
+    assert np.array_equal(est.predict_proba(X), fitted.predict_proba(X))
+    assert NeurCAM(deterministic=True).get_params()["deterministic"] is True
+
+
+def test_an_operation_without_a_deterministic_implementation_is_named():
+    from neurcam_dist.errors import TrainingError
+    from neurcam_dist.settings import deterministic_algorithms
+    with pytest.raises(TrainingError, match=r"deterministic=True: put_ does not have a deterministic implementation"):
+        with deterministic_algorithms(True):
+            torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+    assert not torch.are_deterministic_algorithms_enabled()
+    with deterministic_algorithms(False):   # off: torch's own settings, untouched
+        torch.zeros(3).put_(torch.tensor([0, 0]), torch.tensor([1.0, 2.0]))
+
+
 def test_clusters_recovered_on_separated_blobs(fitted, data):
     from neurcam_dist import metrics
     X, y = data

@@ -118,6 +118,9 @@ def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_c
     said = capsys.readouterr()
     assert "Successfully registered model" not in said.err + said.out and "Created version" not in said.err + said.out
     assert f"registered trained version {t['version']} (alias candidate)" in said.out
+    # the run's page once, in the service's line; not MLflow's "View run" print on stdout
+    assert "View run" not in said.out and f"({mlflow_server}/#/experiments/" in said.out
+    assert t["run_url"].endswith(f"/runs/{t['run_id']}") and t["run_url"] in said.out
     mlflow_log = next((tmp_path / "out" / "logs").glob("mlflow-*.log"))
     assert f"MLflow's own log lines go to {mlflow_log}" in said.out
     text = mlflow_log.read_text()

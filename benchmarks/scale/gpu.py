@@ -12,7 +12,8 @@ need Ray too. A GPU host without Ray or network runs them with the kit of ``../s
 ``--device cpu`` runs the same code on a CPU with tiny sizes (a dry run of the script itself; the
 captured step is then replayed by re-running it, ``graphs.RerunRecorder``).
 
-Paper hyperparameters throughout: hidden (256, 256), 64 bases, K = 10, batch 512.
+The step mode times the paper's network (hidden (256, 256), 64 bases); the fits use the estimator's defaults
+(hidden (64, 64)); K = 10 and batch 512 throughout.
 """
 from __future__ import annotations
 
@@ -32,8 +33,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from neurcam_dist.model import graphs as graphs_mod  # noqa: E402
 from neurcam_dist.model.graphs import RerunRecorder, StepGraphs  # noqa: E402
-from neurcam_dist.settings import CUDA_GRAPHS  # noqa: E402
+from neurcam_dist.settings import CUBLAS_WORKSPACE, CUDA_GRAPHS, DETERMINISTIC_WORKSPACE  # noqa: E402
 from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
+from neurcam_dist.params import DEFAULTS  # noqa: E402
 from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
 from neurcam_dist.model.trainer import make_optimizer  # noqa: E402
 
@@ -65,13 +67,14 @@ class StepBench:
     """The shared epoch step (``step.train_epoch``) on random data resident on the device, anneal
     phase (relaxed gates + KL: the slowest), eager or replayed from CUDA graphs."""
 
-    def __init__(self, n: int, d: int, r: int, p: int, device: torch.device, seed: int = 0):
+    def __init__(self, n: int, d: int, r: int, p: int, device: torch.device, seed: int = 0,
+                 hidden: tuple = HIDDEN, bases: int = BASES):
         g = torch.Generator(device=device).manual_seed(seed)
         self.n, self.device = n, device
         self.x = torch.randn(n, d, device=device, generator=g)
         self.xr = self.x if r == d else torch.randn(n, r, device=device, generator=g)
         self.target = torch.log_softmax(torch.randn(n, K, device=device, generator=g), 1)
-        self.net = NeurCAMNet(d, K, d, p, HIDDEN, BASES, self.xr[:K].clone(), seed=seed).to(device)
+        self.net = NeurCAMNet(d, K, d, p, hidden, bases, self.xr[:K].clone(), seed=seed).to(device)
         self.opt = make_optimizer(self.net.parameters(), 2e-3, device)   # the trainer's own
         self.gen = torch.Generator(device=device).manual_seed(seed + 1)
 
@@ -88,8 +91,8 @@ class StepBench:
                            t=0.5, t2=0.5, m=1.05, gamma=1.0, precision=precision, graphs=graphs)
 
 
-def step_rate(n, d, r, p, precision, batch, epochs, device, graphed: bool) -> tuple[float, str]:
-    b = StepBench(n, d, r, p, device)
+def step_rate(n, d, r, p, precision, batch, epochs, device, graphed: bool, **net) -> tuple[float, str]:
+    b = StepBench(n, d, r, p, device, **net)
     graphs = step_graphs(device) if graphed else None
     times = []
     # untimed: kernels, the allocator, and each batch shape's warm-up steps and capture (an epoch of
@@ -244,21 +247,56 @@ def mode_fit(args, device) -> str:
                    "ARI"], rows, notes)
 
 
+def repeat_row(run: str, a: dict, b: dict, df) -> str:
+    """One line of the repeat table: two fits of one seed side by side."""
+    diff = largest_difference(a["est"].net_.state_dict(), b["est"].net_.state_dict())
+    same = bool(np.array_equal(a["labels"], b["labels"]))
+    row = (f"| {run} | {a['epochs']} / {b['epochs']} | {diff:.3g} | {'yes' if same else 'no'} "
+           f"({int((a['labels'] != b['labels']).sum())} of {len(df):,} differ) "
+           f"| {a['inertia']:.9g} / {b['inertia']:.9g} | {'yes' if a['inertia'] == b['inertia'] else 'no'} |")
+    print(row, flush=True)
+    return row
+
+
+def ray_fit(args, tmp: str, df, y) -> dict:
+    """``neurcam train`` on 1 worker (cache: device), as ``fit_once`` reports an in-memory fit."""
+    from neurcam_dist import metrics
+    from neurcam_dist.distributed import train
+    res = train(job(args, tmp, df, y, cache="device"))
+    labels = res.estimator.predict(df)
+    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
+    return {"epochs": len(res.estimator.history_["epochs"]), "est": res.estimator, "labels": labels,
+            "inertia": metrics.inertia(x, labels), "deterministic": res.estimator.history_.get("deterministic")}
+
+
 def mode_repeat(args, device) -> str:
-    """The same seed twice in one process, captured and eager: is a GPU fit reproducible?"""
+    """The same seed twice: is a GPU fit reproducible? The default, then (``--deterministic``) the
+    ``deterministic=True`` hyperparameter in memory and on Ray (1 worker, cache: device)."""
     df, y, quick = load(args, device)
     warm_up(df, y, device)
-    rows = []
-    for graphed in (True, False):
-        a, b = (fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=graphed, device=device, **quick)
-                for _ in range(2))
-        diff = largest_difference(a["est"].net_.state_dict(), b["est"].net_.state_dict())
-        rows.append(f"| {'graph' if graphed else 'eager'} | {a['epochs']} / {b['epochs']} | {diff:.3g} "
-                    f"| {a['inertia']:.6g} / {b['inertia']:.6g} |")
-        print(rows[-1], flush=True)
-    det = "; torch.use_deterministic_algorithms(True), CUBLAS_WORKSPACE_CONFIG=:4096:8" if args.deterministic else ""
-    return report(device, f"`NeurCAM(n_clusters=10)` on {args.dataset}, seed 0, fp32, fitted twice in one process{det}.",
-                  ["step", "epochs (1st / 2nd)", "largest parameter difference", "inertia (1st / 2nd)"], rows)
+    rows, notes = [], []
+    plan = [("in memory, graph", True, False)] + [("in memory, eager", False, False)] * args.eager
+    if args.deterministic:
+        plan += [("in memory, graph, deterministic", True, True)]
+    for run, graphed, det in plan:
+        a, b = (fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=graphed, device=device,
+                         deterministic=det, **quick) for _ in range(2))
+        rows.append(repeat_row(run, a, b, df))
+        if det:
+            notes.append(f"{run}: history_['deterministic'] = {a['est'].history_.get('deterministic')}")
+    if args.deterministic:
+        os.environ[CUDA_GRAPHS] = "1"
+        args.model = {**quick, "deterministic": True}
+        start_ray(device)
+        with tempfile.TemporaryDirectory() as tmp:
+            a, b = (ray_fit(args, tmp, df, y) for _ in range(2))
+        rows.append(repeat_row("`neurcam train --deterministic`, 1 worker, cache: device", a, b, df))
+        notes.append(f"Ray runs: history_['deterministic'] = {a['deterministic']}")
+    notes.append(f"{CUBLAS_WORKSPACE}={os.environ.get(CUBLAS_WORKSPACE)!r} in this process from its start")
+    return report(device, f"`NeurCAM(n_clusters=10)` on {args.dataset}, seed 0, fp32, the same run twice, "
+                          f"in one process (Ray: one driver, two runs).",
+                  ["run", "epochs (1st / 2nd)", "largest parameter difference", "labels identical",
+                   "inertia (1st / 2nd)", "inertia identical"], rows, notes, ray=args.deterministic)
 
 
 def start_ray(device) -> None:
@@ -282,12 +320,19 @@ def job(args, tmp: str, df, y, **train) -> dict:
 
 
 def mode_ray(args, device) -> str:
+    from neurcam_dist import metrics
     from neurcam_dist.distributed import train
     df, y, args.model = load(args, device)
     mem = fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=True, device=device, **args.model)
+    # the cost model's resident epoch (docs/scaling.md): n / R_step(512), R_step measured here on the
+    # same rows' shape in the anneal phase (the slowest: an upper bound for an average epoch)
+    rate, _ = step_rate(len(df), df.shape[1], df.shape[1], 0, "fp32", 512, 3, device, graphed=True,
+                        hidden=DEFAULTS["hidden"], bases=DEFAULTS["n_bases"])   # the fits' network
+    predicted = len(df) / rate * 1e3
     start_ray(device)
-    rows = [f"| in memory (estimator) | {mem['wall']:.1f} | | {mem['epochs']} | | {mem['epoch_s'] * 1e3:.1f} | 1.00x "
-            f"| {mem['inertia']:.4g} | {mem['ari']:.3f} |"]
+    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
+    rows = [f"| in memory (estimator) | {mem['wall']:.1f} | | {mem['epochs']} | | {mem['epoch_s'] * 1e3:.1f} "
+            f"| {predicted:.1f} | 1.00x | {mem['inertia']:.4g} | | {mem['ari']:.3f} |"]
     with tempfile.TemporaryDirectory() as tmp:
         for cache in args.caches:
             t0 = time.perf_counter()
@@ -295,16 +340,21 @@ def mode_ray(args, device) -> str:
             wall = time.perf_counter() - t0
             secs = [r["seconds"] for r in res.estimator.history_["epochs"]]
             med = statistics.median(secs[1:] or secs)   # epoch 1 fills a resident shard: apart
-            m = res.metrics
-            rows.append(f"| `neurcam train`, 1 worker, cache: {cache} | {wall:.1f} | {m['train_seconds']:.1f} "
-                        f"| {len(secs)} | {secs[0] * 1e3:.1f} | {med * 1e3:.1f} | {med / mem['epoch_s']:.2f}x "
-                        f"| {m.get('inertia', float('nan')):.4g} | {m.get('ari', float('nan')):.3f} |")
+            labels = res.estimator.predict(df)
+            inertia = metrics.inertia(x, labels)    # as the estimator's row computes it
+            pred = f"{predicted:.1f}" if cache == "device" else "streamed: see iterate.py"
+            rows.append(f"| `neurcam train`, 1 worker, cache: {cache} | {wall:.1f} | {res.metrics['train_seconds']:.1f} "
+                        f"| {len(secs)} | {secs[0] * 1e3:.1f} | {med * 1e3:.1f} | {pred} | {med / mem['epoch_s']:.2f}x "
+                        f"| {inertia:.4g} | {(inertia / mem['inertia'] - 1) * 100:+.2f}% "
+                        f"| {metrics.ari(y, labels):.3f} |")
             print(rows[-1], flush=True)
     return report(device, f"{args.dataset}, NeurCAM seed 0, fp32, default schedule"
                           f"{'' if not args.model else f' {args.model}'}; ms/epoch = median of the worker's epoch "
-                          f"seconds after the first (rank 0, the epoch's reduce included).",
-                  ["run", "wall s", "train s", "epochs", "epoch 1 ms", "median ms/epoch", "vs in memory", "inertia",
-                   "ARI"], rows, ray=True)
+                          f"seconds after the first (rank 0, the epoch's reduce included); predicted = the cost "
+                          f"model's resident epoch n / R_step(512), R_step measured in this run ({rate:,.0f} rows/s, "
+                          f"anneal phase, captured step).",
+                  ["run", "wall s", "train s", "epochs", "epoch 1 ms", "median ms/epoch", "predicted ms/epoch",
+                   "vs in memory", "inertia", "inertia vs in memory", "ARI"], rows, ray=True)
 
 
 def mode_pack(args, device) -> str:
@@ -343,13 +393,13 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="fit: seeds of the graph fp32 runs")
     ap.add_argument("--caches", nargs="+", default=["device", "always"], help="ray: train.cache values")
     ap.add_argument("--deterministic", action="store_true",
-                    help="repeat: torch.use_deterministic_algorithms and a fixed cuBLAS workspace")
+                    help="repeat: also the deterministic=True hyperparameter, in memory and on Ray")
+    ap.add_argument("--eager", type=int, default=0, choices=(0, 1), help="repeat: also an eager pair (1)")
     ap.add_argument("--trials", type=int, default=4, help="pack: trials sharing the GPU")
     args = ap.parse_args()
     args.model = {}
-    if args.deterministic:   # before the first cuBLAS handle is made
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True)
+    if args.deterministic:   # before the first cuBLAS handle is made (cuBLAS reads it once)
+        os.environ.setdefault(CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu for a dry run")
     device = torch.device(args.device)

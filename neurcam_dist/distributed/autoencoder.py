@@ -28,6 +28,7 @@ from ..model import dae
 from ..model.dae import DenoisingAutoencoder
 from ..model.schedule import Plateau
 from ..numerics import standardize
+from ..settings import deterministic_algorithms
 from ..storage import write_dataset
 from ..uris import join
 from . import events
@@ -51,6 +52,7 @@ class DaeJob:
     threads: float
     shuffle_buffer: int
     events: events.Channel | None = None   # where the progress records go
+    deterministic: bool = False            # model.deterministic: the same settings as the clustering's workers
 
 
 def _build(job: DaeJob) -> DenoisingAutoencoder:
@@ -59,12 +61,18 @@ def _build(job: DaeJob) -> DenoisingAutoencoder:
 
 
 def dae_loop_per_worker(config: dict) -> None:
-    """One worker: epochs over its shard until ``epochs`` or a plateau; rank 0 reports the weights."""
+    """One worker under the run's ``deterministic`` setting (``_dae_loop``)."""
+    job: DaeJob = config["job"]
+    with deterministic_algorithms(job.deterministic):
+        _dae_loop(job)
+
+
+def _dae_loop(job: DaeJob) -> None:
+    """Epochs over this worker's shard until ``epochs`` or a plateau; rank 0 reports the weights."""
     import ray.train
     import ray.train.torch
     import torch.distributed as dist
 
-    job: DaeJob = config["job"]
     events.attach(job.events)
     r = job.rep
     ctx = ray.train.get_context()
@@ -111,7 +119,8 @@ def dae_loop_per_worker(config: dict) -> None:
         ray.train.report(metrics)
         return
     with tempfile.TemporaryDirectory() as d:
-        torch.save({"state": net.state_dict(), "history": history}, os.path.join(d, WEIGHTS))
+        torch.save({"state": net.state_dict(), "history": history,
+                    "deterministic": torch.are_deterministic_algorithms_enabled()}, os.path.join(d, WEIGHTS))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
@@ -145,7 +154,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     job = DaeJob(rep=r, plan=plan, mean=mean, scale=scale, seed=m.random_state, threads=tc.cpus_per_worker,
-                 shuffle_buffer=tc.shuffle_buffer, events=events.current_channel())
+                 shuffle_buffer=tc.shuffle_buffer, events=events.current_channel(), deterministic=m.deterministic)
     log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
         f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
     t0 = time.perf_counter()
@@ -177,7 +186,8 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
             torch.save(saved["state"], buf)
             out.write(buf.getvalue())
         card = {"kind": r.kind, **r.model_dump(), "features": plan.features, "mean": mean.tolist(),
-                "scale": scale.tolist(), "seed": m.random_state, "history": history}
+                "scale": scale.tolist(), "seed": m.random_state, "history": history,
+                "deterministic": bool(saved.get("deterministic", False))}
         with fs.open_output_stream(f"{root}/{DAE_DIR}/config.json") as out:
             out.write(json.dumps(card, indent=1).encode())
 

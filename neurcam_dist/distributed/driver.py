@@ -295,5 +295,6 @@ def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: floa
         scale=wcfg.scale, repr_dim=plan.repr_dim, uses_features_as_repr=plan.repr_kind == "features",
         precision=state["precision"], init_info=init_info,
         text=plan.text,   # new documents are featurized with the training data's vocabulary
-        resumes=list(state["resumes"]), world_size=int(state["world_size"]))
+        resumes=list(state["resumes"]), world_size=int(state["world_size"]),
+        deterministic=bool(state.get("deterministic", False)))
     return fitted, trainer.teacher

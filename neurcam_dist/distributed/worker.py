@@ -38,6 +38,7 @@ from ..model.fitted import log_assignment
 from ..model.step import Batch, EpochStats, batch_indices, shuffled_batches
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
+from ..settings import deterministic_algorithms
 from . import events
 from .events import say
 from .teacher import RowTargets
@@ -350,7 +351,14 @@ def _caches(c: WorkerConfig, device: torch.device, group: _Group) -> tuple["_Res
 
 
 def train_loop_per_worker(config: dict) -> None:
-    """The Ray Train entry point: build, restore, then epochs until the schedule finishes.
+    """The Ray Train entry point: ``_train_loop`` under the run's ``deterministic`` setting."""
+    c: WorkerConfig = config["worker"]
+    with deterministic_algorithms(c.spec.deterministic):
+        _train_loop(c)
+
+
+def _train_loop(c: WorkerConfig) -> None:
+    """Build, restore, then epochs until the schedule finishes.
 
     Kept whole: Ray Train's examples keep one plain training function per worker, and its epoch
     loop reads best in one place (set-up is in ``_caches``, the progress record in ``_say_epoch``)."""
@@ -358,7 +366,6 @@ def train_loop_per_worker(config: dict) -> None:
     import ray.train
     import ray.train.torch
 
-    c: WorkerConfig = config["worker"]
     events.attach(c.events, trial=c.trial)
     device = ray.train.torch.get_device()
     if device.type == "cpu":
@@ -416,4 +423,5 @@ def train_loop_per_worker(config: dict) -> None:
         cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
         if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:
             _report(trainer, rec, {"records": records, "resumes": resumes, "precision": precision,
-                                   "world_size": group.world}, group)
+                                   "world_size": group.world,
+                                   "deterministic": torch.are_deterministic_algorithms_enabled()}, group)

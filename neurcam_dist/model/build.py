@@ -45,6 +45,7 @@ class TrainingSpec:
     precision: str                # fp32, bf16 or auto (resolved per device by the driver)
     anneal_epochs: int = DEFAULTS["anneal_epochs"]
     max_seconds: float | None = None
+    deterministic: bool = False   # the driver trains under ``settings.deterministic_algorithms``
 
     def step_bytes(self, rows: int) -> int:
         """Estimated peak memory of one training step over ``rows`` rows at most a batch: every
@@ -104,7 +105,8 @@ class TrainingSpec:
                    early_stopping=bool(p["early_stopping"]), n_iter_no_change=int(p["n_iter_no_change"]),
                    tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]),
                    anneal_epochs=int(p["anneal_epochs"]),
-                   max_seconds=None if p["max_seconds"] is None else float(p["max_seconds"]))
+                   max_seconds=None if p["max_seconds"] is None else float(p["max_seconds"]),
+                   deterministic=bool(p["deterministic"]))
 
     def to_dict(self) -> dict:
         """The spec as a dict (for records and checkpoints)."""

@@ -101,6 +101,7 @@ def mlflow_lines(cfg: JobConfig):
 
 def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
     log(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
+        + (f" ({redact(t['run_url'])})" if t.get("run_url") else "")
         + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
            if cfg.tracking.model_name else ""))
 

@@ -23,7 +23,7 @@ from ..storage.published import local_copy
 from ..uris import is_uri, join
 from ..version import __version__
 from .registry import log_model
-from .uri import use
+from .uri import run_url, use
 
 
 def data_fingerprint(plan) -> dict:
@@ -172,6 +172,7 @@ def log_training(result, cfg) -> dict:
             mlflow.log_artifacts(tmp)
         _, version = log_model(est, est.reference_, registered_name=tc.model_name)
     return {"run_id": run.info.run_id, "experiment": tc.experiment, "tracking_uri": mlflow.get_tracking_uri(),
+            "run_url": run_url(mlflow.get_tracking_uri(), run.info.experiment_id, run.info.run_id),
             "registered_model": tc.model_name, "version": version}
 
 
@@ -221,7 +222,9 @@ def log_search(result, cfg) -> dict:
         with mlflow.start_run(run_id=best_run, nested=True):
             _, version = log_model(result.estimator, result.estimator.reference_, registered_name=tc.model_name)
     return {"run_id": parent.info.run_id, "best_run_id": best_run, "experiment": tc.experiment,
-            "tracking_uri": mlflow.get_tracking_uri(), "registered_model": tc.model_name, "version": version}
+            "tracking_uri": mlflow.get_tracking_uri(),
+            "run_url": run_url(mlflow.get_tracking_uri(), parent.info.experiment_id, parent.info.run_id),
+            "registered_model": tc.model_name, "version": version}
 
 
 def _log_trial(client, rid: str, trial, cfg, plan) -> None:

@@ -66,6 +66,9 @@ def use(configured: str | None = None, experiment: str = "neurcam", workdir: str
     """Point MLflow at the tracking store and experiment; returns the experiment id."""
     import mlflow
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
+    # MLflow writes "View run ... at: URL" to stdout for every run it ends on a server (a search: one
+    # per trial); the service's own line names the run and its URL once, on the console (run_url)
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     uri = point_at(configured, workdir)
     exp = mlflow.get_experiment_by_name(experiment)
     if exp is not None:
@@ -85,6 +88,14 @@ def use(configured: str | None = None, experiment: str = "neurcam", workdir: str
     mlflow.set_experiment(experiment)
     return exp_id
 
+
+
+def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
+    """The run's page in the MLflow UI of an http(s) tracking server (None for a local store),
+    as MLflow's own "View run" line gives it; ``uri`` is the one MLflow uses (no credentials)."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
 def check_reachable(uri: str, timeout: float = PROBE_SECONDS) -> None:
     """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down,
