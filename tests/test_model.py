@@ -210,6 +210,8 @@ def test_deterministic_fit_trains_under_torch_deterministic_algorithms_and_resto
     # on a CPU the switch changes no arithmetic here: the same model as without it
     assert np.array_equal(est.predict_proba(X), fitted.predict_proba(X))
     assert NeurCAM(deterministic=True).get_params()["deterministic"] is True
+    with pytest.warns(UserWarning, match=r"deterministic=True with max_seconds=600: the clock sets the epoch budget"):
+        NeurCAM(n_clusters=3, deterministic=True, **{**SMALL, "epochs": 2, "max_seconds": 600}).fit(X)
 
 
 def test_an_operation_without_a_deterministic_implementation_is_named():

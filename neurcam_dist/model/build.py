@@ -6,6 +6,7 @@ never build a different model from the same settings.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -80,9 +81,16 @@ class TrainingSpec:
     @classmethod
     def for_data(cls, params: dict, n_rows: int, n_features: int) -> "TrainingSpec":
         """From estimator-style hyperparameters, checked against the table and the data's size
-        (``params.check_params_for_data``): the one check a fit or a Ray job makes."""
+        (``params.check_params_for_data``): the one check a fit or a Ray job makes. A
+        ``deterministic`` run with a ``max_seconds`` budget gets a warning: the clock decides its
+        last epoch, so two runs may still differ."""
         check_params_for_data(params, n_rows, n_features)
-        return cls._build({**DEFAULTS, **params}, n_features)
+        spec = cls._build({**DEFAULTS, **params}, n_features)
+        if spec.deterministic and spec.max_seconds is not None:
+            warnings.warn(f"deterministic=True with max_seconds={spec.max_seconds:g}: the clock sets the epoch "
+                          f"budget, so two runs can stop at different epochs and differ; bound the run with "
+                          f"epochs instead for runs that repeat", UserWarning, stacklevel=3)
+        return spec
 
     @classmethod
     def from_params(cls, params: dict, n_features: int) -> "TrainingSpec":
