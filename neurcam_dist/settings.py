@@ -28,9 +28,11 @@ def deterministic_algorithms(on: bool):
     algorithms (``torch.use_deterministic_algorithms``), cuDNN's deterministic mode and a fixed
     cuBLAS workspace (``CUBLAS_WORKSPACE_CONFIG=:4096:8`` unless the environment sets one) for the
     duration, every setting restored after; an operation with no deterministic implementation on
-    this device is refused as a ``TrainingError`` that names it. cuBLAS reads its workspace setting
-    when CUDA first runs a matmul in the process, so a process that used CUDA before without it
-    gets a warning (set the variable before starting it; Ray workers and the CLI start clean)."""
+    this device is refused as a ``TrainingError`` that names it. cuBLAS takes its workspace size
+    when a workspace is first made, so a process that used CUDA before without the variable gets a
+    warning (set it before the process starts; Ray workers start with it, ``session.worker_env``).
+    Ray's ``ray.train.torch.enable_reproducibility`` sets the same switches in a worker, but
+    restores nothing and has no counterpart for the in-memory estimator."""
     if not on:
         yield
         return

@@ -4,6 +4,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -201,6 +202,19 @@ def test_held_rows_are_sliced_between_workers_the_same_way_every_run(shards, tmp
     h = a.estimator.history_
     assert h["world_size"] == 2
     assert (h["deterministic"], b.estimator.history_["deterministic"]) == (False, True)
+    # the deterministic run's workers start with cuBLAS's fixed workspace in their environment
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from neurcam_dist.distributed.session import worker_env
+    assert worker_env(False) == {}
+    seen = tmp_path / "workspace.txt"
+
+    def record(config):
+        Path(config["out"]).write_text(os.environ.get("CUBLAS_WORKSPACE_CONFIG") or "unset")
+    TorchTrainer(record, train_loop_config={"out": str(seen)}, scaling_config=ScalingConfig(num_workers=1),
+                 run_config=RunConfig(name="env", storage_path=str(tmp_path / "env"), **worker_env(True))).fit()
+    assert seen.read_text() == os.environ.get("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     assert [r["source"] for r in h["epochs"]] == ["held"] + ["resident"] * (h["n_epochs"] - 1)
     assert all(r["rows"] == N_ROWS for r in h["epochs"])   # no row dropped to even out the split
     sa, sb = a.estimator.net_.state_dict(), b.estimator.net_.state_dict()

@@ -33,7 +33,7 @@ from ..storage import write_dataset
 from ..uris import join
 from . import events
 from .events import log
-from .session import worker_group
+from .session import worker_env, worker_group
 
 DAE_COLUMN = "dae_embedding"
 WEIGHTS = "weights.pt"
@@ -162,7 +162,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
                            **worker_group(tc),
                            run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
-                                                storage_path=cfg.storage_path()),
+                                                storage_path=cfg.storage_path(), **worker_env(m.deterministic)),
                            datasets={"train": dataset})
     try:
         result = trainer.fit()

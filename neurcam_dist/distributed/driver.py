@@ -36,7 +36,7 @@ from . import events
 from .console import held_stderr, routed_logs
 from .events import log
 from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
-from .session import check_resources, ensure_ray, worker_group
+from .session import check_resources, ensure_ray, worker_env, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
 
 
@@ -146,7 +146,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
         **worker_group(tc),
         run_config=RunConfig(name=run_name, storage_path=storage,
                              failure_config=FailureConfig(max_failures=tc.max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2)),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2), **worker_env(wcfg.spec.deterministic)),
         datasets={} if held else {"train": dataset},
     )
     log(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} in {storage}")

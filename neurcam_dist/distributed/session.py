@@ -8,6 +8,7 @@ import os
 from contextlib import contextmanager
 
 from ..errors import ConfigError
+from ..settings import CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE
 from ..uris import configure_s3
 
 
@@ -106,6 +107,16 @@ def worker_group(tc) -> dict:
                                             placement_strategy=tc.placement.upper()),
             "dataset_config": DataConfig(execution_options=ingest)}
 
+
+
+def worker_env(deterministic: bool) -> dict:
+    """``RunConfig`` keyword arguments for the workers' environment: with ``model.deterministic``,
+    cuBLAS's fixed workspace (the driver's ``CUBLAS_WORKSPACE_CONFIG``, else ``:4096:8``) is set
+    when each worker process starts, before Ray Train's set-up first touches CUDA there."""
+    if not deterministic:
+        return {}
+    value = os.environ.get(CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE)
+    return {"worker_runtime_env": {"env_vars": {CUBLAS_WORKSPACE: value}}}
 
 def worker_memory(tc) -> float:
     """Bytes one training worker can count on: the ``memory`` resource of the roomiest live node
