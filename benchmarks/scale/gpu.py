@@ -197,9 +197,17 @@ def largest_difference(a: dict, b: dict) -> float:
                if u.is_floating_point() and u.numel())
 
 
+def scored(est, df, y) -> dict:
+    """A fitted model's labels of ``df``, their inertia in the standardized features and ARI."""
+    from neurcam_dist import metrics
+    labels = est.predict(df)
+    a = df.to_numpy(np.float64)
+    x = (a - a.mean(0)) / a.std(0)
+    return {"labels": labels, "inertia": metrics.inertia(x, labels), "ari": metrics.ari(y, labels), "est": est}
+
+
 def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, device, **extra):
     from neurcam_dist import NeurCAM
-    from neurcam_dist import metrics
     os.environ[CUDA_GRAPHS] = "1" if graphed else "0"
     est = NeurCAM(n_clusters=K, n_pairs=n_pairs, random_state=seed, precision=precision, device=str(device),
                   verbose=False, **extra)
@@ -209,11 +217,8 @@ def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, d
     sync(device)
     wall = time.perf_counter() - t0
     secs = [r["seconds"] for r in est.history_["epochs"]]
-    labels = est.predict(df)
-    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
     return {"seed": seed, "wall": wall, "epochs": len(secs), "epoch_s": statistics.median(secs),
-            "rows_s": len(df) * len(secs) / sum(secs), "inertia": metrics.inertia(x, labels),
-            "ari": metrics.ari(y, labels), "labels": labels, "est": est}
+            "rows_s": len(df) * len(secs) / sum(secs), **scored(est, df, y)}
 
 
 def mode_fit(args, device) -> str:
@@ -258,15 +263,17 @@ def repeat_row(run: str, a: dict, b: dict, df) -> str:
     return row
 
 
-def ray_fit(args, tmp: str, df, y) -> dict:
-    """``neurcam train`` on 1 worker (cache: device), as ``fit_once`` reports an in-memory fit."""
-    from neurcam_dist import metrics
+def ray_fit(args, tmp: str, df, y, cache: str = "device") -> dict:
+    """``neurcam train`` on 1 worker, as ``fit_once`` reports an in-memory fit (``wall``: the whole
+    call; ``secs``: the worker's epoch seconds; ``train_s``: its training loop)."""
     from neurcam_dist.distributed import train
-    res = train(job(args, tmp, df, y, cache="device"))
-    labels = res.estimator.predict(df)
-    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
-    return {"epochs": len(res.estimator.history_["epochs"]), "est": res.estimator, "labels": labels,
-            "inertia": metrics.inertia(x, labels), "deterministic": res.estimator.history_.get("deterministic")}
+    t0 = time.perf_counter()
+    res = train(job(args, tmp, df, y, cache=cache))
+    wall = time.perf_counter() - t0
+    h = res.estimator.history_
+    return {"wall": wall, "secs": [r["seconds"] for r in h["epochs"]], "epochs": len(h["epochs"]),
+            "train_s": res.metrics["train_seconds"], "deterministic": h.get("deterministic"),
+            **scored(res.estimator, df, y)}
 
 
 def mode_repeat(args, device) -> str:
@@ -320,8 +327,6 @@ def job(args, tmp: str, df, y, **train) -> dict:
 
 
 def mode_ray(args, device) -> str:
-    from neurcam_dist import metrics
-    from neurcam_dist.distributed import train
     df, y, args.model = load(args, device)
     mem = fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=True, device=device, **args.model)
     # the cost model's resident epoch (docs/scaling.md): n / R_step(512), R_step measured here on the
@@ -330,23 +335,18 @@ def mode_ray(args, device) -> str:
                         hidden=DEFAULTS["hidden"], bases=DEFAULTS["n_bases"])   # the fits' network
     predicted = len(df) / rate * 1e3
     start_ray(device)
-    x = (df.to_numpy(np.float64) - df.to_numpy(np.float64).mean(0)) / df.to_numpy(np.float64).std(0)
     rows = [f"| in memory (estimator) | {mem['wall']:.1f} | | {mem['epochs']} | | {mem['epoch_s'] * 1e3:.1f} "
             f"| {predicted:.1f} | 1.00x | {mem['inertia']:.4g} | | {mem['ari']:.3f} |"]
     with tempfile.TemporaryDirectory() as tmp:
         for cache in args.caches:
-            t0 = time.perf_counter()
-            res = train(job(args, tmp, df, y, cache=cache))
-            wall = time.perf_counter() - t0
-            secs = [r["seconds"] for r in res.estimator.history_["epochs"]]
+            r = ray_fit(args, tmp, df, y, cache)
+            secs = r["secs"]
             med = statistics.median(secs[1:] or secs)   # epoch 1 fills a resident shard: apart
-            labels = res.estimator.predict(df)
-            inertia = metrics.inertia(x, labels)    # as the estimator's row computes it
             pred = f"{predicted:.1f}" if cache == "device" else "streamed: see iterate.py"
-            rows.append(f"| `neurcam train`, 1 worker, cache: {cache} | {wall:.1f} | {res.metrics['train_seconds']:.1f} "
+            rows.append(f"| `neurcam train`, 1 worker, cache: {cache} | {r['wall']:.1f} | {r['train_s']:.1f} "
                         f"| {len(secs)} | {secs[0] * 1e3:.1f} | {med * 1e3:.1f} | {pred} | {med / mem['epoch_s']:.2f}x "
-                        f"| {inertia:.4g} | {(inertia / mem['inertia'] - 1) * 100:+.2f}% "
-                        f"| {metrics.ari(y, labels):.3f} |")
+                        f"| {r['inertia']:.4g} | {(r['inertia'] / mem['inertia'] - 1) * 100:+.2f}% "
+                        f"| {r['ari']:.3f} |")
             print(rows[-1], flush=True)
     return report(device, f"{args.dataset}, NeurCAM seed 0, fp32, default schedule"
                           f"{'' if not args.model else f' {args.model}'}; ms/epoch = median of the worker's epoch "
