@@ -169,6 +169,9 @@ def _add_fit(sub) -> argparse.ArgumentParser:
     fit.add_argument("--features", nargs="+", default=None,
                      help="feature columns (default: every numeric column that is not id-like or the label)")
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
+    fit.add_argument("--categorical", default=None, metavar="COL,...",
+                     help="integer-coded categorical columns, comma-separated (text, category and boolean "
+                          "columns are categorical without it)")
     fit.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
     _encoding(fit)
     _add_model_args(fit)
@@ -432,7 +435,10 @@ REPORT_FAILED = 3   # exit status: the model was written, its report was not
 
 
 def _fit(args) -> int | None:
-    result = service.fit(args.input, args.output, features=args.features, label=args.label, params=_params(args),
+    params = _params(args)
+    if args.categorical:
+        params["categorical_features"] = [c.strip() for c in args.categorical.split(",") if c.strip()]
+    result = service.fit(args.input, args.output, features=args.features, label=args.label, params=params,
                          report=args.report, **_csv(args))
     keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
@@ -465,8 +471,10 @@ def _export(args) -> None:
     keep = [c.strip() for c in args.keep.split(",") if c.strip()] if args.keep else None
     result = service.export(args.model, args.input, table=args.table, fmt=args.format, keep=keep, output=args.output,
                             sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
+    engines = " and ".join({"sqlite": "SQLite", "duckdb": "DuckDB"}.get(e, e) for e in (result.engines or {}))
     said = (f"the query's cluster equals predict's on {result.agreement:.2%} of the {result.n_rows:,} rows of "
-            f"{redact(args.input)} (the query uses the shape tables, interpolated between grid points)"
+            f"{redact(args.input)}, run in {engines} (the query uses the shape tables, interpolated between "
+            f"grid points)"
             if args.format == "sql" else
             f"rules measured on the {result.n_rows:,} rows of {redact(args.input)} (mean precision "
             f"{result.agreement:.0%}): a summary to read, not the model (--format sql is the model)")

@@ -72,6 +72,9 @@ class DataConfig(_Strict):
                                                                 "standardized features")
     label: str | None = Field(None, description="ground truth, evaluation only")
     id: str | None = Field(None, description="row id column, carried into predictions")
+    categorical: list[str] | None = Field(None, description="integer-coded categorical feature columns (text, "
+                                                           "dictionary and boolean columns are categorical "
+                                                           "without it)")
     embeddings: EmbeddingsSource | None = None
 
     @model_validator(mode="after")

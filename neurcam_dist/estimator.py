@@ -27,7 +27,8 @@ from .params import HYPERPARAMETERS
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
-from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, frame_columns
+from .columns import ColumnCoding, level_init
+from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, refuse_lookalike_names
 from .version import __version__
 
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
@@ -67,7 +68,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
                  anneal_epochs: int = 30, max_seconds: float | None = None,
-                 precision: str = "fp32", deterministic: bool = False, verbose: bool = True):
+                 precision: str = "fp32", deterministic: bool = False, verbose: bool = True,
+                 categorical_features="from_dtype", missing: str = "learn", min_level_rows: int = 5,
+                 max_levels: int = 64):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -97,33 +100,55 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.precision = precision
         self.deterministic = deterministic
         self.verbose = verbose
+        self.categorical_features = categorical_features
+        self.missing = missing
+        self.min_level_rows = min_level_rows
+        self.max_levels = max_levels
+
+    def __sklearn_tags__(self):
+        """scikit-learn's tags: missing cells (NaN) are a value of their own under ``missing='learn'``
+        (infinite cells are still refused), and categorical text columns are read natively."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.allow_nan = self.missing == "learn"
+        tags.input_tags.categorical = True
+        tags.input_tags.string = True
+        return tags
 
     # ------------------------------------------------------------------ validation
-    def _validate_fit_input(self, X, what: str = "X") -> tuple[np.ndarray, list[str]]:
-        """scikit-learn's validation (sparse, complex, object, 1-D input) plus ours, which names
-        the column: duplicate or non-numeric columns, NaN / inf per column."""
-        names = frame_columns(X, what) if is_frame(X) else None
+    def _validate_fit_input(self, X, what: str = "X") -> tuple[np.ndarray, ColumnCoding]:
+        """scikit-learn's validation (sparse, complex, 1-D input) plus ours, which names the
+        column: duplicate columns, infinite cells, and (``missing='refuse'``) missing ones; text,
+        ``category`` and boolean columns (and those ``categorical_features`` names) become
+        categorical features (``columns.ColumnCoding``). The encoded matrix and its coding."""
         _refuse_empty(X, what)
-        arr = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
-        names = names or [f"x{j}" for j in range(arr.shape[1])]
-        arr, _, _ = check_matrix(arr, what, expected_columns=names)
-        return arr, names
+        if is_frame(X):
+            refuse_lookalike_names([str(c) for c in X.columns], what)
+            source = X
+        else:
+            source = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
+        coding, arr = ColumnCoding.fit(source, self.categorical_features, min_level_rows=self.min_level_rows,
+                                       max_levels=self.max_levels, missing=self.missing, what=what)
+        return arr, coding
 
     def _validated(self, X) -> np.ndarray:
-        """Rows to score as float64 in the fitted column order (a DataFrame is realigned by name)."""
+        """Rows to score as the encoded float64 matrix in the fitted column order (a DataFrame is
+        realigned by name; levels become codes, missing cells NaN: ``columns``)."""
+        return self._validated_counted(X)[0]
+
+    def _validated_counted(self, X) -> tuple[np.ndarray, dict[str, int]]:
+        """``_validated``'s matrix and the unseen levels per column (coded ``other``)."""
         check_is_fitted(self, "net_")
         names = list(self.feature_names_in_)
         if is_frame(X):
-            arr, _, _ = check_matrix(X, "X", expected_columns=names)
-            return arr
+            return self.fitted_.encode_counted(X, "X")
         _refuse_empty(X, "X")
-        arr = check_array(X, dtype=np.float64, ensure_all_finite=False, input_name="X")
+        cat = self.fitted_.coding is not None and self.fitted_.coding.has_categorical
+        arr = check_array(X, dtype=None if cat else np.float64, ensure_all_finite=False, input_name="X")
         if arr.shape[1] != self.n_features_in_:
             raise DataError(f"X has {arr.shape[1]} features, but {type(self).__name__} is expecting "
                              f"{self.n_features_in_} features as input (it has {arr.shape[1]} columns, the model "
                              f"was fitted on {self.n_features_in_}: {names})")
-        arr, _, _ = check_matrix(arr, "X", expected_columns=names)
-        return arr
+        return self.fitted_.encode_counted(arr, "X")
 
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, X_repr=None, callback: Callable[[dict], None] | None = None):
@@ -134,20 +159,18 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         schedule, the network and the teacher cache.
         """
         started = time.perf_counter()
-        arr, names = self._validate_fit_input(X)
+        arr, coding = self._validate_fit_input(X)
+        names = coding.names
         n, d = arr.shape
         spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
         spec.check_memory(n, available_memory(),
                           say=(lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None)
         rep = None if X_repr is None else _representation(X_repr, n)
         allowed = ~self._constant_columns(arr, names)
-        if self.standardize:
-            mean, std = column_moments(arr)
-            scale = np.where(std > 0, std, 1.0)
-        else:
-            mean, scale = np.zeros(d), np.ones(d)
+        mean, scale = _standardization(arr, coding, self.standardize)
         x_std = FittedNet.standardize_with(arr, mean, scale)
-        xr = x_std if X_repr is None else rep.astype(np.float32)
+        xr = coding.clustering_space(x_std) if X_repr is None else rep.astype(np.float32)
+        levels = {"n_levels": coding.n_levels, "level_init": level_init(coding, xr, arr, int(self.random_state))}
         seed = int(self.random_state)
         device = resolve_device(self.device)
         if device.type == "cpu":
@@ -156,10 +179,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
         t0 = time.perf_counter()
         centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
-                                                 allowed=allowed, baseline=standardized_zero(mean, scale))
+                                                 allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
         trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
                                 cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
-                                baseline=standardized_zero(mean, scale))
+                                baseline=standardized_zero(mean, scale), **levels)
         trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
@@ -168,7 +191,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
         fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
                                         scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
-                                        precision=precision, init_info=init_info, deterministic=deterministic)
+                                        precision=precision, init_info=init_info, deterministic=deterministic,
+                                        coding=coding)
         # One pass over the training rows: the labels (channels sum to the logits) and the mean of
         # every channel, the reference that centres per-row explanations.
         labels, sums = [], 0.0
@@ -184,7 +208,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             self.reference_ = X.iloc[keep]
         else:
             import pandas as pd
-            self.reference_ = pd.DataFrame(arr[keep], columns=names)
+            self.reference_ = pd.DataFrame(np.asarray(X)[keep], columns=names)
         return self
 
     def _constant_columns(self, arr: np.ndarray, names: list[str]) -> np.ndarray:
@@ -378,8 +402,18 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """
         from .explain.assignments import assignments
         import pandas as pd
-        cols = assignments(self._validated_state(), self._validated(X), top_terms=top_terms)
-        return pd.DataFrame(cols, index=X.index if is_frame(X) else None)
+        return self.score_frame_counted(X, top_terms)[0]
+
+    def score_frame_counted(self, X, top_terms: int = 0) -> tuple["pd.DataFrame", dict]:
+        """``score_frame``'s rows and what reading them met: ``{"unseen": column -> cells whose
+        level was not seen at training (scored as 'other'), "missing": column -> missing cells}``."""
+        from .explain.assignments import assignments
+        import pandas as pd
+        arr, unseen = self._validated_counted(X)
+        cols = assignments(self._validated_state(), arr, top_terms=top_terms)
+        counts = np.isnan(arr).sum(axis=0)
+        missing = {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)}
+        return pd.DataFrame(cols, index=X.index if is_frame(X) else None), {"unseen": unseen, "missing": missing}
 
     def predict(self, X) -> np.ndarray:
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
@@ -404,8 +438,18 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return self
 
     def transform_features(self, X) -> np.ndarray:
-        """The standardized features the network sees (and the default representation)."""
+        """The standardized features the network reads (a categorical column as its level codes,
+        a missing cell as NaN: the network's input coding maps both to learned values)."""
         return self._validated_state().standardize(self._validated(X))
+
+    def clustering_space(self, X) -> np.ndarray:
+        """Rows in the clustering space of a model fitted without ``X_repr``: the standardized
+        numeric features, missing cells at the mean with an indicator, levels one-hot (scaled so
+        a categorical weighs like a numeric; ``neurcam_dist.columns``). The space of the loss,
+        the k-means init and ``inertia``."""
+        if not self.uses_features_as_repr_:
+            raise ConfigError("this model was fitted with X_repr: its clustering space is that representation")
+        return self._validated_state().clustering_space(self._validated(X))
 
     def contributions(self, X) -> np.ndarray:
         """(N, C + P, K) per-channel contributions; they sum over channels to ``decision_function``."""
@@ -413,11 +457,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def inertia(self, X, X_repr=None) -> float:
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
-        x_std = self.transform_features(X)
+        arr = self._validated(X)
         if X_repr is None and not self.uses_features_as_repr_:
             raise ConfigError("this model was fitted with X_repr: pass the same representation to inertia()")
-        rep = x_std if X_repr is None else _representation(X_repr, x_std.shape[0])
-        return metrics.inertia(rep, self.predict(X))
+        rep = self.fitted_.clustering_space(arr) if X_repr is None else _representation(X_repr, arr.shape[0])
+        return metrics.inertia(rep, self.fitted_.ids[self.fitted_.logits(arr).argmax(1)])
 
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
@@ -464,7 +508,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         fitted = self._validated_state()
         arr = self._validated(X)
         ref = getattr(self, "reference_", None)
-        span = np.asarray(ref, dtype=np.float64) if ref is not None else arr
+        span = self._validated(ref) if ref is not None else arr
         return counterfactuals(fitted, arr, list(self.feature_names_in_), span.min(0), span.max(0), target=target,
                                grid_size=grid_size, index=X.index if isinstance(X, pd.DataFrame) else None,
                                pairs=pairs)
@@ -511,6 +555,15 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         params["hidden"] = tuple(params["hidden"])
         params["device"] = device
         return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
+
+
+def _standardization(arr: np.ndarray, coding: ColumnCoding, standardize: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, scale)`` of the encoded training rows: each numeric column's mean and deviation
+    over its cells that are not missing (1 for a constant one); categorical codes pass as they are."""
+    if not standardize:
+        return np.zeros(arr.shape[1]), np.ones(arr.shape[1])
+    mean, std = column_moments(arr, skip=coding.categorical_mask())
+    return mean, np.where(std > 0, std, 1.0)
 
 
 def _representation(X_repr, n_rows: int) -> np.ndarray:

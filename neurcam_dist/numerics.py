@@ -30,10 +30,23 @@ def scaled_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return s, zm * s, ((z - zm) ** 2).sum(axis=0)
 
 
-def column_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column mean and (population) standard deviation, from ``scaled_moments``."""
-    s, mean, m2s = scaled_moments(arr)
-    return mean, s * np.sqrt(m2s / len(arr))
+def column_moments(arr: np.ndarray, skip: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and (population) standard deviation, from ``scaled_moments``, over each
+    column's cells that are not NaN (missing); columns in ``skip`` (categorical codes) and those
+    with no value get mean 0 and deviation 1, which leaves them as they are."""
+    arr = np.asarray(arr, np.float64)
+    skip = np.zeros(arr.shape[1], bool) if skip is None else np.asarray(skip, bool)
+    nan = np.isnan(arr)
+    if not skip.any() and not nan.any():
+        s, mean, m2s = scaled_moments(arr)
+        return mean, s * np.sqrt(m2s / len(arr))
+    mean, std = np.zeros(arr.shape[1]), np.ones(arr.shape[1])
+    for j in np.flatnonzero(~skip):
+        col = arr[~nan[:, j], j]
+        if len(col):
+            s, m, m2s = scaled_moments(col[:, None])
+            mean[j], std[j] = m[0], (s * np.sqrt(m2s / len(col)))[0]
+    return mean, std
 
 
 def standardize(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -49,8 +62,18 @@ def standardize(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndar
 
 
 def constant_columns(arr: np.ndarray) -> np.ndarray:
-    """Boolean mask of columns whose every value is the same (no shape function can use them)."""
-    return np.asarray(arr).max(axis=0) == np.asarray(arr).min(axis=0)
+    """Boolean mask of columns whose every cell is the same (no shape function can use them): one
+    value everywhere, or missing everywhere; one value and some missing cells varies."""
+    arr = np.asarray(arr)
+    nan = np.isnan(arr)
+    if not nan.any():
+        return arr.max(axis=0) == arr.min(axis=0)
+    filled = np.where(nan, np.inf, arr)
+    lo = filled.min(axis=0)
+    hi = np.where(nan, -np.inf, arr).max(axis=0)
+    some = nan.any(axis=0)
+    every = nan.all(axis=0)
+    return every | ((lo == hi) & ~some)
 
 
 def check_float32_range(arr: np.ndarray, names: list[str], what: str) -> None:

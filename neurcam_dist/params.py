@@ -74,6 +74,15 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "deterministic": Spec(bool, False, "train under torch's deterministic algorithms with a fixed cuBLAS workspace, "
                           "for GPU fits that repeat bit for bit (CPU fits repeat either way)"),
     "verbose": Spec(bool, True, "progress bar", in_config=False),
+    "categorical_features": Spec(list, "from_dtype", "which columns are categorical: 'from_dtype' (text, category "
+                                 "and boolean columns, as scikit-learn's), or a list of column names or positions "
+                                 "(integer-coded categories) besides those", optional=True, in_config=False),
+    "missing": Spec(str, "learn", "missing cells (NaN, null, blank): learn (each term learns a contribution for "
+                    "them) or refuse (an error naming the columns)", choices=("learn", "refuse")),
+    "min_level_rows": Spec(int, 5, "training rows a categorical level needs to be a level of its own; rarer levels "
+                           "share 'other'", ge=1),
+    "max_levels": Spec(int, 64, "most levels of a categorical column (the most frequent; the rest share 'other')",
+                       ge=1),
 }
 
 DEFAULTS: dict[str, Any] = {name: spec.default for name, spec in HYPERPARAMETERS.items()}
@@ -90,6 +99,20 @@ def check_value(name: str, value) -> None:
         if spec.optional:
             return
         raise ConfigError(f"{name} must not be None")
+    if spec.kind is list:
+        if isinstance(value, str):
+            if value != spec.default:
+                raise ConfigError(f"{name} must be {spec.default!r}, None or a list of column names or positions, "
+                                  f"got {value!r}")
+            return
+        try:
+            items = list(value)
+        except TypeError:
+            raise ConfigError(f"{name} must be {spec.default!r}, None or a list of column names or positions, "
+                              f"got {value!r}") from None
+        if any(not isinstance(v, (str, numbers.Integral)) or isinstance(v, bool) for v in items):
+            raise ConfigError(f"{name} must list column names (text) or positions (integers), got {value!r}")
+        return
     if spec.kind is tuple:
         try:
             items = tuple(value)

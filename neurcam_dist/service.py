@@ -117,7 +117,10 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,))
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
-    X, y = split_columns(df, features, label, quiet=not params.get("verbose", True))
+    X, y = split_columns(df, features, label, quiet=not params.get("verbose", True),
+                         categorical=params.get("categorical_features") if isinstance(
+                             params.get("categorical_features"), list) else None,
+                         max_levels=params.get("max_levels", 64))
     ids = df[id_columns(df, X.columns, label)]
     from .explain.assignments import refuse_collisions, scored_columns
     refuse_collisions(ids.columns, ["probability"] + scored_columns(range(params.get("n_clusters", 0)), 3),
@@ -129,7 +132,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
               "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
               "n_clusters_used": est.history_["n_clusters_used"],
               "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
-              **metrics_mod.scores(est.transform_features(X), est.predict(X), y)}
+              **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": {k: v for k, v in est.get_params().items()}}
     failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
@@ -346,6 +349,7 @@ class ExportResult:
     output: str | None
     n_rows: int
     agreement: float
+    engines: dict | None = None    # SQL: the agreement measured by running the query in each engine
 
 
 def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
@@ -357,7 +361,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     when it has more); written atomically to ``output`` when given. The result says on what share
     of those rows the query's cluster equals ``predict``'s. ``fmt="rules"``: a short readable rule
     per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
-    is then the rules' mean precision)."""
+    is then the rules' mean precision). The SQL's agreement is measured by running the query itself in
+    SQLite (and DuckDB when installed) on those rows (``explain.sql.run_agreement``): the lowest."""
     from .explain.sql import to_sql
     if fmt not in ("sql", "rules"):
         raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
@@ -374,15 +379,19 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     if sample and len(df) > sample:
         df = df.sample(sample, random_state=0).sort_index()
     import numpy as np
+    engines = {}
     if fmt == "rules":
         from .explain.rules import cluster_rules, rules_text
         rules = cluster_rules(df[features], est.predict(df[features]), est.cluster_ids_)
         text = rules_text(rules)
         agreement = float(np.mean([r.precision for r in rules]))
     else:
+        from .explain.sql import run_agreement
         expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
-        text = to_sql(expl, table, keep)
-        agreement = float((expl.to_scorer().predict(df[features]) == est.predict(df[features])).mean())
+        dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
+        text = to_sql(expl, table, keep, dtypes=dtypes)
+        engines = run_agreement(expl, df[features], est.predict(df[features]), dtypes)
+        agreement = min(engines.values())
     if output is not None:
         from .storage.published import put_text
         from .storage import write_text_atomic
@@ -390,7 +399,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
             put_text(text, output)
         else:
             write_text_atomic(Path(output), text)
-    return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement)
+    return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
+                        engines=engines if fmt == "sql" else None)
 
 
 # ---------------------------------------------------------------- scoring
@@ -524,15 +534,19 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
-    from .explain.assignments import TOP_TERMS, refuse_collisions, scored_columns
+    from .explain.assignments import TOP_TERMS, met_line, refuse_collisions, scored_columns
     refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
                       scored_columns(est.cluster_ids_, TOP_TERMS))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored = est.score_frame(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS).reset_index(drop=True)
+    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS)
+    scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
+    if met_line(met):
+        log(met_line(met))
     kept = df[[c for c in dict.fromkeys(([settings.id_column] if settings.id_column else []) + carry)]]
     out = pa.Table.from_pandas(pd.concat([kept.reset_index(drop=True), scored], axis=1), preserve_index=False)
-    summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here"}
+    summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here",
+               "unseen_levels": met["unseen"], "missing_cells": met["missing"]}
 
     def write(root: str, fs) -> None:
         with fs.open_output_stream(f"{root}/part-00000.parquet") as f:

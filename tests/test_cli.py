@@ -91,7 +91,7 @@ def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
     X.assign(f2=X.f2.astype(str).where(X.index != 3, "unknown")).to_csv(csv, index=False)
     rc = main(["fit", "--data", str(csv), "--out", str(out), "--n-clusters", "3", "--features", "f0", "f2", "--quiet"])
     assert rc == 2
-    assert "non-numeric columns ['f2']" in capsys.readouterr().err
+    assert "column 'f2' holds numbers except 1 cell(s), the first at row 3 ('unknown')" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -16,17 +16,18 @@ def est(**kw):
     return NeurCAM(**params)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda X: X.assign(f1=X.f1.where(X.index != 7, np.nan)), r"NaN or infinite.*'f1' \(1 rows\)"),
-    (lambda X: X.assign(f2=X.f2.where(X.index > 2, np.inf)), r"NaN or infinite.*'f2' \(3 rows\)"),
-    (lambda X: X.assign(city="Paris"), r"non-numeric columns \['city'\]"),
-    (lambda X: X.iloc[:0], r"empty"),
-    (lambda X: X.rename(columns={"f2": "f1"}), r"duplicate column names \['f1'\]"),
+@pytest.mark.parametrize("mutate, params, message", [
+    (lambda X: X.assign(f1=X.f1.where(X.index != 7, np.nan)), {"missing": "refuse"},
+     r"missing values in column\(s\) 'f1' \(1 rows\).*missing='refuse'"),
+    (lambda X: X.assign(f2=X.f2.where(X.index > 2, np.inf)), {}, r"infinite values in column\(s\) 'f2' \(3 rows\)"),
+    (lambda X: X.assign(f2=X.f2.where(X.index > 2, -np.inf)), {"missing": "refuse"}, r"infinite values.*'f2'"),
+    (lambda X: X.iloc[:0], {}, r"empty"),
+    (lambda X: X.rename(columns={"f2": "f1"}), {}, r"duplicate column names \['f1'\]"),
 ])
-def test_bad_features_name_the_problem(data, mutate, message):
+def test_bad_features_name_the_problem(data, mutate, params, message):
     X, _ = data
     with pytest.raises(ValueError, match=message):
-        est().fit(mutate(X.copy()))
+        est(**params).fit(mutate(X.copy()))
 
 
 def test_row_count_mismatch_names_both_counts(data):

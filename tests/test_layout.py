@@ -15,7 +15,7 @@ ROOT = "neurcam_dist"
 # Lower ranks may not import higher ones; a unit imports only units of a strictly lower rank.
 RANKS = {
     "version": 0, "params": 0, "metrics": 0, "validation": 0, "numerics": 0, "redaction": 0,
-    "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "errors": -1,
+    "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "errors": -1, "columns": 0.5,
     "model": 1, "storage": 1, "config": 1, "raycompat": 1,
     "explain": 2, "data": 2,
     "estimator": 3, "text": 3, "outputs": 3,

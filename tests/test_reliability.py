@@ -361,11 +361,19 @@ def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monk
     (tmp_path / "in").mkdir()
     df.iloc[:120].to_parquet(tmp_path / "in" / "a.parquet")
     bad = df.iloc[120:].copy()
-    bad.loc[bad.index[5], "f3"] = np.nan
+    bad.loc[bad.index[5], "f3"] = np.inf
     bad.to_parquet(tmp_path / "in" / "b.parquet")
-    with pytest.raises(DataError, match=r"b.parquet: column 'f3' has a null, NaN or infinite value \(value nan\)"):
+    with pytest.raises(DataError, match=r"b.parquet: has infinite values in column\(s\) 'f3' \(1 rows\)"):
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "out", batch_size=50)
     assert not (tmp_path / "out").exists()
+    # a missing cell is scored with the term's value for it, and counted (here: in this process)
+    bad.loc[bad.index[5], "f3"] = np.nan
+    bad.to_parquet(tmp_path / "in" / "b.parquet")
+    summary = predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "out", batch_size=50)
+    got = pd.read_parquet(tmp_path / "out").sort_values("id")
+    np.testing.assert_array_equal(got["cluster"], fitted.predict(pd.concat([df.iloc[:120], bad])))
+    if where == "here":
+        assert summary["missing_cells"] == {"f3": 1}
     with pytest.raises(DataError, match="is inside the input directory"):
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "in" / "scored")
 

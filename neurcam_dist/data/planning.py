@@ -5,6 +5,7 @@ have passed, so a bad shard fails in seconds with the file and column named, not
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 
@@ -15,7 +16,7 @@ import pyarrow.parquet as pq
 from ..config import DataConfig
 from ..validation import missing_columns_note, refuse_lookalike_names
 from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
-                      is_float_list, is_number, listing, resolve)
+                      is_category, is_float_list, is_number, listing, resolve)
 
 
 @dataclass
@@ -35,6 +36,7 @@ class Plan:
     joined_from: dict | None = None
     key: str | None = None
     text: dict | None = None            # the vocabulary of a featurize-text dataset (its terms are features)
+    categorical: list[str] = dataclasses.field(default_factory=list)   # categorical features, in feature order
 
     @property
     def columns(self) -> list[str]:
@@ -82,6 +84,12 @@ def plan(cfg: DataConfig) -> Plan:
     if dup:
         raise DataError(f"data.features lists {dup} more than once")
     refuse_lookalike_names(features, f"{foot[0][0]}: the features")
+    named = list(cfg.categorical or [])
+    stray = [c for c in named if c not in features]
+    if stray:
+        raise DataError(f"data.categorical names {stray}, which are not features ({features[:20]})")
+    categorical = [c for c in features if c in named or (first.get_field_index(c) >= 0
+                                                          and is_category(first.field(c).type))]
     needed = {c: "feature" for c in features}
     for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embeddings.key if cfg.embeddings else None, "key")):
         if c:
@@ -108,7 +116,14 @@ def plan(cfg: DataConfig) -> Plan:
                 missing.setdefault((col, role), []).append((f, schema))
                 continue
             t = schema.field(idx).type
-            if role == "feature" or (role == "embedding" and repr_kind == "columns"):
+            if role == "feature" and col in categorical:
+                if not (is_category(t) or is_number(t) and not pa.types.is_floating(t)):
+                    problems.append(f"{f}: column {col!r} (categorical feature) has type {t}, expected text, "
+                                    f"a dictionary, booleans or integer codes")
+                elif is_category(t) != is_category(first.field(col).type):
+                    problems.append(f"{f}: column {col!r} is {t} here but {first.field(col).type} in {foot[0][0]}: "
+                                    f"give it one type in every file")
+            elif role == "feature" or (role == "embedding" and repr_kind == "columns"):
                 if not is_number(t):
                     problems.append(f"{f}: column {col!r} ({role}) has type {t}, expected a number")
             elif role == "embedding":
@@ -127,7 +142,7 @@ def plan(cfg: DataConfig) -> Plan:
     h = hashlib.sha256(str(sorted((c, str(first.field(c).type)) for c in needed)).encode()).hexdigest()[:16]
     return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
                 label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
-                schema_hash=h, text=_vocabulary_only(text, features))
+                schema_hash=h, text=_vocabulary_only(text, features), categorical=categorical)
 
 
 def _missing_column(col: str, role: str, where: list, n_files: int) -> str:

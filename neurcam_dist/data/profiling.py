@@ -1,5 +1,7 @@
-"""The profile pass: one streaming pass that counts NaN / inf / null per file and column and
-computes the standardization moments, without holding the data."""
+"""The profile pass: one streaming pass that counts NaN / inf / null per file and column,
+computes the standardization moments of each numeric feature over its cells that are not missing,
+and counts every categorical feature's levels and missing cells, without holding the data (a
+column's level counts are capped at ``LEVEL_CAP`` distinct values per file)."""
 from __future__ import annotations
 
 import json
@@ -8,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
+from ..columns import ColumnCoding, Column, column_from_counts, level_texts
 from ..numerics import FLOAT32_MAX, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
@@ -25,6 +28,9 @@ class Profile:
     lengths: dict = field(default_factory=dict)    # file -> [min, max] list length
     lo: np.ndarray | None = None                   # per-feature minimum and maximum
     hi: np.ndarray | None = None
+    missing: dict = field(default_factory=dict)    # feature -> missing cells (NaN, null, blank)
+    levels: dict = field(default_factory=dict)     # categorical feature -> {level text: rows}
+    dtypes: dict = field(default_factory=dict)     # categorical feature -> text | bool | number
 
     def scale(self) -> np.ndarray:
         """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
@@ -32,19 +38,48 @@ class Profile:
 
     @property
     def constant(self) -> np.ndarray:
-        """Features with one value in every row."""
-        return self.lo == self.hi
+        """Features with one value in every row (a categorical one: one level and no missing
+        cell, or no value at all)."""
+        out = self.lo == self.hi
+        names = list(self.names)
+        for j, name in enumerate(names):
+            miss = self.missing.get(name, 0)
+            if name in self.levels:
+                out[j] = len(self.levels[name]) + (miss > 0) <= 1
+            elif miss:
+                out[j] = miss == self.n_rows   # one value and some missing cells vary
+        return out
+
+    names: tuple = ()                              # the features, in order (set by ``profile``)
+
+    def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
+        """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as
+        ``fit`` would choose them from the same counts) and every feature's missing cells."""
+        columns = []
+        for name in plan.features:
+            miss = int(self.missing.get(name, 0))
+            if name in plan.categorical:
+                columns.append(column_from_counts(name, self.levels.get(name, {}), self.dtypes.get(name, "text"),
+                                                  min_level_rows, max_levels, missing_rows=miss))
+            else:
+                columns.append(Column(name=name, missing_rows=miss))
+        return ColumnCoding(columns=tuple(columns), n_rows=self.n_rows, missing=missing)
+
+
+LEVEL_CAP = 10_000   # distinct levels counted per categorical column and file (more: not a category)
 
 
 class _Tally:
-    """A file's tallies: Chan's (count, mean, M2) of every feature and bad-value counts per
-    column. Computed inside the file's read task, so only a few numbers per file travel (a Ray
-    Data ``aggregate`` over the rows spilled 2.8 GiB of a 4.3 GiB dataset from a 1 GiB store)."""
+    """A file's tallies: Chan's (count, mean, M2) of every numeric feature over its cells that are
+    not missing, bad-value counts per column, and every categorical feature's level counts.
+    Computed inside the file's read task, so only a few numbers per file travel (a Ray Data
+    ``aggregate`` over the rows spilled 2.8 GiB of a 4.3 GiB dataset from a 1 GiB store)."""
 
-    def __init__(self, p: Plan):
-        self.p, self.d = p, len(p.features)
+    def __init__(self, p: Plan, missing: str = "refuse"):
+        self.p, self.d, self.missing = p, len(p.features), missing
         self.checked = list(dict.fromkeys(p.features + ([] if p.repr_kind == "features" else p.repr_columns)
                                           + [c for c in (p.label, p.id) if c]))
+        self.numeric = [c for c in p.features if c not in set(p.categorical)]
 
     def __call__(self, tables, path: str) -> dict:
         acc = self.zero()
@@ -53,19 +88,42 @@ class _Tally:
         return acc
 
     # Per-file tallies are kept as JSON text (they are merged as dicts of lists). Moments are
-    # Chan's (n, mean, M2) with M2 kept divided by s^2 (s: a power of two above the largest
-    # magnitude), so that values near float64's limit cannot overflow the sums of squares.
+    # Chan's (n, mean, M2) per column with M2 kept divided by s^2 (s: a power of two above the
+    # largest magnitude), so that values near float64's limit cannot overflow the sums of squares.
     def zero(self):
         d = self.d
-        return {"n": 0, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d, "lo": [0.0] * d,
-                "hi": [0.0] * d, "bad": "{}", "len": "{}"}
+        return {"rows": 0, "n": [0] * d, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d,
+                "lo": [0.0] * d, "hi": [0.0] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}"}
+
+    def _levels(self, col) -> tuple[dict, int, str]:
+        """A categorical column's level counts, missing cells and how its cells are written."""
+        import pyarrow as pa
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        dtype = "bool" if pa.types.is_boolean(t) else "number" if (pa.types.is_integer(t) or pa.types.is_floating(t)) \
+            else "text"
+        counts: dict[str, int] = {}
+        miss = 0
+        for v in level_texts(col.to_pylist()):
+            if v is None:
+                miss += 1
+            elif v in counts or len(counts) < LEVEL_CAP:
+                counts[v] = counts.get(v, 0) + 1
+        return counts, miss, dtype
 
     def _one_file(self, t, path):
         p = self.p
-        bad = {}
-        lens = {}
+        bad, lens, levels, missing = {}, {}, {}, {}
+        features = set(p.features)
         for c in self.checked:
             col = t[c]
+            if c in p.categorical:
+                counts, miss, dtype = self._levels(col)
+                levels[c] = {"counts": counts, "dtype": dtype}
+                if miss:
+                    missing[c] = miss
+                    if self.missing == "refuse":
+                        bad[f"{path}\0{c}"] = [0, 0, miss, 0]
+                continue
             as_repr = p.repr_kind != "features" and c in p.repr_columns
             if p.repr_kind == "list" and c == p.repr_columns[0]:
                 arr = col.combine_chunks()
@@ -91,51 +149,88 @@ class _Tally:
             # a representation is held in float32 as given (features are standardized first)
             big = (int((np.abs(vals[np.isfinite(vals)]) > FLOAT32_MAX).sum())
                    if as_repr and vals.dtype != np.float32 else 0)
+            if c in features and self.missing == "learn" and (nan or nulls):
+                missing[c] = nan + nulls
+                nan = nulls = 0
             if nan or inf or nulls or big:
                 bad[f"{path}\0{c}"] = [nan, inf, nulls, big]
-        x = matrix(t, p.features, np.float64)
-        x = x[np.isfinite(x).all(1)]
-        n = len(x)
-        if not n:
-            return {**self.zero(), "bad": json.dumps(bad), "len": json.dumps(lens)}
-        scale, mean, m2s = scaled_moments(x)
-        return {"n": n, "mean": mean.tolist(), "m2s": m2s.tolist(), "s": scale.tolist(),
-                "lo": x.min(0).tolist(), "hi": x.max(0).tolist(), "bad": json.dumps(bad),
-                "len": json.dumps(lens)}
+        out = {**self._moments(t), "rows": t.num_rows, "bad": json.dumps(bad), "len": json.dumps(lens),
+               "levels": json.dumps(levels), "missing": json.dumps(missing)}
+        return out
+
+    def _moments(self, t) -> dict:
+        """Per numeric feature: (n, mean, M2 / s^2, s, lo, hi) over its finite cells."""
+        d = self.d
+        n, mean, m2s, s, lo, hi = [0] * d, [0.0] * d, [0.0] * d, [1.0] * d, [0.0] * d, [0.0] * d
+        x = matrix(t, self.numeric, np.float64) if self.numeric else np.empty((t.num_rows, 0))
+        index = {c: j for j, c in enumerate(self.p.features)}
+        if len(x) and np.isfinite(x).all():   # every cell a number: one pass over the matrix
+            sc, m, m2 = scaled_moments(x)
+            for k, c in enumerate(self.numeric):
+                j = index[c]
+                n[j], mean[j], m2s[j], s[j] = len(x), float(m[k]), float(m2[k]), float(sc[k])
+                lo[j], hi[j] = float(x[:, k].min()), float(x[:, k].max())
+            return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi}
+        for k, c in enumerate(self.numeric):
+            v = x[:, k]
+            v = v[np.isfinite(v)]
+            if not len(v):
+                continue
+            j = index[c]
+            sc, m, m2 = scaled_moments(v[:, None])
+            n[j], mean[j], m2s[j], s[j], lo[j], hi[j] = len(v), float(m[0]), float(m2[0]), float(sc[0]), \
+                float(v.min()), float(v.max())
+        return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi}
 
     def combine(self, a, b):
-        na, nb = a["n"], b["n"]
+        na, nb = np.asarray(a["n"], np.float64), np.asarray(b["n"], np.float64)
         n = na + nb
-        if not na or not nb:
-            moments = {k: (b if nb else a)[k] for k in ("mean", "m2s", "s", "lo", "hi")}
-        else:
-            ma, mb = np.asarray(a["mean"]), np.asarray(b["mean"])
-            sa, sb = np.asarray(a["s"]), np.asarray(b["s"])
-            s = np.maximum(sa, sb)
-            delta = mb / s - ma / s
-            m2s = (np.asarray(a["m2s"]) * (sa / s) ** 2 + np.asarray(b["m2s"]) * (sb / s) ** 2
-                   + delta ** 2 * na * nb / n)
-            moments = {"mean": (ma * (na / n) + mb * (nb / n)).tolist(), "m2s": m2s.tolist(), "s": s.tolist(),
-                       "lo": np.minimum(a["lo"], b["lo"]).tolist(), "hi": np.maximum(a["hi"], b["hi"]).tolist()}
+        ma, mb = np.asarray(a["mean"]), np.asarray(b["mean"])
+        sa, sb = np.asarray(a["s"]), np.asarray(b["s"])
+        s = np.maximum(sa, sb)
+        safe = np.where(n > 0, n, 1.0)
+        delta = mb / s - ma / s
+        m2s = (np.asarray(a["m2s"]) * (sa / s) ** 2 + np.asarray(b["m2s"]) * (sb / s) ** 2
+               + delta ** 2 * na * nb / safe)
+        mean = ma * (na / safe) + mb * (nb / safe)
+        lo = np.where(na == 0, b["lo"], np.where(nb == 0, a["lo"], np.minimum(a["lo"], b["lo"])))
+        hi = np.where(na == 0, b["hi"], np.where(nb == 0, a["hi"], np.maximum(a["hi"], b["hi"])))
+        s = np.where(na == 0, sb, np.where(nb == 0, sa, s))
+        m2s = np.where(na == 0, b["m2s"], np.where(nb == 0, a["m2s"], m2s))
         bad = json.loads(a["bad"])
         for k, v in json.loads(b["bad"]).items():
             bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0, 0]), v)]
         lens = json.loads(a["len"])
-        for k, (lo, hi) in json.loads(b["len"]).items():
+        for k, (lo_, hi_) in json.loads(b["len"]).items():
             old = lens.get(k)
-            lens[k] = [lo, hi] if old is None else [min(old[0], lo), max(old[1], hi)]
-        return {"n": n, **moments, "bad": json.dumps(bad), "len": json.dumps(lens)}
+            lens[k] = [lo_, hi_] if old is None else [min(old[0], lo_), max(old[1], hi_)]
+        levels = json.loads(a["levels"])
+        for c, v in json.loads(b["levels"]).items():
+            mine = levels.setdefault(c, {"counts": {}, "dtype": v["dtype"]})
+            for level, rows in v["counts"].items():
+                if level in mine["counts"] or len(mine["counts"]) < LEVEL_CAP:
+                    mine["counts"][level] = mine["counts"].get(level, 0) + rows
+        missing = json.loads(a["missing"])
+        for c, v in json.loads(b["missing"]).items():
+            missing[c] = missing.get(c, 0) + v
+        return {"rows": a["rows"] + b["rows"], "n": n.astype(int).tolist(), "mean": mean.tolist(),
+                "m2s": np.asarray(m2s, np.float64).tolist(), "s": np.asarray(s, np.float64).tolist(),
+                "lo": np.asarray(lo, np.float64).tolist(), "hi": np.asarray(hi, np.float64).tolist(),
+                "bad": json.dumps(bad), "len": json.dumps(lens), "levels": json.dumps(levels),
+                "missing": json.dumps(missing)}
 
 
-def profile(p: Plan) -> Profile:
-    """One streaming pass over the data: refuse NaN / inf / null, wrong list lengths; return the
-    standardization moments. Raises ``DataError`` naming each offending file and column.
+def profile(p: Plan, missing: str = "refuse") -> Profile:
+    """One streaming pass over the data: refuse inf, wrong list lengths and (``missing='refuse'``,
+    or outside the features) NaN / null; return the standardization moments, the missing cells
+    per feature and the categorical features' level counts. Raises ``DataError`` naming each
+    offending file and column.
 
     Each file is tallied where it is read (in its Ray Data read task, or here for small data)
     and the tallies are merged here in file order, so the numbers do not depend on which task
     finished first, nor on whether the pass ran here or on Ray."""
     cols = list(dict.fromkeys(p.columns + [c for c in (p.label, p.id) if c]))
-    tally = _Tally(p)
+    tally = _Tally(p, missing)
     from .parquet_files import per_file_tables
     acc = tally.zero()
     for t in per_file_tables(p.source, cols, p.rows_per_file, here=local_pass(p, cols), fold=tally):
@@ -146,7 +241,9 @@ def profile(p: Plan) -> Profile:
         items = [f"{f}: column {c!r}: {nan} NaN, {inf} inf, {null} null"
                  + (f", {big} beyond float32's range (a representation is used as given: divide it by a "
                     f"constant)" if big else "") for (f, c), (nan, inf, null, big) in sorted(bad.items())]
-        raise DataError(listing("file/column(s) with missing or non-finite values", items))
+        hint = ("" if missing == "learn" or not any(c in p.features for _, c in bad) else
+                "\n(model.missing: learn takes missing feature cells as a value of their own; inf is never taken)")
+        raise DataError(listing("file/column(s) with missing or non-finite values", items) + hint)
     if p.repr_kind == "list":
         lengths = json.loads(acc["len"])
         wrong = [f"{f}: embedding lengths {lo}..{hi}" for f, (lo, hi) in sorted(lengths.items())
@@ -154,9 +251,17 @@ def profile(p: Plan) -> Profile:
         if wrong:
             raise DataError(listing(f"file(s) whose {p.repr_columns[0]!r} rows are not all of length "
                                      f"{p.repr_dim}", wrong))
-    n = acc["n"]
+    n = acc["rows"]
     if n != p.n_rows:
         raise DataError(f"the profile pass saw {n} rows but the Parquet footers say {p.n_rows}")
-    std = np.asarray(acc["s"]) * np.sqrt(np.asarray(acc["m2s"]) / max(n, 1))
-    return Profile(n_rows=n, mean=np.asarray(acc["mean"], np.float64), std=std, bad=bad,
-                   lengths=json.loads(acc["len"]), lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]))
+    counts = np.asarray(acc["n"], np.float64)
+    std = np.asarray(acc["s"]) * np.sqrt(np.asarray(acc["m2s"]) / np.maximum(counts, 1))
+    levels = json.loads(acc["levels"])
+    mean = np.asarray(acc["mean"], np.float64)
+    for j, c in enumerate(p.features):   # categorical codes pass as they are
+        if c in p.categorical:
+            mean[j], std[j] = 0.0, 1.0
+    return Profile(n_rows=n, mean=mean, std=std, bad=bad, lengths=json.loads(acc["len"]),
+                   lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]), missing=json.loads(acc["missing"]),
+                   levels={c: v["counts"] for c, v in levels.items()},
+                   dtypes={c: v["dtype"] for c, v in levels.items()}, names=tuple(p.features))

@@ -189,6 +189,14 @@ def embedding(table: pa.Table, p: Plan) -> np.ndarray:
     return matrix(table, cols)
 
 
+def feature_matrix(table: pa.Table, features: list[str], coding=None, what: str = "input") -> np.ndarray:
+    """An Arrow batch's features as the model's encoded float64 matrix (``columns.ColumnCoding``:
+    level codes, NaN for missing cells); plain numbers (nulls as NaN) without categorical features."""
+    if coding is None or not coding.has_categorical:
+        return matrix(table, features, np.float64)
+    return coding.encode(table.select(features).to_pandas(), what)
+
+
 def matrix(table: pa.Table, columns: list[str], dtype=np.float32) -> np.ndarray:
     """The named numeric columns as an (n, len(columns)) array; features are read as float64
     and standardized before anything becomes float32."""

@@ -243,8 +243,24 @@ def unified_types(schemas: list[pa.Schema]) -> dict[str, pa.DataType]:
     for schema in schemas:
         for f in schema:
             types.setdefault(f.name, set()).add(f.type)
-    return {name: pa.float64() for name, ts in types.items()
-            if len(ts) > 1 and all(is_number(t) and not pa.types.is_decimal(t) for t in ts)}
+    out = {name: pa.float64() for name, ts in types.items()
+           if len(ts) > 1 and all(is_number(t) and not pa.types.is_decimal(t) for t in ts)}
+    out.update({name: pa.string() for name, ts in types.items()     # string, large_string, dictionary<string>
+                if len(ts) > 1 and all(is_text(t) for t in ts)})
+    return out
+
+
+def is_text(t: pa.DataType) -> bool:
+    """True for Arrow text types: string, large_string, and dictionaries of them."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+def is_category(t: pa.DataType) -> bool:
+    """True for Arrow types read as categories by default (text, dictionaries and booleans), as
+    scikit-learn's ``categorical_features="from_dtype"`` reads a DataFrame."""
+    return is_text(t) or pa.types.is_dictionary(t) or pa.types.is_boolean(t)
 
 
 def column_bytes(src: Source, schema: pa.Schema, n_rows: int, columns: list[str]) -> int:
@@ -282,8 +298,9 @@ def is_float_list(t: pa.DataType) -> bool:
 
 
 def auto_features(schema: pa.Schema, reserved: set[str]) -> list[str]:
-    """Feature columns of a Parquet schema when the config names none (``validation.auto_features``)."""
-    return select_features([(f.name, is_number(f.type)) for f in schema], reserved)
+    """Feature columns of a Parquet schema when the config names none (``validation.auto_features``):
+    number and category columns (``is_category``)."""
+    return select_features([(f.name, is_number(f.type) or is_category(f.type)) for f in schema], reserved)
 
 
 def listing(what: str, items: list[str]) -> str:

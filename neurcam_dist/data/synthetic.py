@@ -72,3 +72,52 @@ def _schema(n_features: int, repr_dim: int, label: bool) -> pa.Schema:
     if label:
         fields.append(pa.field("label", pa.int64()))
     return pa.schema(fields)
+
+
+def mixed_table(n_rows: int = 900, seed: int = 0, defined_by: str = "level", missing_share: float = 0.05):
+    """A generated customer-like table of mixed columns with missing cells, and its segment labels
+    (``(DataFrame, labels)``), for tests, benchmarks and the docs. Three segments, defined by
+    ``defined_by``:
+
+    - ``level``: the ``plan`` column (monthly / yearly / two-year) sets the segment; ``usage``
+      shifts with it, the other columns are noise;
+    - ``numeric``: ``usage`` and ``tenure`` set it (well apart), the categorical columns are noise;
+    - ``missing``: one segment has no ``income`` (missing cells) and lower ``usage``; the others
+      differ in ``tenure``.
+
+    Columns: ``customer_id`` (text codes), ``plan`` (text), ``region`` (pandas ``category``),
+    ``paperless`` (bool, more often true in segment 0, less in 1), ``usage``, ``tenure``, ``income`` (numbers); ``missing_share`` of the
+    ``usage`` and ``region`` cells are blank besides (never the defining ones under ``level``).
+    """
+    import pandas as pd
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n_rows)
+    plans = np.array(["monthly", "yearly", "two-year"])
+    regions = np.array(["north", "south", "east", "west"])
+    usage = rng.normal(0.0, 1.0, n_rows)
+    tenure = rng.normal(24.0, 8.0, n_rows)
+    income = rng.lognormal(10.5, 0.4, n_rows)
+    plan = plans[rng.integers(0, 3, n_rows)]
+    if defined_by == "level":
+        plan = plans[labels]
+        usage = usage + np.array([3.0, 0.0, -3.0])[labels]
+    elif defined_by == "numeric":
+        usage = usage + np.array([-4.0, 0.0, 4.0])[labels]
+        tenure = tenure + np.array([0.0, 40.0, 0.0])[labels]
+    elif defined_by == "missing":
+        income = np.where(labels == 0, np.nan, income)
+        usage = usage + np.where(labels == 0, -3.0, 0.0)
+        tenure = tenure + np.array([0.0, -20.0, 20.0])[labels]
+    else:
+        raise ValueError(f"defined_by must be level, numeric or missing, got {defined_by!r}")
+    frame = pd.DataFrame({
+        "customer_id": [f"C{i:06d}" for i in range(n_rows)],
+        "plan": plan,
+        "region": pd.Categorical(regions[rng.integers(0, 4, n_rows)], categories=list(regions)),
+        "paperless": rng.random(n_rows) < np.array([0.8, 0.2, 0.5])[labels],
+        "usage": usage, "tenure": tenure, "income": income,
+    })
+    blank = rng.random(n_rows) < missing_share
+    frame.loc[blank, "usage"] = np.nan
+    frame.loc[rng.random(n_rows) < missing_share, "region"] = np.nan
+    return frame, labels

@@ -216,20 +216,73 @@ def is_csv(path) -> bool:
     return Path(path).name.lower().endswith(CSV_SUFFIXES)
 
 
-def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False):
-    """``(X, y)``: the feature columns (named, or chosen by ``validation.auto_features``) and the
-    label's values (None without a label). Says on stderr which columns were chosen and which
-    were not used, unless ``quiet``.
+def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
+    """Why a text column is not a category feature (None: it is one): more distinct values than
+    ``max_levels`` (free text, ids), or nothing in it."""
+    values = df[col].dropna()
+    values = values[values.astype(str).str.strip() != ""]
+    if values.empty:
+        return "every cell blank"
+    distinct = int(values.astype(str).nunique())
+    if distinct == 1 and not df[col].isna().any():
+        return f"one value, {str(values.iloc[0])[:40]!r}, in every row"
+    if distinct > max_levels:
+        return (f"text with {distinct:,} distinct values, more than a category's max_levels={max_levels}: "
+                f"`neurcam featurize-text` for text, --id for an id")
+    return None
+
+
+def is_category_column(series: pd.Series) -> bool:
+    """Text, ``category`` and boolean columns: the categorical features automatic selection
+    considers (as scikit-learn's ``categorical_features="from_dtype"``)."""
+    return not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
+
+
+def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_levels: int) -> tuple[list, dict]:
+    """The features automatic selection takes (``validation.auto_features`` over every column,
+    a text column only when it can be a category), and why each text column left out was."""
+    candidates, why = [], {}
+    for c in df.columns:
+        if c == label:
+            continue
+        if is_category_column(df[c]) and c not in named_cat and auto_features([(c, True)], {label}):
+            if not pd.api.types.is_bool_dtype(df[c]):
+                _numeric_or_error(df, c)   # a numbers column with a few text cells is a typo
+            reason = _text_category(df, c, max_levels)
+            if reason:
+                why[c] = reason
+                continue
+        candidates.append((c, True))
+    cols = auto_features(candidates, {label})
+    if not cols:
+        raise DataError("no feature columns found: name them with --features")
+    return cols, why
+
+
+def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False,
+                  categorical: list[str] | None = None, max_levels: int = 64):
+    """``(X, y)``: the feature columns (named, or chosen by ``validation.auto_features``, plus the
+    text, ``category`` and boolean columns with at most ``max_levels`` distinct values) and the
+    label's values (None without a label). ``categorical`` names integer-coded categorical
+    columns (they must be features). Says on stderr which columns were chosen, which are
+    categorical and why the others were not used, unless ``quiet``.
 
     Raises
     ------
     ConfigError
-        A named feature or label column that is not in the table (with the nearest names).
+        A named feature, categorical or label column that is not in the table (with the nearest
+        names).
     DataError
-        No numeric column, a mostly numeric column with a few text cells, or blank labels.
+        No feature column, a mostly numeric column with a few text cells, or blank labels.
     """
     if label is not None and label not in df.columns:
         raise ConfigError(f"label column {label!r} is not in the data{missing_columns_note([label], list(df.columns))}")
+    named_cat = list(categorical or [])
+    missing = [c for c in named_cat if c not in df.columns]
+    if missing:
+        raise ConfigError(f"--categorical columns {missing} are not in the data"
+                          f"{missing_columns_note(missing, list(df.columns))}")
+    why: dict = {}
     if features:
         missing = [f for f in features if f not in df.columns]
         if missing:
@@ -237,18 +290,17 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
                               f"{missing_columns_note(missing, list(df.columns))}")
         cols = list(features)
     else:
-        for c in df.columns:
-            if c != label and not pd.api.types.is_numeric_dtype(df[c]):
-                if auto_features([(c, True)], {label}):   # a name that would be a feature, were it numbers
-                    _numeric_or_error(df, c)
-        cols = auto_features([(c, pd.api.types.is_numeric_dtype(df[c])) for c in df.columns], {label})
-        if not cols:
-            raise DataError("no numeric feature columns found: name them with --features")
-        skipped = [str(c) for c in df.columns if c not in cols and c != label]
-        if not quiet:
-            print(f"features ({len(cols)}): {', '.join(map(str, cols[:20]))}"
-                  + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
-                  + (f"; not used: {', '.join(skipped[:20])}" if skipped else ""), file=sys.stderr)
+        cols, why = _auto_columns(df, label, named_cat, max_levels)
+    not_features = [c for c in named_cat if c not in cols]
+    if not_features:
+        raise ConfigError(f"--categorical names {not_features}, which are not features (--features {' '.join(cols)})")
+    if not quiet:
+        cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
+        skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]
+        print(f"features ({len(cols)}): {', '.join(map(str, cols[:20]))}"
+              + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
+              + (f"; categorical: {', '.join(cat[:20])}" if cat else "")
+              + (f"; not used: {', '.join(skipped[:20])}" if skipped else ""), file=sys.stderr)
     y = None
     if label is not None:
         blank = df[label].isna()

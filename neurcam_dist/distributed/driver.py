@@ -22,6 +22,7 @@ import torch
 from ..errors import TrainingError
 from .. import data as data_mod
 from .. import outputs
+from ..columns import level_init
 from ..config import coerce_config
 from ..estimator import NeurCAM
 from ..model import FittedNet, build_trainer
@@ -67,10 +68,12 @@ class InitialState:
     sample: object          # pyarrow.Table: the bounded uniform random sample (features + representation)
     kmeans: dict | None = None   # which k-means made the centroids (the model card records it)
     allowed: np.ndarray | None = None  # features a gate may select (constant ones are left out)
+    coding: object = None        # columns.ColumnCoding: categorical levels and missing cells
+    level_init: np.ndarray | None = None   # the input coding's starting values (``columns.level_init``)
 
     def without_sample(self) -> "InitialState":
         """What trials need shipped to them (the sample stays on the driver)."""
-        return InitialState(self.mean, self.scale, self.centroids, None, self.kmeans, self.allowed)
+        return dataclasses.replace(self, sample=None)
 
 
 def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
@@ -79,20 +82,23 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     plan, m, tc = job.plan, job.model, job.train
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
+    coding = prof.coding(plan, min_level_rows=m.min_level_rows, max_levels=m.max_levels, missing=m.missing)
     cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))
     table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
-    x_sample = standardize(data_mod.matrix(table, plan.features, np.float64), mean, scale)
-    xr_sample = x_sample if plan.repr_kind == "features" else data_mod.embedding(table, plan)
+    raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
+    x_sample = standardize(raw, mean, scale)
+    xr_sample = coding.clustering_space(x_sample) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
+    levels = {"n_levels": coding.n_levels, "level_init": level_init(coding, xr_sample, raw, m.random_state)}
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
     centroids, info = initial_centroids(job.spec, x_sample, xr_sample, method=m.kmeans, n_init=m.kmeans_n_init,
-                                        allowed=~prof.constant, baseline=standardized_zero(mean, scale))
+                                        allowed=~prof.constant, baseline=standardized_zero(mean, scale), **levels)
     chosen = f", chosen by {info['chosen_by']}" if "chosen_by" in info else ""
     log(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
-                        allowed=~prof.constant)
+                        allowed=~prof.constant, coding=coding, level_init=levels["level_init"])
 
 
 def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None = None) -> WorkerConfig:
@@ -104,7 +110,8 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
                         cpus_per_worker=tc.cpus_per_worker, max_epochs=max_epochs, cache=tc.cache,
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
                         cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
-                        loss_scale=float((init.kmeans or {}).get("explained", 0.0)))
+                        loss_scale=float((init.kmeans or {}).get("explained", 0.0)), coding=init.coding,
+                        level_init=init.level_init)
 
 
 def training_dataset(job: ResolvedJob):
@@ -266,7 +273,7 @@ def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result,
         log(f"warning: {note}")
     metrics = {
         "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
-        "repr_dim": plan.repr_dim, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+        "repr_dim": est.repr_dim_, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
         "resumed_at_epochs": est.history_["resumes"], "num_workers": tc.num_workers,
         "precision": est.precision_, "train_seconds": round(train_seconds, 2), "schema_hash": plan.schema_hash,
         "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
@@ -280,19 +287,22 @@ def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: i
     so explanations describe every file alike, not the first ones."""
     n = init.sample.num_rows
     keep = np.sort(np.random.default_rng(seed).choice(n, min(rows, n), replace=False))
-    est.reference_ = pd.DataFrame(data_mod.matrix(init.sample, plan.features, np.float64)[keep],
-                                  columns=plan.features)
+    est.reference_ = init.sample.select(plan.features).take(keep).to_pandas()
 
 
 def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float,
              init_info: dict | None = None) -> tuple[FittedNet, "torch.nn.Module | None"]:
     """The fitted state from the final checkpoint (and the warm-up model), as the in-memory fit
     makes it (``FittedNet.from_trainer``), with the run's resumes and world size in its history."""
-    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"], allowed=wcfg.allowed)
+    coding = wcfg.coding
+    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"], allowed=wcfg.allowed,
+                            n_levels=None if coding is None else coding.n_levels)
     trainer.load_state_dict(state["trainer"])
+    features_space = plan.repr_kind == "features"
     fitted = FittedNet.from_trainer(
         trainer, list(state["records"]), seconds, feature_names=list(plan.features), mean=wcfg.mean,
-        scale=wcfg.scale, repr_dim=plan.repr_dim, uses_features_as_repr=plan.repr_kind == "features",
+        scale=wcfg.scale, repr_dim=coding.space_width() if features_space and coding is not None else plan.repr_dim,
+        uses_features_as_repr=features_space, coding=coding,
         precision=state["precision"], init_info=init_info,
         text=plan.text,   # new documents are featurized with the training data's vocabulary
         resumes=list(state["resumes"]), world_size=int(state["world_size"]),

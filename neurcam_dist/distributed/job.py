@@ -193,7 +193,7 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     data_mod.sources.refuse_output_inside(job.output, plan.source)
     check_writable(job.output)
     t0 = time.perf_counter()
-    prof = data_mod.profile(plan)
+    prof = data_mod.profile(plan, missing=m.missing)
     log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
     try:
         note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)

@@ -23,7 +23,7 @@ from pyarrow.fs import FileSelector
 from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain.assignments import TOP_TERMS, assignments, refuse_collisions, scored_columns
+from ..explain.assignments import TOP_TERMS, assignments, met_line, refuse_collisions, scored_columns
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
@@ -43,10 +43,10 @@ class _Evaluator:
 
     def __call__(self, table: pa.Table) -> dict:
         fitted, plan = self.fitted, self.plan
-        x = data_mod.matrix(table, plan.features, np.float64)
+        x = data_mod.reading.feature_matrix(table, plan.features, fitted.coding)
         contrib = fitted.contributions(x)                                     # (n, channels, K)
         labels = contrib.sum(1).argmax(1)
-        xr = fitted.standardize(x) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
+        xr = fitted.clustering_space(x) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
         xr = xr.astype(np.float64)
         k = fitted.n_clusters
         acc = {"n": len(labels), "counts": np.bincount(labels, minlength=k),
@@ -151,6 +151,7 @@ class _Scorer:
         import torch
         torch.set_num_threads(1)
         self.fitted, self.id_column, self.carry = fitted, id_column, carry
+        self.met = {"unseen": {}, "missing": {}}   # what reading met (this process's pass reports it)
         self.text = None
         if text is not None:    # raw documents: featurized here with the model's vocabulary
             from ..text import Vocabulary
@@ -160,6 +161,17 @@ class _Scorer:
             self._order = [index[c] for c in fitted.feature_names]   # the model's columns among the terms
 
     def _features(self, table: pa.Table) -> np.ndarray:
+        if self.text is None and self.fitted.coding is not None:
+            where = (table[data_mod.PATH_COLUMN][0].as_py() if data_mod.PATH_COLUMN in table.column_names
+                     and table.num_rows else "input")
+            x, unseen = self.fitted.encode_counted(table.select(self.fitted.feature_names).to_pandas(),
+                                                   f"{redact(str(where))}:")
+            for c, n in unseen.items():
+                self.met["unseen"][c] = self.met["unseen"].get(c, 0) + n
+            for j in np.flatnonzero(np.isnan(x).sum(axis=0)):
+                c = self.fitted.feature_names[j]
+                self.met["missing"][c] = self.met["missing"].get(c, 0) + int(np.isnan(x[:, j]).sum())
+            return x
         if self.text is None:
             return data_mod.matrix(table, self.fitted.feature_names, np.float64)
         v = self.text
@@ -169,7 +181,8 @@ class _Scorer:
     def __call__(self, table: pa.Table) -> pa.Table:
         fitted = self.fitted
         x = self._features(table)
-        _refuse_non_finite(x, table, fitted.feature_names)
+        if fitted.coding is None or fitted.coding.missing == "refuse":
+            _refuse_non_finite(x, table, fitted.feature_names)
         scored = assignments(fitted, x, top_terms=TOP_TERMS)
         cols = {}
         if self.id_column:
@@ -252,7 +265,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
         if not text:
-            typed = [(c, schema.field(c).type) for c in fitted.feature_names]
+            categorical = set(fitted.coding.dtypes()) if fitted.coding is not None else set()
+            typed = [(c, schema.field(c).type) for c in fitted.feature_names if c not in categorical]
             wrong = [(c, t) for c, t in typed if not data_mod.sources.is_number(t)]
             if wrong:
                 from ..validation import first_text_cell
@@ -274,6 +288,9 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         if here:
             with in_process(_Scorer, **kwargs) as scorer:
                 _score_here(scorer, src, wanted, rows_per_file, batch_size, root, fs)
+                summary.update(unseen_levels=scorer.met["unseen"], missing_cells=scorer.met["missing"])
+                if met_line(scorer.met):
+                    log(met_line(scorer.met))
         else:
             ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
             every = (progress_seconds if progress_seconds is not None

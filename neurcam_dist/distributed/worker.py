@@ -28,8 +28,8 @@ import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
 from ..errors import TrainingError
-from ..data import ROW_KEY, Plan, embedding, matrix
-from ..data.reading import HeldRows
+from ..data import ROW_KEY, Plan, embedding
+from ..data.reading import HeldRows, feature_matrix
 from ..model import TrainingSpec, build_trainer
 from ..model.device import resolve_precision
 from ..model.loss import fcm_log_membership, squared_distances
@@ -74,18 +74,23 @@ class WorkerConfig:
     events: events.Channel | None = None  # where progress records go (None: printed by the worker)
     held: HeldRows | None = None    # small rows to slice, instead of a Ray Data shard
     loss_scale: float = 0.0         # the plateau tolerance's scale (``Schedule.loss_scale``; from the init)
+    coding: object = None           # columns.ColumnCoding: categorical levels and missing cells
+    level_init: np.ndarray | None = None   # the input coding's starting values
 
 
 class _Collate(ArrowBatchCollateFn):
     """Arrow batch -> (standardized features, representation, row keys) tensors, in Ray's batch
     thread."""
 
-    def __init__(self, plan: Plan, mean: np.ndarray, scale: np.ndarray):
-        self.plan, self.mean, self.scale = plan, mean, scale
+    def __init__(self, plan: Plan, mean: np.ndarray, scale: np.ndarray, coding=None):
+        self.plan, self.mean, self.scale, self.coding = plan, mean, scale, coding
 
     def __call__(self, table):
-        x = standardize(matrix(table, self.plan.features, np.float64), self.mean, self.scale)
-        xr = x if self.plan.repr_kind == "features" else embedding(table, self.plan)
+        x = standardize(feature_matrix(table, self.plan.features, self.coding), self.mean, self.scale)
+        if self.plan.repr_kind != "features":
+            xr = embedding(table, self.plan)
+        else:
+            xr = x if self.coding is None or self.coding.space_is_features else self.coding.clustering_space(x)
         if not xr.flags.writeable:  # a zero-copy view of Arrow memory: torch wants its own buffer
             xr = xr.copy()
         keys = np.array(table[ROW_KEY].to_numpy(), dtype=np.int64)  # Arrow's view is read-only: torch warns
@@ -343,7 +348,7 @@ def _caches(c: WorkerConfig, device: torch.device, group: _Group) -> tuple["_Res
             f"{budget / 2**30:.2f} GiB: " + ("taken from the held rows" if c.held is not None else "streaming")
             + " every epoch")
     keep = _Resident(wanted, budget, c.spec.random_state, group.rank, lambda msg: say(f"worker {group.rank}: {msg}"),
-                     repr_is_x=c.plan.repr_kind == "features",
+                     repr_is_x=c.plan.repr_kind == "features" and (c.coding is None or c.coding.space_is_features),
                      expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
     rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
                             lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
@@ -376,10 +381,11 @@ def _train_loop(c: WorkerConfig) -> None:
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
                             cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale,
-                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale))
+                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale),
+                            n_levels=None if c.coding is None else c.coding.n_levels, level_init=c.level_init)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
-    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64))
+    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)
     if c.held is None:
         shard = StreamedShard(ray.train.get_dataset_shard("train"), collate, c.shuffle_buffer)
     else:

@@ -78,3 +78,12 @@ def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.nd
                 cols[f"term_{r + 1}"] = np.full(n, None, dtype=object)
                 cols[f"term_{r + 1}_contribution"] = np.full(n, np.nan)
     return cols
+
+
+def met_line(met: dict) -> str | None:
+    """One line on what a scoring pass met (``NeurCAM.score_frame_counted``): levels not seen at
+    training (scored as 'other') and missing cells (scored with each term's value for them)."""
+    parts = [f"{what}: " + ", ".join(f"{c} ({n:,} cells)" for c, n in met[key].items())
+             for key, what in (("unseen", "levels not seen at training, scored as 'other'"),
+                               ("missing", "missing cells, scored with each term's value for them")) if met.get(key)]
+    return "; ".join(parts) or None

@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 from ..storage import jsonable
-from ..validation import check_matrix
 from .examples import TYPICAL, row_records, typical_positions
 from .explanation import Explanation, Term
 from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
@@ -45,14 +44,59 @@ def _main_tables(fitted, terms, owner: np.ndarray, main_grid: dict) -> dict[int,
         return {n: _term_table(fitted, np.flatnonzero(owner == n), terms[n], [main_grid[terms[n][0]][0]])
                 for n in singles}
     rows = max(len(main_grid[terms[n][0]][0]) for n in singles)
-    x = np.zeros((rows, len(fitted.feature_names)), dtype=np.float32)
+    x = np.zeros((rows + 1, len(fitted.feature_names)), dtype=np.float32)
     for n in singles:
         f = terms[n][0]
         g = main_grid[f][0]
-        x[:, f] = (np.concatenate([g, np.full(rows - len(g), g[-1])]) - fitted.mean[f]) / fitted.scale[f]
+        x[:rows, f] = (np.concatenate([g, np.full(rows - len(g), g[-1])]) - fitted.mean[f]) / fitted.scale[f]
+    x[rows] = np.nan   # the last row: every feature missing (read only by a model with a coding)
+    if fitted.coding is None:
+        x = x[:rows]
     device = next(fitted.net.parameters()).device
     contrib = fitted.net.contributions(torch.from_numpy(x).to(device), t, t2).double().cpu().numpy()
-    return {n: contrib[:len(main_grid[terms[n][0]][0]), np.flatnonzero(owner == n), :].sum(1) for n in singles}
+    out = {}
+    for n in singles:
+        table = contrib[:, np.flatnonzero(owner == n), :].sum(1)
+        g = len(main_grid[terms[n][0]][0])
+        out[n] = np.concatenate([table[:g], table[rows:]]) if fitted.coding is not None else table[:g]
+    return out
+
+
+def _grids(arr: np.ndarray, fitted, f: int, size: int) -> tuple[np.ndarray, bool]:
+    """A feature's grid over its values that are not missing: every level code of a categorical
+    feature, else ``grids.feature_grid`` (the fitted mean alone for a column missing everywhere)."""
+    coding = fitted.coding
+    if coding is not None and coding.columns[f].categorical:
+        return np.arange(len(coding.columns[f].levels), dtype=np.float64), True
+    col = arr[:, f]
+    col = col[~np.isnan(col)]
+    if not len(col):
+        return np.array([float(fitted.mean[f])]), True
+    return feature_grid(col, size)
+
+
+def _pair_missing(fitted, channels, a: int, b: int, ga, gb, ma, mb) -> dict:
+    """A pair term's contributions with a missing cell (``Term.missing``): the first feature
+    missing along the second's grid (less what purification moved into the second's main term,
+    which that row still reads), the second missing along the first's, both missing."""
+    nan = np.array([np.nan])
+    return {"a": _term_table(fitted, channels, (a, b), [nan, gb])[0] - mb,
+            "b": _term_table(fitted, channels, (a, b), [ga, nan])[:, 0] - ma,
+            "both": _term_table(fitted, channels, (a, b), [nan, nan])[0, 0]}
+
+
+def _histogram(col: np.ndarray, categorical: bool, n_levels: int, n_bins: int) -> dict:
+    """A main term's histogram of the explained rows: counts per level (categorical) or per bin,
+    and the missing cells."""
+    nan = np.isnan(col)
+    finite = col[~nan]
+    if categorical:
+        return {"edges": None, "counts": np.bincount(finite.astype(np.int64), minlength=n_levels).tolist(),
+                "missing": int(nan.sum())}
+    if not len(finite):
+        return {"edges": [0.0, 1.0], "counts": [0], "missing": int(nan.sum())}
+    counts, edges = np.histogram(finite, bins=min(n_bins, max(1, len(np.unique(finite)))))
+    return {"edges": edges.tolist(), "counts": counts.tolist(), "missing": int(nan.sum())}
 
 
 def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30,
@@ -65,68 +109,91 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     one pass over ``X`` and share its per-term arrays; the steps are the comments inside."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
-    arr, _, _ = check_matrix(X, "X", expected_columns=names)  # original units, fitted order
+    arr = fitted.encode(X)  # original units, fitted order; level codes, NaN for missing cells
+    coding = fitted.coding
     terms, owner = term_groups(fitted.net)
     k = fitted.n_clusters
     in_pairs = sorted({f for t in terms if len(t) == 2 for f in t})
-    pair_grid = {f: feature_grid(arr[:, f], pair_grid_size) for f in in_pairs}
+    pair_grid = {f: _grids(arr, fitted, f, pair_grid_size) for f in in_pairs}
     main_features = sorted({t[0] for t in terms if len(t) == 1} | set(in_pairs))
     main_grid = {}
     for f in main_features:
-        g, discrete = feature_grid(arr[:, f], grid_size)
+        g, discrete = _grids(arr, fitted, f, grid_size)
         if f in pair_grid:
             g = np.union1d(g, pair_grid[f][0])
             discrete = discrete and pair_grid[f][1]
         main_grid[f] = (g, discrete)
 
-    mains = {f: np.zeros((len(main_grid[f][0]), k)) for f in main_features}
+    reads_missing = coding is not None
+    mains = {f: np.zeros((len(main_grid[f][0]) + reads_missing, k)) for f in main_features}  # last row: missing
     for n, table in _main_tables(fitted, terms, owner, main_grid).items():
         mains[terms[n][0]] += table
-    pair_tables = {}
+    pair_tables, pair_missing = {}, {}
     for n, t in enumerate(terms):
         if len(t) == 2:
             a, b = t
             ga, gb = pair_grid[a][0], pair_grid[b][0]
             raw = _term_table(fitted, np.flatnonzero(owner == n), t, [ga, gb])
             weights = np.zeros((len(ga), len(gb)))
-            np.add.at(weights, (nearest_index(ga, arr[:, a]), nearest_index(gb, arr[:, b])), 1.0)
+            seen = ~np.isnan(arr[:, a]) & ~np.isnan(arr[:, b])
+            np.add.at(weights, (nearest_index(ga, arr[seen, a]), nearest_index(gb, arr[seen, b])), 1.0)
             pure, ma, mb = purify(raw, weights)
-            mains[a] += interp_main(ga, ma, main_grid[a][0])
-            mains[b] += interp_main(gb, mb, main_grid[b][0])
+            mains[a][:len(main_grid[a][0])] += interp_main(ga, ma, main_grid[a][0])
+            mains[b][:len(main_grid[b][0])] += interp_main(gb, mb, main_grid[b][0])
             pair_tables[t] = pure
+            if reads_missing:
+                pair_missing[t] = _pair_missing(fitted, np.flatnonzero(owner == n), a, b, ga, gb, ma, mb)
     # Channel biases live inside the term tables; every term's data mean moves into the intercept.
     intercept = np.zeros(k)
     out_terms, at_rows_all = [], []
+    def levels(f):
+        return coding.columns[f].level_names() if coding is not None and coding.columns[f].categorical else None
+
     for f in main_features:
         g, discrete = main_grid[f]
-        at_rows = interp_main(g, mains[f], arr[:, f])
+        term = Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
+                    values=mains[f][:len(g)], importance=np.zeros(k),
+                    levels=[levels(f)] if levels(f) else None, missing=mains[f][len(g)] if reads_missing else None)
+        at_rows = term.evaluate([arr[:, f]])
         mean = at_rows.mean(0)
-        values = mains[f] - mean
+        term.values = term.values - mean
+        term.missing = None if term.missing is None else term.missing - mean
         intercept = intercept + mean
         at_rows_all.append(at_rows - mean)
-        counts, edges = np.histogram(arr[:, f], bins=min(n_bins, max(1, len(np.unique(arr[:, f])))))
-        out_terms.append(Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
-                              values=values, importance=np.abs(at_rows - mean).mean(0),
-                              histogram={"edges": edges.tolist(), "counts": counts.tolist()}))
+        term.importance = np.abs(at_rows - mean).mean(0)
+        term.histogram = _histogram(arr[:, f], levels(f) is not None, len(g), n_bins)
+        out_terms.append(term)
     for (a, b), table in pair_tables.items():
         ga, gb = pair_grid[a][0], pair_grid[b][0]
-        # Purified: zero mean over the data binned on the grid, so no further centring is needed.
-        at_rows = interp_pair(ga, gb, table, arr[:, a], arr[:, b])
+        term = Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
+                    grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
+                    importance=np.zeros(k), levels=[levels(a), levels(b)] if levels(a) or levels(b) else None,
+                    missing=pair_missing.get((a, b)))
+        # Purified: zero mean over the data binned on the grid; rows with a missing cell may move
+        # that mean, which goes to the intercept as a main term's does.
+        at_rows = term.evaluate([arr[:, a], arr[:, b]])
+        mean = at_rows.mean(0)
+        if term.missing is not None:
+            term.values = term.values - mean
+            term.missing = {key: v - mean for key, v in term.missing.items()}
+            intercept = intercept + mean
+            at_rows = at_rows - mean
         at_rows_all.append(at_rows)
-        out_terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
-                              grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
-                              importance=np.abs(at_rows).mean(0)))
+        term.importance = np.abs(at_rows).mean(0)
+        out_terms.append(term)
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
                        cluster_ids=fitted.ids.tolist())
     logits = fitted.logits(arr)   # one pass over the rows: the profiles and the examples share it
     _add_profiles(expl, logits.argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
-                  text=getattr(est, "text_", None) is not None)
+                  text=getattr(est, "text_", None) is not None,
+                  levels={f: levels(f) for f in main_features if levels(f)})
     if typical:
         positions, border, basis = typical_positions(fitted, arr, typical, logits)
         ids = _row_ids(X, len(arr))
         flat = [p for c in range(k) for p in positions[c]] + list(border.values())
-        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], arr.min(0), arr.max(0)))
+        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], np.nanmin(arr, 0),
+                                   np.nanmax(arr, 0)))
         expl.examples = {"basis": basis, "typical": {str(expl.ids[c]): [next(records) for _ in positions[c]]
                                                      for c in range(k)},
                          "borderline": {str(expl.ids[c]): next(records) for c in border}, "rows": []}
@@ -145,9 +212,9 @@ def add_rows(expl: Explanation, est, X, span=None) -> list[dict]:
     appended to ``expl.examples["rows"]``; returns the new records."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
-    arr, _, _ = check_matrix(X, "X", expected_columns=names)
-    ref = arr if span is None else check_matrix(span, "X", expected_columns=names)[0]
-    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), ref.min(0), ref.max(0))
+    arr = fitted.encode(X)
+    ref = arr if span is None else fitted.encode(span)
+    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), np.nanmin(ref, 0), np.nanmax(ref, 0))
     expl.examples = expl.examples or {"basis": None, "typical": {}, "rows": []}
     expl.examples.setdefault("rows", []).extend(records)
     return records
@@ -157,25 +224,58 @@ TOP_TERMS = 10
 
 
 def _feature_stats(arr: np.ndarray, members: np.ndarray, features: list[int], names: list[str],
-                   keep: set[str], top: int = 8) -> tuple[list[dict], list[str]]:
+                   keep: set[str], top: int = 8, levels: dict | None = None) -> tuple[list[dict], list[str]]:
     """How the members' values of the model's features differ from all rows' (original units):
     the ``top`` largest standardized mean differences, plus every feature in ``keep``; and the
-    features furthest above their overall mean, in order (a text model's top terms)."""
+    features furthest above their overall mean, in order (a text model's top terms). A
+    categorical feature (``levels``: feature index -> level names) is described by its level most
+    over-represented among the members (``level``, ``share``, ``overall_share``; ``z`` the share
+    difference over its binomial deviation); a numeric one by its cells that are not missing, with
+    the members' ``missing_share`` when any is missing."""
     rows = []
+    levels = levels or {}
     for f in features:
         col, sub = arr[:, f], arr[members, f]
-        std = float(col.std())
-        z = (float(sub.mean()) - float(col.mean())) / std if std > 0 else 0.0
-        q10, q90 = np.quantile(sub, [0.1, 0.9])
-        rows.append({"feature": names[f], "mean": float(sub.mean()), "overall_mean": float(col.mean()),
+        if f in levels:
+            rows.append(_level_stats(names[f], col, sub, levels[f]))
+            continue
+        seen, sub_seen = col[~np.isnan(col)], sub[~np.isnan(sub)]
+        if not len(sub_seen):
+            rows.append({"feature": names[f], "mean": None, "overall_mean": None, "z": 0.0, "q10": None,
+                         "q90": None, "missing_share": 1.0})
+            continue
+        std = float(seen.std())
+        z = (float(sub_seen.mean()) - float(seen.mean())) / std if std > 0 else 0.0
+        q10, q90 = np.quantile(sub_seen, [0.1, 0.9])
+        rows.append({"feature": names[f], "mean": float(sub_seen.mean()), "overall_mean": float(seen.mean()),
                      "z": z, "q10": float(q10), "q90": float(q90)})
+        if len(sub_seen) < len(sub) or len(seen) < len(col):
+            rows[-1]["missing_share"] = 1.0 - len(sub_seen) / len(sub)
     above = [r["feature"] for r in sorted(rows, key=lambda r: -r["z"]) if r["z"] > 0]
     rows.sort(key=lambda r: -abs(r["z"]))
     return [r for i, r in enumerate(rows) if i < top or r["feature"] in keep], above
 
 
+def _level_stats(name: str, col: np.ndarray, sub: np.ndarray, level_names: list[str]) -> dict:
+    """A categorical feature's level most over-represented among a cluster's members (missing
+    counted as a level of its own); ``z``: the share difference over the level indicator's
+    deviation, as a numeric feature's mean difference over its deviation."""
+    n_levels = len(level_names) - 1
+
+    def shares(v):
+        codes = np.where(np.isnan(v), n_levels, np.nan_to_num(v, nan=0.0)).astype(np.int64)
+        return np.bincount(codes, minlength=n_levels + 1) / max(len(v), 1)
+
+    everyone, members = shares(col), shares(sub)
+    best = int(np.argmax(members - everyone))
+    sd = float(np.sqrt(everyone[best] * (1 - everyone[best])))
+    return {"feature": name, "level": level_names[best], "share": float(members[best]),
+            "overall_share": float(everyone[best]),
+            "z": float(members[best] - everyone[best]) / sd if sd > 0 else 0.0}
+
+
 def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, arr: np.ndarray,
-                  features: list[int], top: int = 3, text: bool = False) -> None:
+                  features: list[int], top: int = 3, text: bool = False, levels: dict | None = None) -> None:
     """Cluster sizes, the terms that push members in / out and how the members' feature values
     differ from all rows'; ``per_term`` is (N, T, K), the exported terms evaluated at the explained
     rows (already computed for importance)."""
@@ -200,7 +300,7 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, a
         into = [entry(i) for i in order[:top] if mean[i] > 0]
         out = [entry(i) for i in order[::-1][:top] if mean[i] < 0]
         keep = {f for q in into + out for f in q["features"]}
-        stats, above = _feature_stats(arr, members, features, expl.feature_names, keep)
+        stats, above = _feature_stats(arr, members, features, expl.feature_names, keep, levels=levels)
         profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out,
                          "features": stats})
         if text:   # the terms (columns of the model's vocabulary) most over-represented in the cluster
@@ -220,6 +320,20 @@ def _text_card(est) -> dict | None:
             "max_df": t["max_df"], "documents": t["n_documents"], "analyzer": t["analyzer"]}
 
 
+def _columns_card(est) -> dict | None:
+    """The model's categorical features (their levels) and each feature's share of missing
+    training cells (those with any), and how missing cells and rare levels are read."""
+    coding = est.fitted_.coding
+    if coding is None:
+        return None
+    return {"categorical": {c.name: list(c.levels) for c in coding.columns if c.categorical},
+            "missing_share": {n: v for n, v in coding.missing_shares().items() if v > 0},
+            "missing": coding.missing,
+            "rule": (f"missing cells: {coding.missing} (each term has its own value for them); levels in fewer than "
+                     f"min_level_rows={est.min_level_rows} training rows, beyond the max_levels={est.max_levels} most "
+                     f"frequent, or never seen at training share 'other'")}
+
+
 def model_card(est, arr: np.ndarray) -> dict:
     """The model card: hyperparameters, training record (epochs, phases, stop reason, k-means
     init), data summary and selected features, as JSON-ready values."""
@@ -235,6 +349,7 @@ def model_card(est, arr: np.ndarray) -> dict:
         "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used"),
                      "cluster_ids": [int(v) for v in est.cluster_ids_]},
         "text": _text_card(est),
+        "columns": _columns_card(est),
         "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est)) if not ok],
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,

@@ -17,6 +17,10 @@ finds the nearest cell in the target (Euclidean, in standard deviations), and a 
 the straight line from the row to it finds the boundary (one-feature moves are the same line with
 one coordinate: both kinds share the grid pass and the bisection). A pair move is given when it is
 smaller than every one-feature move of that row (``change_std`` is then the Euclidean length).
+
+A categorical feature's move is to another level (every level tried; its length counts as one
+standard deviation, and ``value`` / ``new_value`` are the level names); pairs with a categorical
+feature are not searched. A feature whose cell is missing in a row is not moved in that row.
 """
 from __future__ import annotations
 
@@ -50,44 +54,63 @@ def counterfactuals(fitted, arr: np.ndarray, names: list[str], low: np.ndarray, 
     if target is not None and int(target) not in ids.tolist():
         raise ConfigError(f"target {target} is not one of this model's cluster ids {ids.tolist()}")
     index = np.arange(len(arr)) if index is None else np.asarray(index)
+    low, high = np.where(np.isnan(low), 0.0, low), np.where(np.isnan(high), 0.0, high)
     current = _labels(fitted, arr)
     scale = np.where(np.asarray(fitted.scale, dtype=np.float64) > 0, fitted.scale, 1.0)
     wanted = [[c for c in range(len(ids)) if c != current[r] and (target is None or ids[c] == int(target))]
               for r in range(len(arr))]
-    found = _grid_moves(fitted, arr, names, wanted, low, high, grid_size, scale, pairs)
-    return _frame(arr, names, ids, current, index, target, _refine(fitted, arr, found, steps, scale, low, high))
+    cat = _categorical(fitted)
+    found = _grid_moves(fitted, arr, names, wanted, low, high, grid_size, scale, pairs, cat)
+    best = _refine(fitted, arr, [f for f in found if not cat[list(f[2])].any()], steps, scale, low, high)
+    for r, t, cols, _, values in (f for f in found if cat[list(f[2])].any()):   # another level: exact, length 1
+        if r not in best or best[r][0] > 1.0:
+            best[r] = (1.0, int(t), tuple(int(c) for c in cols), tuple(float(v) for v in values))
+    return _frame(arr, names, ids, current, index, target, best, fitted.coding)
 
 
-def _grid_moves(fitted, arr, names, wanted, low, high, grid_size: int, scale, pairs: bool) -> list:
+def _categorical(fitted) -> np.ndarray:
+    """(features,) bool: which features are categorical (none for a model without a coding)."""
+    n = len(fitted.feature_names)
+    return np.zeros(n, bool) if fitted.coding is None else fitted.coding.categorical_mask()
+
+
+def _grid_moves(fitted, arr, names, wanted, low, high, grid_size: int, scale, pairs: bool, cat) -> list:
     """For every (row, wanted cluster, used feature) the nearest grid value in that cluster, and
     for every (row, wanted cluster, pair term) the nearest cell of its ``PAIR_GRID`` square grid
     (in standard deviations): moves as ``(row, target column, features, start values, values in
     the target)``, one-feature moves first. One forward pass per row over all its candidates."""
     used = sorted({names.index(f) for f in _used_features(fitted)})
     pair_cols = sorted({tuple(sorted((names.index(a), names.index(b)))) for a, b in fitted.selected()[1]
-                        if a != b}) if pairs else []
+                        if a != b and not cat[names.index(a)] and not cat[names.index(b)]}) if pairs else []
     g = np.linspace(0.0, 1.0, grid_size)
     p = np.linspace(0.0, 1.0, PAIR_GRID)
     pa, pb = (m.reshape(-1) for m in np.meshgrid(p, p, indexing="ij"))
-    # each candidate block: its features' columns and their values (fractions of [low, high])
-    blocks = [((j,), g[:, None]) for j in used] + [((a, b), np.stack([pa, pb], 1)) for a, b in pair_cols]
+    levels = [len(c.levels) for c in fitted.coding.columns] if fitted.coding is not None else []
+    # each candidate block: its features' columns and their values
+    blocks = [((j,), np.arange(levels[j], dtype=np.float64)[:, None] if cat[j]
+               else low[j] + g[:, None] * (high[j] - low[j])) for j in used]
+    blocks += [((a, b), np.stack([low[a] + pa * (high[a] - low[a]), low[b] + pb * (high[b] - low[b])], 1))
+               for a, b in pair_cols]
     if not blocks:
         return []
     sizes = np.cumsum([0] + [len(v) for _, v in blocks])
     singles, moves_pairs = [], []
     for r in range(len(arr)):
         block = np.repeat(arr[r][None, :], sizes[-1], axis=0)
-        for (cols, frac), lo in zip(blocks, sizes):
-            c = list(cols)
-            block[lo:lo + len(frac), c] = low[c] + frac * (high[c] - low[c])
+        for (cols, values), lo in zip(blocks, sizes):
+            block[lo:lo + len(values), list(cols)] = values
         labels = _labels(fitted, block)
-        for (cols, frac), lo in zip(blocks, sizes):
+        for (cols, values), lo in zip(blocks, sizes):
             c = list(cols)
-            cells = block[lo:lo + len(frac)][:, c]
+            if np.isnan(arr[r, c]).any():
+                continue
+            cells = block[lo:lo + len(values)][:, c]
             length = np.sqrt((((cells - arr[r, c]) / scale[c]) ** 2).sum(1))
+            if cat[c].any():
+                length = np.where(cells[:, 0] == arr[r, c[0]], np.inf, 1.0)
             out = singles if len(cols) == 1 else moves_pairs
             for t in wanted[r]:
-                hit = np.flatnonzero(labels[lo:lo + len(frac)] == t)
+                hit = np.flatnonzero((labels[lo:lo + len(values)] == t) & np.isfinite(length))
                 if len(hit):
                     i = hit[np.argmin(length[hit])]
                     out.append((r, t, cols, arr[r, c].copy(), cells[i]))
@@ -139,8 +162,9 @@ def _refine(fitted, arr: np.ndarray, found: list, steps: int, scale: np.ndarray,
     return best
 
 
-def _frame(arr, names, ids, current, index, target, best: dict) -> pd.DataFrame:
-    """The answer, one row per input row: its shortest move (one feature, or a pair's two)."""
+def _frame(arr, names, ids, current, index, target, best: dict, coding=None) -> pd.DataFrame:
+    """The answer, one row per input row: its shortest move (one feature, or a pair's two); a
+    categorical feature's values as level names (its ``change`` NaN)."""
     rows = []
     for r in range(len(arr)):
         cur = int(ids[current[r]])
@@ -152,7 +176,9 @@ def _frame(arr, names, ids, current, index, target, best: dict) -> pd.DataFrame:
                          np.nan, None, np.nan, np.nan, np.nan])
             continue
         length, t, cols, new = best[r]
-        moved = [[names[j], float(arr[r, j]), float(v), float(v - arr[r, j])] for j, v in zip(cols, new)]
+        moved = [[names[j], coding.level_of(j, arr[r, j]), coding.level_of(j, v), np.nan]
+                 if coding is not None and coding.columns[j].categorical else
+                 [names[j], float(arr[r, j]), float(v), float(v - arr[r, j])] for j, v in zip(cols, new)]
         second = moved[1] if len(moved) > 1 else [None, np.nan, np.nan, np.nan]
         rows.append([index[r], cur, int(ids[t]), *moved[0][:3], moved[0][3], float(length), *second])
     frame = pd.DataFrame(rows, columns=COLUMNS)

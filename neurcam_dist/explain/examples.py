@@ -37,7 +37,7 @@ def typical_positions(fitted, arr: np.ndarray, n: int = TYPICAL, logits: np.ndar
     margin = top2[:, 1] - top2[:, 0]
     if fitted.uses_features_as_repr:
         centroids = fitted.net.centroids.detach().double().cpu().numpy()
-        x = fitted.standardize(arr).astype(np.float64)
+        x = fitted.clustering_space(arr).astype(np.float64)
         score = ((x - centroids[labels]) ** 2).sum(1)          # smaller is more typical
         basis = NEAREST
     else:
@@ -74,17 +74,32 @@ def row_records(fitted, arr: np.ndarray, names: list[str], row_ids: list, low: n
         order = np.argsort(-np.abs(push), kind="stable")[:n_terms]
         move = moves.iloc[r]
         change = None if not isinstance(move["feature"], str) else {
-            "target": int(move["target"]), "feature": str(move["feature"]), "value": float(move["value"]),
-            "new_value": float(move["new_value"]), "change": float(move["change"]),
+            "target": int(move["target"]), "feature": str(move["feature"]), "value": _moved(move["value"]),
+            "new_value": _moved(move["new_value"]), "change": _moved(move["change"]),
             "change_std": float(move["change_std"])}
         if change and isinstance(move["feature_2"], str):
-            change.update(feature_2=str(move["feature_2"]), value_2=float(move["value_2"]),
-                          new_value_2=float(move["new_value_2"]), change_2=float(move["change_2"]))
+            change.update(feature_2=str(move["feature_2"]), value_2=_moved(move["value_2"]),
+                          new_value_2=_moved(move["new_value_2"]), change_2=_moved(move["change_2"]))
         out.append({"row": _plain(row_ids[r]), "cluster": int(ids[c]), "probability": float(proba[r, c]),
-                    "values": {names[j]: float(arr[r, j]) for j in used},
+                    "values": {names[j]: _shown(fitted, j, arr[r, j]) for j in used},
                     "terms": [{"term": rows.terms[i], "push": float(push[i])} for i in order if push[i] != 0.0],
                     "change": change})
     return out
+
+
+def _moved(v):
+    """A counterfactual's value as JSON: a level name as it is, a number as a float (NaN: None)."""
+    if isinstance(v, str):
+        return v
+    return None if v != v else float(v)
+
+
+def _shown(fitted, j: int, value: float):
+    """A row's value of feature ``j`` as the report shows it: a number, a categorical feature's
+    level name, or None for a missing cell."""
+    if fitted.coding is not None and fitted.coding.columns[j].categorical:
+        return fitted.coding.level_of(j, value)
+    return None if value != value else float(value)
 
 
 def _read(fitted) -> set[str]:
@@ -108,10 +123,17 @@ def row_text(record: dict, digits=None) -> str:
     for t in record["terms"]:
         bar = "#" * max(1, round(20 * abs(t["push"]) / widest))
         sign = "+" if t["push"] > 0 else "-"
-        values = " ".join(f"{f}={digits(record['values'][f])}" for f in t["term"].split(" & ") if f in record["values"])
+        values = " ".join(f"{f}={value_text(record['values'][f], digits)}" for f in t["term"].split(" & ")
+                          if f in record["values"])
         lines.append(f"  {t['term']:<{width}}  {sign + digits(abs(t['push'])):>7} {bar:<20}  {values}")
     lines.append("  " + change_words(record.get("change"), digits))
     return "\n".join(lines)
+
+
+def value_text(v, digits=None) -> str:
+    """A shown value as text: a level as it is, a missing cell as ``missing``, a number formatted."""
+    digits = digits or fmt
+    return "missing" if v is None else v if isinstance(v, str) else digits(v)
 
 
 def change_words(ch: dict | None, digits=None) -> str:
@@ -120,7 +142,11 @@ def change_words(ch: dict | None, digits=None) -> str:
     digits = digits or fmt
     if not ch:
         return "no change of one feature or pair (within the data's range) moves it to another cluster"
-    words = f"would join cluster {ch['target']} if {ch['feature']} went from {digits(ch['value'])} to {digits(ch['new_value'])}"
+    words = (f"would join cluster {ch['target']} if {ch['feature']} went from {value_text(ch['value'], digits)} to "
+             f"{value_text(ch['new_value'], digits)}")
     if ch.get("feature_2"):
-        words += f" and {ch['feature_2']} from {digits(ch['value_2'])} to {digits(ch['new_value_2'])}"
+        words += (f" and {ch['feature_2']} from {value_text(ch['value_2'], digits)} to "
+                  f"{value_text(ch['new_value_2'], digits)}")
+    if isinstance(ch.get("value"), str):
+        return words + " (another level)"
     return words + f" ({digits(ch['change_std'])} standard deviations)"

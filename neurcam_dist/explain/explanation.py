@@ -28,21 +28,67 @@ SCHEMA_VERSION = 1
 @dataclass
 class Term:
     """One shape function of the explanation: its name, kind (main or pair), features, grids in
-    the original units, values per grid point and cluster, importance and histogram."""
+    the original units, values per grid point and cluster, importance and histogram.
+
+    A categorical feature's grid is its level codes ``0 .. L-1`` and ``levels`` names them (one
+    entry per feature: the level names with ``other`` last, or None for a numeric feature). When
+    the model reads missing cells, ``missing`` holds what a missing cell contributes: a main term's
+    (K,) values; a pair term's ``{"a": (Gb, K), "b": (Ga, K), "both": (K,)}`` (the first feature
+    missing along the second's grid, the second missing along the first's, both missing)."""
     name: str
     kind: str                      # "main" or "pair"
     features: list[str]
-    grids: list[np.ndarray]        # one per feature, original units
+    grids: list[np.ndarray]        # one per feature, original units (level codes for a categorical)
     discrete: list[bool]
     values: np.ndarray             # main: (G, K); pair: (Ga, Gb, K)
     importance: np.ndarray         # (K,) mean |contribution| over the data
-    histogram: dict | None = None  # main terms: {"edges": [...], "counts": [...]}
+    histogram: dict | None = None  # main terms: {"edges": [...], "counts": [...]} (categorical: "counts" per level)
+    levels: list | None = None     # per feature: level names (categorical) or None
+    missing: object = None         # main: (K,) array; pair: dict of arrays (see above); None: not read
+
+    def level_names(self, axis: int = 0) -> list[str] | None:
+        """The level names of feature ``axis`` (None for a numeric feature)."""
+        return None if not self.levels else self.levels[axis]
 
     def evaluate(self, columns: list[np.ndarray]) -> np.ndarray:
-        """The term's (n, K) contribution at the given feature columns (interpolated on its grid)."""
+        """The term's (n, K) contribution at the given feature columns (interpolated on its grid;
+        a level code looked up; a missing cell, NaN, takes the term's missing values)."""
+        cols = [np.asarray(c, np.float64) for c in columns]
+        nan = [np.isnan(c) for c in cols]
+        if not any(m.any() for m in nan):
+            if self.kind == "main":
+                return interp_main(self.grids[0], self.values, cols[0])
+            return interp_pair(self.grids[0], self.grids[1], self.values, cols[0], cols[1])
+        if self.missing is None:
+            raise DataError(f"term {self.name!r} has no value for a missing cell (the model was trained without "
+                            f"missing='learn'), and {int(sum(m.sum() for m in nan))} cell(s) are missing")
+        filled = [np.where(m, g[0], c) for m, g, c in zip(nan, self.grids, cols)]
         if self.kind == "main":
-            return interp_main(self.grids[0], self.values, columns[0])
-        return interp_pair(self.grids[0], self.grids[1], self.values, columns[0], columns[1])
+            out = interp_main(self.grids[0], self.values, filled[0])
+            out[nan[0]] = np.asarray(self.missing)
+            return out
+        out = interp_pair(self.grids[0], self.grids[1], self.values, filled[0], filled[1])
+        only_a, only_b, both = nan[0] & ~nan[1], nan[1] & ~nan[0], nan[0] & nan[1]
+        out[only_a] = interp_main(self.grids[1], np.asarray(self.missing["a"]), filled[1][only_a])
+        out[only_b] = interp_main(self.grids[0], np.asarray(self.missing["b"]), filled[0][only_b])
+        out[both] = np.asarray(self.missing["both"])
+        return out
+
+
+def _missing_json(missing):
+    if missing is None:
+        return None
+    if isinstance(missing, dict):
+        return {k: np.asarray(v).tolist() for k, v in missing.items()}
+    return np.asarray(missing).tolist()
+
+
+def _missing_from(value):
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {k: np.asarray(v, dtype=np.float64) for k, v in value.items()}
+    return np.asarray(value, dtype=np.float64)
 
 
 @dataclass
@@ -104,10 +150,20 @@ class Explanation:
 
     def logits(self, X) -> np.ndarray:
         """(N, K) logits of the table model (intercept + every term looked up / interpolated)."""
-        cols = _columns(X, self.feature_names)
+        cols = _columns(X, self.feature_names, self.categorical_levels())
         out = np.tile(self.intercept, (len(next(iter(cols.values()))), 1))
         for t in self.terms:
             out += t.evaluate([cols[f] for f in t.features])
+        return out
+
+    def categorical_levels(self) -> dict[str, list[str]]:
+        """Feature -> its level names (``other`` and ``missing`` last) for every categorical feature."""
+        out = {}
+        for t in self.terms:
+            for axis, f in enumerate(t.features):
+                names = t.level_names(axis)
+                if names is not None:
+                    out[f] = list(names)
         return out
 
     def to_scorer(self) -> "TableScorer":
@@ -129,7 +185,8 @@ class Explanation:
             "terms": [{"name": t.name, "kind": t.kind, "features": t.features,
                        "grids": [g.tolist() for g in t.grids], "discrete": list(map(bool, t.discrete)),
                        "values": t.values.tolist(), "importance": t.importance.tolist(),
-                       "histogram": t.histogram} for t in self.terms],
+                       "histogram": t.histogram, "levels": t.levels, "missing": _missing_json(t.missing)}
+                      for t in self.terms],
         }
 
     @classmethod
@@ -143,7 +200,8 @@ class Explanation:
         terms = [Term(name=t["name"], kind=t["kind"], features=list(t["features"]),
                       grids=[np.asarray(g, dtype=np.float64) for g in t["grids"]], discrete=list(t["discrete"]),
                       values=np.asarray(t["values"], dtype=np.float64),
-                      importance=np.asarray(t["importance"], dtype=np.float64), histogram=t.get("histogram"))
+                      importance=np.asarray(t["importance"], dtype=np.float64), histogram=t.get("histogram"),
+                      levels=t.get("levels"), missing=_missing_from(t.get("missing")))
                  for t in d["terms"]]
         return cls(feature_names=list(d["feature_names"]), n_clusters=int(d["n_clusters"]),
                    intercept=np.asarray(d["intercept"], dtype=np.float64), terms=terms,
@@ -253,8 +311,11 @@ def cluster_summary(profile: dict, n: int = 2, digits=None) -> str:
     for f in dict.fromkeys(order):
         if abs(stats[f]["z"]) >= DISTINCT and len(named) < n:
             s = stats[f]
-            named.append(f"{'high' if s['z'] > 0 else 'low'} {f} (mean {digits(s['mean'])} against "
-                         f"{digits(s['overall_mean'])} over all rows)")
+            if "level" in s:
+                named.append(f"{f} = {s['level']} ({s['share']:.0%} against {s['overall_share']:.0%} over all rows)")
+            else:
+                named.append(f"{'high' if s['z'] > 0 else 'low'} {f} (mean {digits(s['mean'])} against "
+                             f"{digits(s['overall_mean'])} over all rows)")
     if not named:
         into = profile.get("into", [])
         return ("Rows near the overall average of every feature the model uses"
@@ -283,14 +344,27 @@ class TableScorer:
         return np.asarray(self.explanation.ids, dtype=np.int64)[self.decision_function(X).argmax(1)]
 
 
-def _columns(X, names: list[str]) -> dict[str, np.ndarray]:
+def _columns(X, names: list[str], levels: dict | None = None) -> dict[str, np.ndarray]:
+    """Each feature as float64 values: numbers as they are (missing: NaN), a categorical column's
+    text as its level code (``levels``: feature -> level names; an unseen level is ``other``)."""
     import pandas as pd
+    levels = levels or {}
     if isinstance(X, pd.DataFrame):
         missing = [n for n in names if n not in X.columns]
         if missing:
             raise DataError(f"X lacks the model's feature columns {missing}")
-        return {n: X[n].to_numpy(np.float64) for n in names}
-    arr = np.asarray(X, dtype=np.float64)
+        return {n: _level_codes(X[n], levels[n]) if n in levels else
+                X[n].to_numpy(np.float64, na_value=np.nan) for n in names}
+    arr = np.asarray(X, dtype=object if levels else np.float64)
     if arr.ndim != 2 or arr.shape[1] != len(names):
         raise DataError(f"X must have {len(names)} columns ({names}), got shape {arr.shape}")
-    return {n: arr[:, j] for j, n in enumerate(names)}
+    return {n: _level_codes(arr[:, j], levels[n]) if n in levels else arr[:, j].astype(np.float64)
+            for j, n in enumerate(names)}
+
+
+def _level_codes(column, names: list[str]) -> np.ndarray:
+    """A categorical column's cells as level codes (NaN: missing; unseen: the ``other`` code)."""
+    from ..columns import level_texts
+    kept = {v: i for i, v in enumerate(names[:-2])}   # levels, then other and missing
+    other = len(names) - 2
+    return np.array([np.nan if v is None else kept.get(v, other) for v in level_texts(column)], dtype=np.float64)

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 from ..storage import atomic_directory  # noqa: E402
 from ..uris import as_path, is_uri, join  # noqa: E402
 from .evaluation import mix_text  # noqa: E402
-from .examples import change_words  # noqa: E402
+from .examples import change_words, value_text  # noqa: E402
 from .explanation import Explanation, Term, cluster_summary, fmt  # noqa: E402
 
 
@@ -31,22 +31,67 @@ def _png(fig, dpi: int = 90) -> bytes:
     return buf.getvalue()
 
 
+def level_labels(term: Term) -> tuple[list[str], list[int], list[int]]:
+    """A categorical main term's bars: the level names with their row counts ("monthly (276)"),
+    the positions of the levels drawn (those with rows; ``missing`` last) and their counts."""
+    names = term.level_names(0)
+    hist = term.histogram or {}
+    counts = list(hist.get("counts") or [0] * (len(names) - 1)) + [int(hist.get("missing", 0))]
+    drawn = [i for i, n in enumerate(counts) if n > 0] or list(range(len(names) - 1))
+    return [f"{names[i]} ({counts[i]:,})" for i in drawn], drawn, [counts[i] for i in drawn]
+
+
+def level_values(term: Term) -> np.ndarray:
+    """(levels + 1, K): a categorical main term's values per level, then its missing value."""
+    missing = np.zeros(term.values.shape[1]) if term.missing is None else np.asarray(term.missing)
+    return np.vstack([term.values, missing[None]])
+
+
+def _missing_point(term: Term) -> tuple[float, np.ndarray] | None:
+    """Where a numeric main term's missing value is drawn (just right of its grid) and the values,
+    when the explained rows had missing cells."""
+    if term.missing is None or not (term.histogram or {}).get("missing"):
+        return None
+    g = term.grids[0]
+    span = float(g[-1] - g[0]) or 1.0
+    return float(g[-1] + 0.08 * span), np.asarray(term.missing)
+
+
 def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> bytes:
-    """One line per cluster over the feature's grid; the feature's histogram underneath."""
+    """One line per cluster over the feature's grid and the feature's histogram underneath; a
+    categorical feature as bars, one group per level (its rows counted), ``missing`` its own bar;
+    a numeric feature's missing value as a marked point right of its curve."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 4.5), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    grid = term.grids[0]
     colours = cluster_colours(n_clusters)
-    for k in range(n_clusters):
-        top.plot(grid, term.values[:, k], drawstyle="steps-mid" if term.discrete[0] else "default",
-                 color=colours[k], label=f"cluster {ids[k] if ids else k}", lw=1.4)
+    if term.level_names(0) is not None:
+        labels, drawn, counts = level_labels(term)
+        values = level_values(term)[drawn]
+        width = 0.8 / n_clusters
+        x = np.arange(len(drawn))
+        for k in range(n_clusters):
+            top.bar(x - 0.4 + (k + 0.5) * width, values[:, k], width=width, color=colours[k],
+                    label=f"cluster {ids[k] if ids else k}")
+        bottom.bar(x, counts, color="0.7")
+        bottom.set_xticks(x, labels, rotation=30, ha="right", fontsize=7)
+    else:
+        grid = term.grids[0]
+        point = _missing_point(term)
+        for k in range(n_clusters):
+            top.plot(grid, term.values[:, k], drawstyle="steps-mid" if term.discrete[0] else "default",
+                     color=colours[k], label=f"cluster {ids[k] if ids else k}", lw=1.4)
+            if point is not None:
+                top.plot([point[0]], [point[1][k]], "D", color=colours[k], ms=5)
+        if point is not None:
+            top.annotate(f"missing ({term.histogram['missing']:,} rows)", (point[0], float(point[1].max())),
+                         fontsize=7, ha="center", va="bottom")
+        if term.histogram:
+            edges, counts = np.asarray(term.histogram["edges"]), np.asarray(term.histogram["counts"])
+            bottom.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="0.7")
     top.axhline(0, color="0.6", lw=0.8)
     top.set_ylabel("logit contribution")
     top.set_title(f"{term.name}  (importance {term.importance.mean():.3g})")
     if n_clusters <= 12:
         top.legend(fontsize=7, ncol=2, frameon=False)
-    if term.histogram:
-        edges, counts = np.asarray(term.histogram["edges"]), np.asarray(term.histogram["counts"])
-        bottom.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="0.7")
     bottom.set_xlabel(term.features[0])
     bottom.set_ylabel("rows")
     return _png(fig)
@@ -101,13 +146,28 @@ def thumbnail(term: Term, c: int, n_clusters: int, ids: list[int], band: dict | 
     band = band or {}
     colour = cluster_colours(n_clusters)[c]
     fig, ax = plt.subplots(figsize=(2.7, 1.9))
-    if term.kind == "main":
+    if term.kind == "main" and term.level_names(0) is not None:
+        labels, drawn, _ = level_labels(term)
+        values = level_values(term)[drawn]
+        x = np.arange(len(drawn))
+        others = [k for k in range(n_clusters) if k != c]
+        if others:
+            ax.scatter(np.repeat(x, len(others)), values[:, others].reshape(-1), color="0.7", s=8, zorder=1)
+        ax.bar(x, values[:, c], color=colour, zorder=2)
+        ax.axhline(0, color="0.6", lw=0.6)
+        ax.set_xticks(x, [lab.split(" (")[0] for lab in labels], rotation=30, ha="right", fontsize=6)
+        ax.set_xlabel(term.features[0], fontsize=7)
+        ax.set_ylabel("logit contribution", fontsize=6)
+    elif term.kind == "main":
         grid = term.grids[0]
         style = "steps-mid" if term.discrete[0] else "default"
         for k in range(n_clusters):
             if k != c:
                 ax.plot(grid, term.values[:, k], drawstyle=style, color="0.78", lw=0.8)
         ax.plot(grid, term.values[:, c], drawstyle=style, color=colour, lw=2.2)
+        point = _missing_point(term)
+        if point is not None:
+            ax.plot([point[0]], [point[1][c]], "D", color=colour, ms=4)
         ax.axhline(0, color="0.6", lw=0.6)
         if term.features[0] in band:
             ax.axvspan(*band[term.features[0]], color=colour, alpha=0.12, lw=0)
@@ -261,6 +321,19 @@ def unused_features(card: dict, features: list[str]) -> list[str]:
     return [f for f in features if f not in read]
 
 
+def _columns_table(columns: dict) -> list[str]:
+    """The model card's categorical features (levels) and shares of missing training cells."""
+    e = html.escape
+    cat = columns.get("categorical") or {}
+    miss = columns.get("missing_share") or {}
+    if not cat and not miss:
+        return []
+    rows = "".join(f"<tr><td>{e(str(n))}</td><td>{e(', '.join(cat[n])) if n in cat else 'numeric'}</td>"
+                   f"<td>{miss.get(n, 0.0):.1%}</td></tr>" for n in dict.fromkeys([*cat, *miss]))
+    return ["<h3>Categorical features and missing cells</h3><table><tr><th>feature</th><th>levels</th>"
+            "<th>missing (training rows)</th></tr>" + rows + "</table>" + f"<p>{e(columns.get('rule', ''))}</p>"]
+
+
 def _model_card(card: dict, features: list[str] | None = None) -> list[str]:
     """The model card as tables a person reads (the JSON is in explanation.json); ``features``:
     the model's feature columns, to list those no term reads."""
@@ -284,6 +357,7 @@ def _model_card(card: dict, features: list[str] | None = None) -> list[str]:
         ("constant features left out", e(", ".join(constant)) or "none"),
         ("clusters (used)", f"{clusters.get('n_clusters', '?')} ({clusters.get('n_clusters_used', '?')})"),
         ("cluster ids", _value(clusters.get("cluster_ids", [])))]) + "</table>")
+    parts += _columns_table(card.get("columns") or {})
     text = card.get("text")
     if text:
         parts.append("<h3>Text features</h3><table>" + _rows((k, _value(v)) for k, v in text.items()) + "</table>")
@@ -379,7 +453,7 @@ def sparse_points(term: Term, n_rows: int) -> list[bool]:
     """For each grid point of a main term, whether its histogram bin and the two beside it hold
     few rows (fewer than ``SPARSE_ROWS`` or ``SPARSE_SHARE`` of them): the curve there is dotted."""
     grid = term.grids[0]
-    if not term.histogram:
+    if not term.histogram or term.histogram.get("edges") is None:
         return [False] * len(grid)
     edges, counts = np.asarray(term.histogram["edges"]), np.asarray(term.histogram["counts"])
     b = np.clip(np.searchsorted(edges, grid, side="right") - 1, 0, len(counts) - 1)
@@ -396,15 +470,22 @@ def page_data(expl: Explanation, drawn: list[int]) -> dict:
     terms = []
     for i in drawn:
         t = expl.terms[i]
-        if t.kind == "main":
-            edges = np.asarray((t.histogram or {}).get("edges", [0.0, 1.0]), dtype=np.float64)
+        if t.kind == "main" and t.level_names(0) is not None:
+            labels, drawn_levels, counts = level_labels(t)
+            terms.append({"name": t.name, "kind": "levels", "feature": t.features[0], "levels": labels,
+                          "values": _rounded(level_values(t)[drawn_levels]), "counts": counts})
+        elif t.kind == "main":
+            edges = np.asarray((t.histogram or {}).get("edges") or [0.0, 1.0], dtype=np.float64)
             band = bands.get(t.name)
+            point = _missing_point(t)
             terms.append({"name": t.name, "kind": "main", "feature": t.features[0], "discrete": bool(t.discrete[0]),
                           "grid": _rounded(t.grids[0], 7), "values": _rounded(t.values),
                           "sparse": sparse_points(t, n_rows),
                           "hist": {"centres": _rounded((edges[:-1] + edges[1:]) / 2, 7), "widths": _rounded(np.diff(edges), 7),
                                    "counts": list((t.histogram or {}).get("counts", [0]))},
-                          "band": {"low": _rounded(band["low"]), "high": _rounded(band["high"])} if band else None})
+                          "band": {"low": _rounded(band["low"]), "high": _rounded(band["high"])} if band else None,
+                          "missing": None if point is None else {"x": point[0], "values": _rounded(point[1]),
+                                                                 "rows": int(t.histogram["missing"])}})
         else:
             terms.append({"name": t.name, "kind": "pair", "features": list(t.features),
                           "grids": [_rounded(g, 7) for g in t.grids], "values": _rounded(t.values),
@@ -460,7 +541,7 @@ def _examples(expl: Explanation, cid: int) -> list[str]:
                      "<th>probability</th>" + "".join(f"<th>{e(f)}</th>" for f in features)
                      + "<th>pushed in most by</th></tr>"
                      + "".join(f"<tr><td>{e(str(r['row']))}</td><td>{r['probability']:.2f}</td>"
-                               + "".join(f"<td>{fmt(r['values'][f])}</td>" for f in features)
+                               + "".join(f"<td>{html.escape(value_text(r['values'][f]))}</td>" for f in features)
                                + f"<td>{_row_pushes(r)}</td></tr>" for r in typical) + "</table>")
     border = ex.get("borderline", {}).get(str(cid))
     if border:

@@ -4,7 +4,10 @@ the numbers the page carries in ``<script id="neurcam-data" type="application/js
 One cluster selector drives the page: the chosen cluster's section is shown, its curve is drawn
 in its colour over the others' in grey, with the range over the compared runs around it (when a
 search compared several) and dotted where the feature has few rows; a pair's heat map is the
-chosen cluster's. A term selector picks the shape graph and the heat map. Hovering shows values.
+chosen cluster's; a categorical term is one group of bars per level (its rows counted), the chosen
+cluster's in its colour and the others grey, "missing" a bar of its own; a numeric term's value for
+a missing cell is a marked point right of its curve. A term selector picks the shape graph and the
+heat map. Hovering shows values.
 """
 
 SCRIPT = r"""
@@ -46,6 +49,13 @@ SCRIPT = r"""
                    line: {color: colour(k), width: 1, dash: 'dot', shape: shape},
                    hovertemplate: t.feature + ' %{x:.4g}: %{y:.3g} (few rows)<extra>' + name(k) + '</extra>'});
     });
+    if (t.missing) {
+      order.forEach(function (k) {
+        traces.push({x: [t.missing.x], y: [t.missing.values[k]], mode: 'markers', legendgroup: 'c' + k,
+                     showlegend: false, marker: {symbol: 'diamond', size: current === k ? 11 : 7, color: colour(k)},
+                     hovertemplate: 'missing (' + t.missing.rows + ' rows): %{y:.3g}<extra>' + name(k) + '</extra>'});
+      });
+    }
     traces.push({type: 'bar', x: t.hist.centres, y: t.hist.counts, width: t.hist.widths, yaxis: 'y2',
                  marker: {color: '#b8b8b8'}, name: 'rows', showlegend: false,
                  hovertemplate: '%{y} rows near %{x:.4g}<extra></extra>'});
@@ -54,6 +64,22 @@ SCRIPT = r"""
                     yaxis: {domain: [0.3, 1], title: {text: 'logit contribution'}, zeroline: true},
                     yaxis2: {domain: [0, 0.2], title: {text: 'rows'}},
                     xaxis: {title: {text: t.feature}, anchor: 'y2'}, legend: {font: {size: 11}}};
+    return [traces, layout];
+  }
+
+  function levelFigure(t) {
+    const order = D.ids.map(function (_, k) { return k; });
+    const traces = order.map(function (k) {
+      return {type: 'bar', x: t.levels, y: column(t.values, k), name: name(k), marker: {color: colour(k)},
+              hovertemplate: t.feature + ' = %{x}: %{y:.3g}<extra>' + name(k) + '</extra>'};
+    });
+    traces.push({type: 'bar', x: t.levels, y: t.counts, yaxis: 'y2', marker: {color: '#b8b8b8'}, name: 'rows',
+                 showlegend: false, hovertemplate: '%{x}: %{y} rows<extra></extra>'});
+    const layout = {title: {text: t.name + (current >= 0 ? ': cluster ' + D.ids[current] : ''), font: {size: 15}},
+                    height: 470, margin: {t: 48, r: 10, b: 90, l: 64}, barmode: 'group', hovermode: 'closest',
+                    yaxis: {domain: [0.3, 1], title: {text: 'logit contribution'}, zeroline: true},
+                    yaxis2: {domain: [0, 0.2], title: {text: 'rows'}},
+                    xaxis: {title: {text: t.feature}, anchor: 'y2', type: 'category'}, legend: {font: {size: 11}}};
     return [traces, layout];
   }
 
@@ -74,7 +100,7 @@ SCRIPT = r"""
     document.querySelectorAll('.term-view').forEach(function (view) {
       const chooser = view.querySelector('select');
       const t = D.terms[Number(chooser.value)];
-      const fig = t.kind === 'main' ? mainFigure(t) : pairFigure(t);
+      const fig = t.kind === 'main' ? mainFigure(t) : (t.kind === 'levels' ? levelFigure(t) : pairFigure(t));
       Plotly.react(view.querySelector('.plot'), fig[0], fig[1], CONFIG);
     });
   }
@@ -85,7 +111,10 @@ SCRIPT = r"""
       const terms = r.terms.slice().reverse();
       const label = function (q) {
         const v = q.term.split(' & ').filter(function (f) { return f in r.values; })
-          .map(function (f) { return f + ' = ' + Number(r.values[f].toPrecision(4)); });
+          .map(function (f) {
+            const v = r.values[f];
+            return f + ' = ' + (v === null ? 'missing' : (typeof v === 'string' ? v : Number(v.toPrecision(4))));
+          });
         return v.length ? v.join(', ') : q.term;
       };
       Plotly.newPlot(div, [{type: 'bar', orientation: 'h', y: terms.map(label),

@@ -5,7 +5,9 @@ For each cluster a shallow decision tree (scikit-learn's) separates the cluster'
 others on the model's own assignments; the rule is the path to the leaf that holds the most of the
 cluster's rows at the best precision, its bounds on one feature merged. Coverage is the share of
 the cluster's rows the rule takes; precision the share of the rule's rows in the cluster; both are
-measured on the rows given.
+measured on the rows given. A categorical feature enters the tree as one indicator per level and
+its conditions read ``plan = monthly`` / ``plan != monthly``; missing cells are routed by the tree
+itself (scikit-learn's trees take NaN) and a missing cell meets no numeric bound.
 """
 from __future__ import annotations
 
@@ -26,14 +28,20 @@ class Rule:
     n_rows: int
 
     def text(self) -> str:
-        """``f0 <= 1.5 and f2 > 3`` (or ``(every row)``)."""
-        return " and ".join(f"{f} {op} {t:.4g}" for f, op, t in self.conditions) or "(every row)"
+        """``f0 <= 1.5 and plan = monthly`` (or ``(every row)``)."""
+        return " and ".join(f"{f} {'=' if op == '==' else op} {t}" if op in ("==", "!=") else f"{f} {op} {t:.4g}"
+                            for f, op, t in self.conditions) or "(every row)"
 
     def mask(self, X: pd.DataFrame) -> np.ndarray:
         """The rows of ``X`` the rule takes."""
+        from ..columns import level_texts
         keep = np.ones(len(X), dtype=bool)
         for f, op, t in self.conditions:
-            v = X[f].to_numpy(np.float64)
+            if op in ("==", "!="):
+                same = np.array([v == t for v in level_texts(X[f])])
+                keep &= same if op == "==" else ~same
+                continue
+            v = X[f].to_numpy(np.float64, na_value=np.nan)
             keep &= (v <= t) if op == "<=" else (v > t)
         return keep
 
@@ -42,8 +50,7 @@ def cluster_rules(X: pd.DataFrame, labels: np.ndarray, ids, max_depth: int = 3, 
                   seed: int = 0) -> list[Rule]:
     """One ``Rule`` per cluster id in ``ids`` (in that order) for the rows ``X`` assigned ``labels``."""
     from sklearn.tree import DecisionTreeClassifier
-    names = list(X.columns)
-    arr = X.to_numpy(np.float64)
+    arr, names = _design(X)
     out = []
     for cid in ids:
         y = labels == cid
@@ -70,6 +77,23 @@ def cluster_rules(X: pd.DataFrame, labels: np.ndarray, ids, max_depth: int = 3, 
         hit = int((taken & y).sum())
         out.append(Rule(int(cid), conditions, hit / n_in, hit / max(int(taken.sum()), 1), n_in, len(X)))
     return out
+
+
+def _design(X: pd.DataFrame) -> tuple[np.ndarray, list]:
+    """The tree's inputs: numeric columns as they are (NaN for missing), a categorical column
+    (text, ``category`` or boolean) as one 0/1 indicator per level, named ``(column, level)``."""
+    from ..columns import _is_category_dtype, level_texts
+    parts, names = [], []
+    for c in X.columns:
+        if _is_category_dtype(X[c]):
+            texts = level_texts(X[c])
+            for level in sorted({t for t in texts if t is not None}):
+                parts.append(np.array([t == level for t in texts], dtype=np.float64))
+                names.append((c, level))
+        else:
+            parts.append(X[c].to_numpy(np.float64, na_value=np.nan))
+            names.append(c)
+    return np.column_stack(parts) if parts else np.empty((len(X), 0)), names
 
 
 def _path(tree, leaf: int) -> list[tuple[int, str, float]]:
@@ -100,7 +124,13 @@ def _merged(steps, names: list[str]) -> tuple[tuple[str, str, float], ...]:
             lower[j] = max(lower.get(j, -np.inf), thr)
         if (j, op) not in order:
             order.append((j, op))
-    return tuple((names[j], op, upper[j] if op == "<=" else lower[j]) for j, op in order)
+    out = []
+    for j, op in order:
+        if isinstance(names[j], tuple):   # a level's indicator: <= 0.5 is "not that level"
+            out.append((names[j][0], "!=" if op == "<=" else "==", names[j][1]))
+        else:
+            out.append((names[j], op, upper[j] if op == "<=" else lower[j]))
+    return tuple(out)
 
 
 def rules_text(rules: list[Rule]) -> str:

@@ -5,8 +5,11 @@ interpolated linearly between grid points (bilinearly for a pair) and constant o
 exactly as ``TableScorer`` does; the logits are the intercept plus every term; the cluster is the
 first largest logit's stable id. The text uses only what DuckDB, SQLite, PostgreSQL and the
 common warehouses share: ``CASE``, arithmetic, comparisons, quoted identifiers and a subquery (no
-``LEAST``/``GREATEST``, no arrays, no window functions). A row with a NULL feature gets a NULL
-cluster, never a guessed one.
+``LEAST``/``GREATEST``, no arrays, no window functions). A categorical feature is read with
+``CASE WHEN col = 'monthly' THEN 0 ...`` (its level codes; a level the model never saw takes
+``other``'s, as the scorer does; text quoted, booleans as ``TRUE``/``FALSE``, integer codes as
+numbers). A NULL cell takes its term's "missing" value when the model learned one; with a model
+that reads no missing cells a row with a NULL feature gets a NULL cluster, never a guessed one.
 """
 from __future__ import annotations
 
@@ -66,6 +69,26 @@ def _fraction(col: str, b: str, grid: np.ndarray) -> str:
     return f"({col} - ({_by_bin(b, lo)})) / ({_by_bin(b, width)})"
 
 
+def literal(level: str, dtype: str) -> str:
+    """A level as the SQL literal its column holds: ``'text'`` (quotes doubled), ``TRUE`` /
+    ``FALSE``, or a number."""
+    if dtype == "bool":
+        return "TRUE" if level == "True" else "FALSE"
+    if dtype == "number":
+        try:
+            return number(float(level)) if "." in level or "e" in level.lower() else str(int(level))
+        except ValueError:
+            pass
+    return "'" + str(level).replace("'", "''") + "'"
+
+
+def _coded(col: str, level_names: list[str], dtype: str) -> str:
+    """A categorical column as its level code (NULL stays NULL; an unseen level is ``other``)."""
+    kept, other = level_names[:-2], len(level_names) - 2
+    whens = " ".join(f"WHEN {col} = {literal(v, dtype)} THEN {number(i)}" for i, v in enumerate(kept))
+    return f"CASE WHEN {col} IS NULL THEN NULL {whens} ELSE {number(other)} END"
+
+
 def _clipped(col: str, grid: np.ndarray) -> str:
     """``col`` held inside the grid (the shape is constant outside it)."""
     return f"CASE WHEN {col} < {number(grid[0])} THEN {number(grid[0])} WHEN {col} > {number(grid[-1])} " \
@@ -97,10 +120,30 @@ def pair_term(ba: str, fa: str, bb: str, fb: str, values: np.ndarray) -> str:
     return f"({c00} + {fa} * {c10} + {fb} * {c01} + {fa} * {fb} * {c11})"
 
 
-def to_sql(explanation, table: str, keep: list[str] | None = None) -> str:
+def _term_sql(t, c: int, x, b, f) -> str:
+    """One cluster's contribution of term ``t``; ``x``/``b``/``f``: its axes' value, cell and
+    fraction column names. A term with missing values takes them where its value is NULL."""
+    if t.kind == "main":
+        body = main_term(b[0], f[0], t.values[:, c])
+        if t.missing is None:
+            return body
+        return f"(CASE WHEN {x[0]} IS NULL THEN {number(t.missing[c])} ELSE {body} END)"
+    body = pair_term(b[0], f[0], b[1], f[1], t.values[:, :, c])
+    if t.missing is None:
+        return body
+    m = t.missing
+    return (f"(CASE WHEN {x[0]} IS NULL AND {x[1]} IS NULL THEN {number(m['both'][c])} "
+            f"WHEN {x[0]} IS NULL THEN {main_term(b[1], f[1], np.asarray(m['a'])[:, c])} "
+            f"WHEN {x[1]} IS NULL THEN {main_term(b[0], f[0], np.asarray(m['b'])[:, c])} ELSE {body} END)")
+
+
+def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict | None = None,
+           order_by: str | None = None) -> str:
     """``SELECT <keep columns>, <cluster expression> AS cluster FROM table`` for ``explanation``
     (``NeurCAM.explain()``): ``keep`` defaults to the model's feature columns; the query's
-    cluster column is ``NULL`` for a row with a NULL feature.
+    cluster column is ``NULL`` for a row with a NULL feature the model has no missing value for.
+    ``dtypes``: feature -> how a categorical column's cells are written (``text``, ``bool``,
+    ``number``; default text); ``order_by``: a column the rows are sorted by.
 
     Nested selects compute each term axis once: the feature clipped to the term's grid, its
     grid cell, its position in the cell; then the logits (lookups per term and cluster) and the
@@ -120,26 +163,81 @@ def to_sql(explanation, table: str, keep: list[str] | None = None) -> str:
     def select(cols: list[str], source: str) -> str:
         return "SELECT " + ",\n  ".join(cols) + f"\nFROM {source}"
 
-    level1 = select(carried + [f"{_clipped(col, g)} AS {xs[n, a]}" for n, a, col, g in axes], table_name(table))
+    levels = explanation.categorical_levels()
+    dtypes = dtypes or {}
+    feature = {(n, a): f for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)}
+
+    def read(n, a, col, g):
+        f = feature[n, a]
+        value = _coded(col, levels[f], dtypes.get(f, "text")) if f in levels else _clipped(col, g)
+        return f"{value} AS {xs[n, a]}"
+
+    level1 = select(carried + [read(*axis) for axis in axes], table_name(table))
     level2 = select(carried + list(xs.values()) + [f"{_bin(xs[n, a], g)} AS {bins[n, a]}" for n, a, _, g in axes],
                     f"(\n{level1}\n) AS neurcam_clipped")
-    level3 = select(carried + list(bins.values()) + [f"{_fraction(xs[n, a], bins[n, a], g)} AS {frac[n, a]}"
-                                                     for n, a, _, g in axes], f"(\n{level2}\n) AS neurcam_cells")
+    level3 = select(carried + list(xs.values()) + list(bins.values())
+                    + [f"{_fraction(xs[n, a], bins[n, a], g)} AS {frac[n, a]}" for n, a, _, g in axes],
+                    f"(\n{level2}\n) AS neurcam_cells")
     sums = []
     for c in range(k):
         parts = [number(explanation.intercept[c])]
         for n, t in enumerate(explanation.terms):
-            if t.kind == "main":
-                parts.append(main_term(bins[n, 0], frac[n, 0], t.values[:, c]))
-            else:
-                parts.append(pair_term(bins[n, 0], frac[n, 0], bins[n, 1], frac[n, 1], t.values[:, :, c]))
+            axis = range(len(t.features))
+            parts.append(_term_sql(t, c, [xs[n, a] for a in axis], [bins[n, a] for a in axis],
+                                   [frac[n, a] for a in axis]))
         sums.append("\n    + ".join(parts) + f" AS {logit[c]}")
     level4 = select(carried + sums, f"(\n{level3}\n) AS neurcam_positions")
-    ids = explanation.ids
-    picks = ["WHEN " + " OR ".join(f"{quote(f)} IS NULL" for f in features) + " THEN NULL"]
+    choose, strict = _choice(explanation, features, logit)
+    nulls = ("the cluster is NULL where a feature is NULL" if strict else
+             "a NULL cell takes its term's missing value")
+    head = (f"-- NeurCAM cluster assignment (neurcam export): {k} clusters, {len(explanation.terms)} terms over "
+            f"{len(features)} features; {nulls}\n")
+    order = f"\nORDER BY {quote(order_by)}" if order_by else ""
+    return head + select([quote(c) for c in keep] + [choose], f"(\n{level4}\n) AS neurcam_scored") + order + "\n"
+
+
+def _choice(explanation, features: list[str], logit: list[str]) -> tuple[str, list[str]]:
+    """The cluster column: NULL where a feature the model reads no missing value for is NULL,
+    else the first largest logit's stable id; and those strict features."""
+    ids, k = explanation.ids, explanation.n_clusters
+    reads_missing = {f for t in explanation.terms if t.missing is not None for f in t.features}
+    strict = [f for f in features if f not in reads_missing]
+    picks = ["WHEN " + " OR ".join(f"{quote(f)} IS NULL" for f in strict) + " THEN NULL"] if strict else []
     for c in range(k - 1):
         picks.append("WHEN " + " AND ".join(f"{logit[c]} >= {logit[j]}" for j in range(c + 1, k)) + f" THEN {ids[c]}")
-    choose = f"CASE {' '.join(picks)} ELSE {ids[-1]} END AS cluster"
-    head = (f"-- NeurCAM cluster assignment (neurcam export): {k} clusters, {len(explanation.terms)} terms over "
-            f"{len(features)} features; the cluster is NULL where a feature is NULL\n")
-    return head + select([quote(c) for c in keep] + [choose], f"(\n{level4}\n) AS neurcam_scored") + "\n"
+    return f"CASE {' '.join(picks)} ELSE {ids[-1]} END AS cluster", strict
+
+
+def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> dict[str, float]:
+    """Run the query in SQLite (and DuckDB when it is installed) on ``frame``'s rows and return,
+    per engine, the share of rows whose cluster equals ``expected`` (``predict``'s ids): the
+    agreement of the text itself, not of the Python scorer it was built from."""
+    import sqlite3
+
+    import pandas as pd
+    row = "__neurcam_row"
+    table = frame.reset_index(drop=True).copy()
+    table[row] = np.arange(len(table))
+    for c in table.columns:   # pandas' nullable and category columns as plain values
+        if isinstance(table[c].dtype, pd.CategoricalDtype):
+            table[c] = table[c].astype(object)
+    query = to_sql(explanation, "neurcam_rows", keep=[row], dtypes=dtypes, order_by=row)
+    expected = np.asarray(expected)
+    out = {}
+    with sqlite3.connect(":memory:") as con:
+        table.to_sql("neurcam_rows", con, index=False)
+        got = pd.read_sql_query(query, con)["cluster"].to_numpy()
+    out["sqlite"] = float(np.mean(got == expected))
+    try:
+        import duckdb
+    except ImportError:
+        return out
+    con = duckdb.connect()
+    try:
+        con.register("neurcam_frame", table)
+        con.execute("CREATE TABLE neurcam_rows AS SELECT * FROM neurcam_frame")
+        got = con.execute(query).fetchdf()["cluster"].to_numpy()
+    finally:
+        con.close()
+    out["duckdb"] = float(np.mean(got == expected))
+    return out

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..columns import ColumnCoding
 from ..errors import ModelFileError, TrainingError
 from ..numerics import standardize, standardized_zero
 from .network import NeurCAMNet
@@ -75,6 +76,10 @@ class FittedNet:
     summary : dict or None
         Importance of every term and each cluster's profile over the training reference rows, by
         logit column (see ``NeurCAM.importance_``); computed when first asked for or saved.
+    coding : ColumnCoding or None
+        How the columns reach the network (categorical levels, missing cells: ``columns``); None
+        for a model of plain numbers (trained on Ray, or saved before format 3), which refuses
+        missing cells.
     """
 
     net: NeurCAMNet
@@ -92,11 +97,12 @@ class FittedNet:
     text: dict | None = None
     labels: np.ndarray | None = None
     summary: dict | None = None
+    coding: ColumnCoding | None = None
 
     @classmethod
     def from_trainer(cls, trainer, records: list, seconds: float, *, feature_names: list[str], mean, scale,
                      repr_dim: int, uses_features_as_repr: bool, precision: str, init_info: dict | None = None,
-                     text: dict | None = None, **history) -> "FittedNet":
+                     text: dict | None = None, coding: ColumnCoding | None = None, **history) -> "FittedNet":
         """The state at the end of training (in memory or on Ray): the trainer's network, locked,
         its schedule's temperatures and record. ``history``: what the driver adds to the record.
 
@@ -113,7 +119,7 @@ class FittedNet:
         return cls(net=net.eval(), mean=np.asarray(mean, np.float64), scale=np.asarray(scale, np.float64),
                    temperatures=(sched.t, sched.t2), feature_names=list(feature_names), repr_dim=int(repr_dim),
                    uses_features_as_repr=bool(uses_features_as_repr), precision=precision, history=record,
-                   text=text)
+                   text=text, coding=coding)
 
     def to_dict(self) -> tuple[dict, dict]:
         """``(config, weights)``: the fitted state as plain values (what ``config.json`` of a
@@ -134,6 +140,8 @@ class FittedNet:
             config["text"] = self.text
         if self.summary is not None:
             config["summary"] = self.summary
+        if self.coding is not None:
+            config["coding"] = self.coding.to_dict()
         weights = self.net.state_dict()
         if self.labels is not None:
             weights[LABELS] = torch.from_numpy(np.asarray(self.labels, dtype=np.int64))
@@ -151,8 +159,10 @@ class FittedNet:
         """
         params = config["params"]
         k, r = weights["centroids"].shape
+        coding = ColumnCoding.from_dict(config["coding"]) if config.get("coding") else None
         net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"],
-                         tuple(params["hidden"]), params["n_bases"], torch.zeros(k, r))
+                         tuple(params["hidden"]), params["n_bases"], torch.zeros(k, r),
+                         n_levels=None if coding is None else coding.n_levels)
         weights = dict(weights)
         labels = weights.pop(LABELS, None)
         for key, value in net.state_dict().items():  # models saved before constant-feature masks
@@ -173,7 +183,7 @@ class FittedNet:
                    precision=config.get("precision", params.get("precision", "fp32")),
                    history=config.get("history", {}), text=config.get("text"),
                    labels=None if labels is None else labels.numpy().astype(np.int64),
-                   summary=config.get("summary"))
+                   summary=config.get("summary"), coding=coding)
 
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
@@ -203,6 +213,26 @@ class FittedNet:
     def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
         """Raw features -> float32 standardized features (computed in float64); fit and scoring share it."""
         return standardize(arr, mean, scale)
+
+    def encode(self, X, what: str = "X") -> np.ndarray:
+        """Rows (a DataFrame aligned by name, or a 2-D array in the fitted order) as the encoded
+        matrix the network reads (``columns.ColumnCoding.encode``: level codes, NaN for missing
+        cells); a model without a coding reads plain numbers and refuses missing cells."""
+        return self.encode_counted(X, what)[0]
+
+    def encode_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
+        """``(encoded matrix, unseen levels per column)``, as ``encode``."""
+        if self.coding is None:
+            from ..validation import check_matrix
+            return check_matrix(X, what, expected_columns=list(self.feature_names))[0], {}
+        return self.coding.encode_counted(X, what)
+
+    def clustering_space(self, arr: np.ndarray) -> np.ndarray:
+        """The clustering space of encoded rows for a model whose space is its features
+        (``uses_features_as_repr``): the standardized features, with levels one-hot and missing
+        cells as the ``columns`` module says."""
+        x = self.standardize(arr)
+        return x if self.coding is None else self.coding.clustering_space(x)
 
     def standardize(self, arr: np.ndarray) -> np.ndarray:
         """Raw features in the fitted column order -> float32 standardized features."""

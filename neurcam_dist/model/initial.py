@@ -31,11 +31,11 @@ TRIAL_EPOCHS = 10     # distillation epochs per trial
 
 
 def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray, xr: np.ndarray,
-                       allowed, baseline) -> float:
+                       allowed, baseline, coding: dict) -> float:
     """The inertia of the partition a network distilled toward ``centroids`` reaches on (x, xr)."""
     trial = dataclasses.replace(spec, precision="fp32", max_seconds=None)
     trainer = build_trainer(trial, centroids, precision="fp32", device="cpu", allowed=allowed, baseline=baseline,
-                            cuda_graphs=False)
+                            cuda_graphs=False, **coding)
     x_t, xr_t = torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.from_numpy(
         np.ascontiguousarray(xr, np.float32))
     targets = fcm_log_membership(squared_distances(xr_t, torch.from_numpy(centroids)), spec.m)
@@ -48,19 +48,23 @@ def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray,
 
 
 def initial_centroids(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str = "auto",
-                      n_init: int = 10, allowed=None, baseline=None) -> tuple[np.ndarray, dict]:
+                      n_init: int = 10, allowed=None, baseline=None, n_levels=None,
+                      level_init=None) -> tuple[np.ndarray, dict]:
     """``(centroids, info)`` for standardized features ``x`` and clustering space ``xr`` (the rows
     of a sample, aligned): ``method`` as ``kmeans_centroids``, ``auto`` choosing as the module
     docstring says. ``allowed`` / ``baseline`` as ``build_trainer``. ``info["explained"]``: the
-    clustering space's variance less the chosen k-means inertia, per row (``Schedule.loss_scale``)."""
-    centroids, info = _chosen(spec, x, xr, method=method, n_init=n_init, allowed=allowed, baseline=baseline)
+    clustering space's variance less the chosen k-means inertia, per row (``Schedule.loss_scale``).
+    ``n_levels`` / ``level_init``: the input coding, as ``build_trainer``."""
+    coding = {"n_levels": n_levels, "level_init": level_init}
+    centroids, info = _chosen(spec, x, xr, method=method, n_init=n_init, allowed=allowed, baseline=baseline,
+                              coding=coding)
     rows = xr[:: max(1, len(xr) // 100_000)]  # at most ~100,000 rows: an estimate
     variance = inertia(rows, np.zeros(len(rows), np.int64))  # one cluster: the variance per row
     return centroids, {**info, "explained": max(variance - info["inertia"], 0.0)}
 
 
 def _chosen(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str, n_init: int, allowed,
-            baseline) -> tuple[np.ndarray, dict]:
+            baseline, coding: dict) -> tuple[np.ndarray, dict]:
     seed, k = spec.random_state, spec.n_clusters
     if method != "auto" or kmeans_method(len(xr), xr.shape[1], k) != "lloyd":
         return kmeans_centroids(xr, k, seed, method=method, n_init=n_init, batch_size=spec.batch_size)
@@ -71,7 +75,7 @@ def _chosen(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str, n
     if mini_info["inertia"] <= CLOSE * info["inertia"] or spec.distill_epochs == 0:
         return lloyd, {**info, "chosen_by": "k-means inertia" if spec.distill_epochs else "no distillation"}
     keep = np.sort(np.random.default_rng(seed).permutation(len(xr))[:TRIAL_ROWS])
-    reached = {name: _distilled_inertia(spec, c, x[keep], xr[keep], allowed, baseline)
+    reached = {name: _distilled_inertia(spec, c, x[keep], xr[keep], allowed, baseline, coding)
                for name, c in (("lloyd", lloyd), ("minibatch", mini))}
     chosen = min(reached, key=reached.get)
     picked = {**(info if chosen == "lloyd" else {**mini_info, "seconds": info["seconds"]}),

@@ -42,6 +42,39 @@ class Backbone(nn.Module):
         return h
 
 
+class InputCoding(nn.Module):
+    """Missing cells and categorical levels as learned input values, in one tensor op.
+
+    The encoded matrix (``columns.ColumnCoding``) holds NaN for a missing cell and a level code
+    ``0 .. L-1`` in a categorical column. Every feature has one learned value for "missing" and
+    every level of a categorical one its own learned value, all in one parameter ``values``
+    (levels of feature 0, of feature 1, ..., then one missing slot per feature); the gates and
+    the backbone then read the coded matrix as they read numbers. A numeric cell passes as it is.
+    """
+
+    def __init__(self, n_levels: list[int], init: torch.Tensor | None = None):
+        super().__init__()
+        levels = torch.as_tensor(list(n_levels), dtype=torch.long)
+        offsets = torch.cumsum(levels, 0) - levels
+        total = int(levels.sum())
+        self.register_buffer("level_offset", torch.where(levels > 0, offsets, -1))
+        self.register_buffer("missing_slot", total + torch.arange(len(levels)))
+        self.has_levels = bool((levels > 0).any())
+        values = torch.zeros(total + len(levels)) if init is None else torch.as_tensor(init, dtype=torch.float32)
+        self.values = nn.Parameter(values.clone().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, D) coded rows -> (N, D) inputs: NaN -> the feature's missing value, a level code ->
+        its level's value, numbers unchanged."""
+        nan = torch.isnan(x)
+        if not self.has_levels:
+            return torch.where(nan, self.values[self.missing_slot].to(x.dtype), x)
+        cat = self.level_offset >= 0
+        code = torch.where(nan | ~cat, torch.zeros((), dtype=x.dtype, device=x.device), x).long()
+        idx = torch.where(nan, self.missing_slot, torch.where(cat, self.level_offset + code, -1))
+        return torch.where(idx >= 0, self.values[idx.clamp_min(0)].to(x.dtype), x)
+
+
 class ShapeFunctions(nn.Module):
     """``n`` gated channels of one arity sharing one backbone; each has its own (B x K) weights."""
 
@@ -114,8 +147,12 @@ class NeurCAMNet(nn.Module):
 
     def __init__(self, n_features: int, n_clusters: int, n_single: int, n_pairs: int,
                  hidden: tuple[int, ...], n_bases: int, centroids: torch.Tensor, seed: int = 0,
-                 allowed: torch.Tensor | None = None):
-        """``allowed``: (n_features,) bool, the features a gate may select (default: all)."""
+                 allowed: torch.Tensor | None = None, n_levels: list[int] | None = None,
+                 level_init: torch.Tensor | None = None):
+        """``allowed``: (n_features,) bool, the features a gate may select (default: all);
+        ``n_levels``: level codes per feature (0: numeric) when the inputs are coded
+        (``InputCoding``: missing cells and categorical levels), None for plain numbers;
+        ``level_init``: the coding's starting values."""
         super().__init__()
         g = torch.Generator().manual_seed(seed)
         self.n_features, self.n_clusters = n_features, n_clusters
@@ -126,6 +163,7 @@ class NeurCAMNet(nn.Module):
             self.single = ShapeFunctions(n_single, 1, n_features, n_clusters, hidden, n_bases, g, allowed)
             self.pairs = ShapeFunctions(n_pairs, 2, n_features, n_clusters, hidden, n_bases, g, allowed)
         self.centroids = nn.Parameter(centroids.detach().clone().float())
+        self.coding = None if n_levels is None else InputCoding(n_levels, level_init)
         # the standardized zero of every feature (sparse inputs); derived data, never saved
         self.register_buffer("baseline", None, persistent=False)
 
@@ -135,21 +173,30 @@ class NeurCAMNet(nn.Module):
         self.baseline = None if baseline is None else torch.as_tensor(baseline, dtype=torch.float32).to(
             self.centroids.device)
 
+    def _coded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The inputs the gates read and the baseline in the same terms."""
+        if self.coding is None:
+            return x, self.baseline
+        base = None if self.baseline is None else self.coding(self.baseline[None])[0]
+        return self.coding(x), base
+
     def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
         """(n, K) logits: the sum of the single-feature and pair shape functions' outputs."""
-        out = self.single.logits(x, t, self.baseline) if self.single.n else None
+        x, base = self._coded(x)
+        out = self.single.logits(x, t, base) if self.single.n else None
         if self.pairs.n:
-            p = self.pairs.logits(x, t2, self.baseline)
+            p = self.pairs.logits(x, t2, base)
             out = p if out is None else out + p
         return out
 
     def contributions(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
         """(N, C + P, K) per-channel contributions; their sum over channels equals ``forward``."""
+        x, base = self._coded(x)
         parts = []
         if self.single.n:
-            parts.append(self.single.contributions(x, t, self.baseline))
+            parts.append(self.single.contributions(x, t, base))
         if self.pairs.n:
-            parts.append(self.pairs.contributions(x, t2, self.baseline))
+            parts.append(self.pairs.contributions(x, t2, base))
         return torch.cat(parts, dim=1)
 
     def all_one_hot(self, t: float, t2: float) -> bool:

@@ -1,0 +1,529 @@
+"""How a table's columns reach the network: numbers, categories and missing cells, natively.
+
+A ``ColumnCoding`` is learned from the training table (``ColumnCoding.fit``) and kept with the
+model (``to_dict``: plain JSON, no pickle). It turns any table with the same columns into the
+model's *encoded matrix* (``encode``), float64 rows x features:
+
+- a numeric column keeps its values; a missing cell (NaN, null, blank) is NaN;
+- a categorical column (text, pandas ``category`` and boolean columns, as scikit-learn's
+  ``categorical_features="from_dtype"``; integer-coded ones when named) holds its level's code
+  ``0 .. L-1``; levels seen in fewer than ``min_level_rows`` training rows, those beyond the
+  ``max_levels`` most frequent, and levels never seen at training share the last code, ``other``;
+  a missing cell is NaN.
+
+The network maps every NaN to a learned input value of its feature and every level code to a
+learned value of its level (``model.network.InputCoding``), so each term has its own contribution
+for "missing" and for every level: once a gate is one-hot, a categorical term is exactly a lookup
+table. Nothing is imputed before the network.
+
+The clustering space of a table without an embedding (``clustering_space``): standardized numeric
+columns, missing cells at the column mean (0) plus a 0/1 indicator column for each numeric
+feature that had missing training cells; a categorical column as the one-hot of its levels (and
+"missing" when training had it), scaled by ``1 / sqrt(1 - sum p^2)`` (``p``: the levels' training
+shares) so its one-hot columns' variances sum to 1, as a standardized numeric's does: a two-level
+column reads exactly as the same 0/1 column standardized. The indicator of missing numeric cells
+is not scaled: a missing cell sits 1 from a present cell at the column mean, so a few blank cells
+never make far rows of their own. A numeric table without missing cells gets its standardized
+columns, as before.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import ConfigError, DataError
+
+OTHER = "other"       # the shared level of rare and unseen levels (always the last code)
+MISSING = "missing"   # how explanations and reports name a missing cell
+
+
+@dataclass(frozen=True)
+class Column:
+    """One feature column as the model reads it.
+
+    Attributes
+    ----------
+    name : str
+        The column's name.
+    levels : tuple of str
+        A categorical column's kept levels as text, ``other`` last; empty for a numeric column.
+    dtype : str
+        How the column's cells are written: ``number``, ``text`` or ``bool`` (SQL compares a
+        level with ``col = 'monthly'``, ``col = 3`` or ``col = TRUE``).
+    rows : tuple of int
+        Training rows per level (``other`` included).
+    missing_rows : int
+        Training rows whose cell was missing.
+    """
+
+    name: str
+    levels: tuple = ()
+    dtype: str = "number"
+    rows: tuple = ()
+    missing_rows: int = 0
+
+    @property
+    def categorical(self) -> bool:
+        """True for a categorical column."""
+        return bool(self.levels)
+
+    def level_names(self) -> list[str]:
+        """Every value a term of this column takes: its levels (``other`` included) and ``missing``."""
+        return [*self.levels, MISSING]
+
+
+@dataclass(frozen=True)
+class ColumnCoding:
+    """The columns of a fitted model: their kinds, levels and training missing counts.
+
+    Attributes
+    ----------
+    columns : tuple of Column
+        In the network's feature order.
+    n_rows : int
+        Training rows the coding was learned on.
+    missing : str
+        ``learn`` (missing cells are a value of their own) or ``refuse`` (they are an error).
+    """
+
+    columns: tuple
+    n_rows: int
+    missing: str = "learn"
+
+    # ------------------------------------------------------------------ learning
+    @classmethod
+    def fit(cls, X, categorical_features="from_dtype", *, min_level_rows: int = 5, max_levels: int = 64,
+            missing: str = "learn", what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
+        """``(coding, encoded matrix)`` of a training table (a DataFrame or a 2-D array).
+
+        Parameters
+        ----------
+        X : DataFrame or array-like
+            The feature columns.
+        categorical_features : "from_dtype", None or list of str / int
+            "from_dtype": text, ``category`` and boolean columns are categorical; a list names
+            integer-coded categorical columns as well (by name or position); None: none beyond
+            the text, ``category`` and boolean columns (which cannot be numbers).
+        min_level_rows, max_levels : int
+            A level seen in fewer rows, or beyond the ``max_levels`` most frequent, joins ``other``.
+        missing : str
+            ``learn`` or ``refuse``.
+
+        Raises
+        ------
+        DataError
+            Infinite cells, or missing ones under ``missing='refuse'`` (naming the columns).
+        ConfigError
+            A named categorical column that is not in ``X``.
+        """
+        names, cells = _columns_of(X, what)
+        named = _named_categoricals(categorical_features, names)
+        columns = []
+        for name, col in zip(names, cells):
+            if name not in named:
+                _refuse_numbers_with_typos(col, name, what)
+            if _is_category_dtype(col) or name in named:
+                columns.append(_fit_levels(name, col, min_level_rows, max_levels))
+            else:
+                columns.append(Column(name=name))
+        coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing)
+        arr, _ = coding._encode_cells(names, cells, what)
+        counts = np.isnan(arr).sum(axis=0)
+        coding = cls(columns=tuple(dataclasses.replace(c, missing_rows=int(n)) for c, n in zip(columns, counts)),
+                     n_rows=coding.n_rows, missing=missing)
+        return coding, arr
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def names(self) -> list[str]:
+        """The feature names, in order."""
+        return [c.name for c in self.columns]
+
+    @property
+    def n_levels(self) -> list[int]:
+        """Level codes per feature (0 for a numeric one): what the network's input coding needs."""
+        return [len(c.levels) for c in self.columns]
+
+    @property
+    def has_categorical(self) -> bool:
+        """True when some feature is categorical."""
+        return any(c.categorical for c in self.columns)
+
+    def categorical_mask(self) -> np.ndarray:
+        """(features,) bool: which features are categorical."""
+        return np.array([c.categorical for c in self.columns], dtype=bool)
+
+    def dtypes(self) -> dict[str, str]:
+        """Categorical feature -> how its cells are written (``text``, ``bool``, ``number``)."""
+        return {c.name: c.dtype for c in self.columns if c.categorical}
+
+    def missing_shares(self) -> dict[str, float]:
+        """Each feature's share of missing training cells (every feature, in order)."""
+        n = max(self.n_rows, 1)
+        return {c.name: c.missing_rows / n for c in self.columns}
+
+    def encode(self, X, what: str = "X") -> np.ndarray:
+        """The encoded matrix of rows with this coding's columns (a DataFrame is realigned by
+        name; a 2-D array is taken in this order); levels not seen at training are coded
+        ``other`` (``encode_counted`` also says how many).
+
+        Raises
+        ------
+        DataError
+            Other columns than the model's, infinite cells, text in a numeric column, or missing
+            cells under ``missing='refuse'``.
+        """
+        return self.encode_counted(X, what)[0]
+
+    def encode_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
+        """``(encoded matrix, unseen)``: ``encode``'s matrix and, per categorical column with
+        any, the cells whose level was not seen at training (coded ``other``)."""
+        names, cells = _columns_of(X, what, expected=self.names)
+        return self._encode_cells(names, cells, what)
+
+    def _encode_cells(self, names, cells, what: str) -> tuple[np.ndarray, dict[str, int]]:
+        n = len(cells[0]) if cells else 0
+        arr = np.empty((n, len(self.columns)), dtype=np.float64)
+        unseen = {}
+        for j, (column, col) in enumerate(zip(self.columns, cells)):
+            if column.categorical:
+                texts = level_texts(col)
+                lookup = {v: i for i, v in enumerate(column.levels[:-1])}
+                codes = np.array([lookup.get(v, -1) if v is not None else -2 for v in texts], dtype=np.float64)
+                new = codes == -1
+                if new.any():
+                    unseen[column.name] = int(new.sum())
+                codes[new] = len(column.levels) - 1
+                codes[codes == -2] = np.nan
+                arr[:, j] = codes
+            else:
+                arr[:, j] = _numbers(col, column.name, what)
+        _refuse_infinite(arr, names, what)
+        if self.missing == "refuse" and np.isnan(arr).any():
+            counts = np.isnan(arr).sum(axis=0)
+            shown = [f"{names[j]!r} ({int(counts[j])} rows)" for j in np.flatnonzero(counts)]
+            raise DataError(f"{what} has missing values in column(s) {', '.join(shown[:10])}"
+                            f"{f' and {len(shown) - 10} more' if len(shown) > 10 else ''} (missing='refuse'): "
+                            f"fill or drop those rows, or set missing='learn' to give each term a value for them")
+        return arr, unseen
+
+    def level_of(self, j: int, code: float) -> str:
+        """The level name of code ``code`` of feature ``j`` (NaN: ``missing``)."""
+        if code != code:
+            return MISSING
+        return self.columns[j].levels[int(code)]
+
+    # ------------------------------------------------------------------ the clustering space
+    @property
+    def space_is_features(self) -> bool:
+        """True when the clustering space is the standardized features themselves (every feature
+        numeric, no missing training cell)."""
+        return not self.has_categorical and not any(c.missing_rows for c in self.columns)
+
+    def space_width(self) -> int:
+        """Columns of the clustering space (``clustering_space``)."""
+        w = 0
+        for c in self.columns:
+            w += (len(c.levels) + (c.missing_rows > 0)) if c.categorical else 1 + (c.missing_rows > 0)
+        return w
+
+    def clustering_space(self, x_std: np.ndarray) -> np.ndarray:
+        """The documented clustering space (module docstring) of standardized encoded rows, float32."""
+        x_std = np.asarray(x_std)
+        if not self.has_categorical and not any(c.missing_rows for c in self.columns):
+            return np.nan_to_num(x_std, nan=0.0).astype(np.float32, copy=False)
+        parts = []
+        for j, c in enumerate(self.columns):
+            v = x_std[:, j]
+            nan = np.isnan(v)
+            if not c.categorical:
+                parts.append(np.where(nan, 0.0, v)[:, None])
+                if c.missing_rows:
+                    parts.append(nan[:, None].astype(np.float64))
+                continue
+            width = len(c.levels) + (c.missing_rows > 0)
+            onehot = np.zeros((len(v), width))
+            codes = np.where(nan, len(c.levels), np.nan_to_num(v, nan=0.0)).astype(np.int64)
+            keep = codes < width
+            onehot[np.flatnonzero(keep), codes[keep]] = 1.0
+            parts.append(onehot * self.level_weight(j))
+        return np.concatenate(parts, axis=1).astype(np.float32)
+
+    def level_weight(self, j: int) -> float:
+        """The scale of feature ``j``'s one-hot columns: ``1 / sqrt(1 - sum p^2)`` over its
+        training shares (levels and missing), so that its columns' variances sum to 1 as a
+        standardized numeric's do (a two-level column then reads exactly as the same 0/1 column
+        standardized); 0 for a column with one value."""
+        c = self.columns[j]
+        counts = np.array([*c.rows, c.missing_rows], dtype=np.float64)
+        p = counts / max(counts.sum(), 1.0)
+        spread = 1.0 - float((p ** 2).sum())
+        return 1.0 / math.sqrt(spread) if spread > 1e-12 else 0.0
+
+    # ------------------------------------------------------------------ storage
+    def to_dict(self) -> dict:
+        """Plain JSON values (what a model directory's ``config.json`` keeps)."""
+        return {"missing": self.missing, "n_rows": int(self.n_rows),
+                "columns": [{"name": c.name, "levels": list(c.levels), "dtype": c.dtype, "rows": list(c.rows),
+                             "missing_rows": int(c.missing_rows)} for c in self.columns]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ColumnCoding":
+        """The coding ``to_dict`` gave."""
+        return cls(columns=tuple(Column(name=c["name"], levels=tuple(c["levels"]), dtype=c.get("dtype", "number"),
+                                        rows=tuple(int(r) for r in c.get("rows", ())),
+                                        missing_rows=int(c.get("missing_rows", 0))) for c in d["columns"]),
+                   n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"))
+
+    @classmethod
+    def numeric(cls, names: list[str], n_rows: int, missing: str = "learn") -> "ColumnCoding":
+        """Every column numeric, no missing training cells (a model trained on Ray)."""
+        return cls(columns=tuple(Column(name=n) for n in names), n_rows=n_rows, missing=missing)
+
+
+def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int) -> np.ndarray:
+    """The learned input values' starting point (``InputCoding.values``): each level at the mean,
+    over its training rows, of the first principal component of the clustering space ``xr``
+    (standardized), plus a small spread by frequency so that no two levels start equal; other
+    and missing slots of a numeric feature at 0 (its mean)."""
+    rng = np.random.default_rng(seed)
+    keep = np.sort(rng.permutation(len(xr))[:20_000])
+    sample = np.asarray(xr[keep], np.float64)
+    centred = sample - sample.mean(0)
+    try:
+        _, _, vt = np.linalg.svd(centred, full_matrices=False)
+        score = centred @ vt[0]
+    except np.linalg.LinAlgError:
+        score = np.zeros(len(sample))
+    sd = score.std()
+    score = score / sd if sd > 0 else score
+    total = sum(coding.n_levels)
+    values = np.zeros(total + len(coding.columns))
+    offset = 0
+    for j, c in enumerate(coding.columns):
+        if not c.categorical:
+            continue
+        codes = arr[keep, j]
+        L = len(c.levels)
+        order = np.argsort(-np.asarray(c.rows), kind="stable")
+        spread = np.zeros(L)
+        spread[order] = 0.25 * (np.linspace(-0.5, 0.5, L) if L > 1 else 0.0)
+        for code in range(L):
+            members = codes == code
+            values[offset + code] = (score[members].mean() if members.any() else 0.0) + spread[code]
+        nan = np.isnan(codes)
+        values[total + j] = score[nan].mean() if nan.any() else 0.0
+        offset += L
+    return values
+
+
+# ---------------------------------------------------------------------- cells
+def _columns_of(X, what: str, expected: list[str] | None = None) -> tuple[list[str], list]:
+    """``(names, columns)``: a DataFrame's columns (duplicates and look-alike names refused; with
+    ``expected``, realigned by name and other columns refused) or a 2-D array's."""
+    from .validation import is_frame
+    if X is None:
+        raise DataError(f"{what} is None: expected a 2-D array or a DataFrame")
+    if is_frame(X):
+        names = [str(c) for c in X.columns]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise DataError(f"{what} has duplicate column names {dupes}")
+        if expected is not None:
+            missing = [c for c in expected if c not in names]
+            extra = [c for c in names if c not in expected]
+            if missing or extra:
+                raise DataError(f"{what} has other columns than the data the model was fitted on: "
+                                f"missing {missing}, unexpected {extra}")
+            by_name = {str(c): c for c in X.columns}
+            X = X[[by_name[c] for c in expected]]
+            names = list(expected)
+        if len(X) == 0 or len(names) == 0:
+            raise DataError(f"{what} is empty: shape {tuple(X.shape)}")
+        return names, [X.iloc[:, j] for j in range(len(names))]
+    try:
+        arr = np.asarray(X)
+    except Exception as exc:   # ragged lists and the like
+        raise DataError(f"{what} could not be read as a 2-D array: {exc}") from exc
+    if arr.ndim != 2:
+        raise DataError(f"{what} must be 2-D (rows x columns), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise DataError(f"{what} is empty: shape {arr.shape}")
+    names = [f"x{j}" for j in range(arr.shape[1])] if expected is None else list(expected)
+    if expected is not None and arr.shape[1] != len(expected):
+        raise DataError(f"{what} has {arr.shape[1]} columns, the model was fitted on {len(expected)}")
+    return names, [arr[:, j] for j in range(arr.shape[1])]
+
+
+def _named_categoricals(categorical_features, names: list[str]) -> set[str]:
+    if categorical_features is None or isinstance(categorical_features, str):
+        if categorical_features not in (None, "from_dtype"):
+            raise ConfigError(f"categorical_features must be 'from_dtype', None or a list of column names or "
+                              f"positions, got {categorical_features!r}")
+        return set()
+    out = set()
+    for c in categorical_features:
+        if isinstance(c, (int, np.integer)) and not isinstance(c, bool):
+            if not 0 <= int(c) < len(names):
+                raise ConfigError(f"categorical_features names position {c}, X has {len(names)} columns")
+            out.add(names[int(c)])
+        elif str(c) in names:
+            out.add(str(c))
+        else:
+            from .validation import missing_columns_note
+            raise ConfigError(f"categorical_features names {c!r}, which is not a column of X"
+                              f"{missing_columns_note([str(c)], names)}")
+    return out
+
+
+def _is_category_dtype(col) -> bool:
+    """Text, ``category`` and boolean columns: categorical whatever the configuration."""
+    dtype = getattr(col, "dtype", None)
+    if dtype is None:
+        return False
+    import pandas as pd
+    return bool(isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_bool_dtype(dtype)
+                or pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
+
+
+def column_dtype(col) -> str:
+    """``bool``, ``number`` or ``text``: how a categorical column's cells are written."""
+    import pandas as pd
+    dtype = getattr(col, "dtype", np.asarray(col).dtype)
+    if isinstance(dtype, pd.CategoricalDtype):
+        dtype = dtype.categories.dtype
+    if pd.api.types.is_bool_dtype(dtype):
+        return "bool"
+    if pd.api.types.is_numeric_dtype(dtype):
+        return "number"
+    return "text"
+
+
+def _text_of(v) -> str | None:
+    """A cell as level text (None: missing): ``True``/``False``, an integral number without its
+    ``.0``, text as written (blank text is missing)."""
+    if v is None:
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return "True" if v else "False"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        if v != v:
+            return None
+        return str(int(v)) if float(v).is_integer() and abs(v) < 2**53 else repr(float(v))
+    try:
+        import pandas as pd
+        if v is pd.NA or v is pd.NaT:
+            return None
+    except ImportError:   # pragma: no cover - pandas is a dependency
+        pass
+    s = str(v)
+    return s if s.strip() else None
+
+
+def level_texts(col) -> list:
+    """Every cell of a column as level text (None: missing)."""
+    values = col.tolist() if hasattr(col, "tolist") else list(col)
+    return [_text_of(v) for v in values]
+
+
+def _fit_levels(name: str, col, min_level_rows: int, max_levels: int) -> Column:
+    import pandas as pd
+    counts: dict[str, int] = {}
+    for v in level_texts(col):
+        if v is not None:
+            counts[v] = counts.get(v, 0) + 1
+    categories = None
+    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
+        categories = [_text_of(v) for v in col.dtype.categories.tolist()]
+    return column_from_counts(name, counts, column_dtype(col), min_level_rows, max_levels, categories)
+
+
+def column_from_counts(name: str, counts: dict[str, int], dtype: str, min_level_rows: int, max_levels: int,
+                       categories: list | None = None, missing_rows: int = 0) -> Column:
+    """A categorical ``Column`` from its training level counts (level text -> rows): the levels
+    with at least ``min_level_rows`` rows, at most the ``max_levels`` most frequent, in the
+    column's order (``categories`` of a pandas ``category``; ascending for booleans and numbers;
+    by frequency for text), then ``other`` for the rest. Warns when levels beyond ``max_levels``
+    were folded (an id or free text is no category). The Ray profile pass and ``fit`` share it."""
+    if categories is not None:
+        order = [t for t in categories if t in counts]
+    elif dtype == "bool":
+        order = sorted(counts, key=lambda t: (t != "False", t))
+    elif dtype == "number":
+        order = sorted(counts, key=lambda t: (_as_number(t), t))
+    else:
+        order = sorted(counts, key=lambda t: (-counts[t], t))
+    frequent = sorted((t for t in counts if counts[t] >= min_level_rows), key=lambda t: (-counts[t], t))
+    kept = set(frequent[:max_levels])
+    if len(frequent) > max_levels:
+        warnings.warn(f"column {name!r} has {len(counts):,} distinct values: its max_levels={max_levels} most "
+                      f"frequent are levels, the other {len(counts) - max_levels:,} share {OTHER!r} (an id or free "
+                      f"text is no category: leave it out, or featurize it with `neurcam featurize-text`)",
+                      UserWarning, stacklevel=4)
+    levels = [t for t in order if t in kept]
+    other = sum(n for t, n in counts.items() if t not in kept)
+    return Column(name=name, levels=(*levels, OTHER), dtype=dtype, rows=(*(counts[t] for t in levels), other),
+                  missing_rows=int(missing_rows))
+
+
+def _refuse_numbers_with_typos(col, name: str, what: str) -> None:
+    """A text column whose cells are numbers but for a few is a typo, not a category: name the
+    first cell that is not a number (``categorical_features`` reads it as levels on purpose)."""
+    import pandas as pd
+    if not isinstance(col, pd.Series) or not (pd.api.types.is_object_dtype(col.dtype)
+                                                or pd.api.types.is_string_dtype(col.dtype)):
+        return
+    values = col.dropna()
+    values = values[values.astype(str).str.strip() != ""]
+    if values.empty:
+        return
+    ok = pd.to_numeric(values, errors="coerce").notna()
+    if ok.mean() >= 0.5 and not ok.all():
+        row = values.index[~ok.to_numpy()][0]
+        raise DataError(f"{what} column {name!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
+                        f"{row} ({values[row]!r}): fix those cells, or name the column in categorical_features "
+                        f"(--categorical) to read its values as levels")
+
+
+def _as_number(t: str) -> float:
+    try:
+        return float(t)
+    except ValueError:
+        return math.inf
+
+
+def _numbers(col, name: str, what: str) -> np.ndarray:
+    """A numeric column as float64 (missing: NaN); text in it is refused naming the cell."""
+    import pandas as pd
+    if isinstance(col, np.ndarray):
+        if col.dtype.kind not in "biuf":
+            try:
+                return col.astype(np.float64)
+            except (TypeError, ValueError):
+                raise DataError(f"{what} column {name!r} holds values that are not numbers (dtype {col.dtype}): "
+                                f"name it in categorical_features, or encode it as numbers") from None
+        return col.astype(np.float64)
+    if pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    from .validation import first_text_cell
+    parsed = pd.to_numeric(col, errors="coerce")
+    bad = parsed.isna() & col.notna() & (col.astype(str).str.strip() != "")
+    if bad.any():
+        raise DataError(f"{what} column {name!r} was numeric at fit but holds text{first_text_cell(col)}")
+    return parsed.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _refuse_infinite(arr: np.ndarray, names: list[str], what: str) -> None:
+    inf = np.isinf(arr)
+    if inf.any():
+        counts = inf.sum(axis=0)
+        shown = [f"{names[j]!r} ({int(counts[j])} rows)" for j in np.flatnonzero(counts)]
+        raise DataError(f"{what} has infinite values in column(s) {', '.join(shown[:10])}"
+                        f"{f' and {len(shown) - 10} more' if len(shown) > 10 else ''}: replace them (a missing "
+                        f"cell is fine; an infinite one has no place on a shape function's axis)")

@@ -1,0 +1,253 @@
+"""Tables as they come: categorical columns and missing cells read natively, from fit to SQL."""
+import json
+import sqlite3
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from neurcam_dist import NeurCAM
+from neurcam_dist.cli import main
+from neurcam_dist.columns import ColumnCoding
+from neurcam_dist.data.synthetic import mixed_table
+from neurcam_dist.errors import DataError
+from neurcam_dist.explain.sql import run_agreement, to_sql
+
+from .conftest import SMALL
+
+FAST = dict(SMALL, epochs=40, warmup_epochs=15, batch_size=64)
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    df, y = mixed_table(600, seed=1, defined_by="level")
+    X = df.drop(columns="customer_id")
+    return X, y, NeurCAM(n_clusters=3, random_state=0, **FAST).fit(X)
+
+
+def test_text_category_and_boolean_columns_are_features_and_missing_cells_a_value(mixed):
+    from sklearn.metrics import adjusted_rand_score
+    X, y, est = mixed
+    coding = est.fitted_.coding
+    assert [c.name for c in coding.columns if c.categorical] == ["plan", "region", "paperless"]
+    assert coding.columns[0].levels[-1] == "other" and set(coding.columns[0].levels[:-1]) == {
+        "monthly", "yearly", "two-year"}
+    assert coding.columns[1].levels[:-1] == ("north", "south", "east", "west")     # a category's own order
+    assert coding.columns[2].levels == ("False", "True", "other")
+    assert coding.missing_shares()["usage"] == pytest.approx(X["usage"].isna().mean())
+    # the segments are the plan's levels: found, and the plan ranks first
+    assert adjusted_rand_score(y, est.labels_) > 0.85
+    assert est.importance_["term"].iloc[0] == "plan"
+    # scoring: a level never seen at training is 'other' and counted, a blank cell takes its value
+    new = X.head(20).copy()
+    new.loc[new.index[0], "plan"] = "weekly"
+    new.loc[new.index[1], "tenure"] = np.nan
+    scored, met = est.score_frame_counted(new)
+    assert met["unseen"] == {"plan": 1} and met["missing"]["tenure"] == 1
+    assert scored["cluster"].notna().all()
+    other = new.iloc[[0]].assign(plan="other")
+    assert est.decision_function(new.iloc[[0]]) == pytest.approx(est.decision_function(other))
+
+
+def test_a_categorical_term_is_a_lookup_table_of_its_levels(mixed):
+    X, _, est = mixed
+    expl = est.explain(X)
+    term = expl.term("plan")
+    assert term.levels == [["two-year", "yearly", "monthly", "other", "missing"]] or term.levels[0][-2:] == [
+        "other", "missing"]
+    assert term.values.shape == (len(term.levels[0]) - 1, 3) and term.missing.shape == (3,)
+    rows = est.explain_rows(X)
+    col = rows.terms.index("plan")
+    codes = est.fitted_.encode(X)[:, 0]
+    for code in np.unique(codes[~np.isnan(codes)]):
+        at = rows.contributions[codes == code, col]       # every row of a level: one contribution
+        assert np.ptp(at, axis=0).max() < 1e-5
+    # the table scorer (the exported tables only) agrees with the network, missing cells included
+    assert (expl.to_scorer().predict(X) == est.predict(X)).all()
+    again = type(expl).from_dict(json.loads(json.dumps(expl.to_dict())))
+    assert again.term("plan").levels == term.levels
+    assert (again.to_scorer().predict(X) == est.predict(X)).all()
+    sizes = expl.term("usage").histogram
+    assert sizes["missing"] == int(X["usage"].isna().sum())
+    profile = expl.profiles[int(np.argmax([p["size"] for p in expl.profiles]))]
+    assert any("level" in f for f in profile["features"])
+
+
+def test_the_model_file_keeps_the_levels_and_older_models_still_load(mixed, tmp_path):
+    X, _, est = mixed
+    est.save(tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert config["coding"]["columns"][0]["name"] == "plan"
+    loaded = NeurCAM.load(tmp_path / "m")
+    assert (loaded.predict(X) == est.predict(X)).all()
+    # a model of plain numbers written before the coding existed: its state has no input coding
+    numeric = X[["usage", "tenure", "income"]].dropna()
+    plain = NeurCAM(n_clusters=3, random_state=0, **FAST).fit(numeric)
+    state, weights = plain.fitted_.to_dict()
+    state.pop("coding")
+    weights = {k: v for k, v in weights.items() if not k.startswith("coding.")}
+    from neurcam_dist.model import FittedNet
+    old = FittedNet.from_dict({**state, "params": plain.get_params()}, weights)
+    assert old.coding is None and old.net.coding is None
+    np.testing.assert_allclose(old.logits(numeric.to_numpy()), plain.fitted_.logits(numeric.to_numpy()), atol=1e-5)
+    with pytest.raises(DataError, match="NaN or infinite"):
+        old.encode(numeric.assign(usage=np.nan))
+
+
+def test_bad_cells_are_named(mixed):
+    X, _, est = mixed
+    with pytest.raises(DataError, match=r"infinite values in column\(s\) 'tenure' \(1 rows\)"):
+        est.predict(X.assign(tenure=X.tenure.where(X.index != 4, np.inf)))
+    with pytest.raises(DataError, match=r"column 'usage' was numeric at fit but holds text"):
+        est.predict(X.assign(usage=X.usage.astype(object).where(X.index != 2, "n/a")))
+    with pytest.raises(DataError, match=r"column 'tenure' holds numbers except 1 cell\(s\), the first at row 3"):
+        NeurCAM(n_clusters=3, **FAST).fit(X.assign(tenure=X.tenure.astype(str).where(X.index != 3, "?")))
+    with pytest.raises(ValueError, match=r"categorical_features names 'planz'.*did you mean 'plan'"):
+        NeurCAM(n_clusters=3, categorical_features=["planz"], **FAST).fit(X)
+
+
+def test_integer_codes_named_categorical_and_rare_levels_share_other():
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame({"segment_code": rng.choice([1, 2, 3], 300), "x": rng.normal(size=300)})
+    X.loc[:2, "segment_code"] = 9          # 3 rows: fewer than min_level_rows=5
+    coding, arr = ColumnCoding.fit(X, ["segment_code"])
+    col = coding.columns[0]
+    assert col.levels == ("1", "2", "3", "other") and col.dtype == "number" and col.rows[-1] == 3
+    assert (arr[:3, 0] == 3).all()
+    plain, _ = ColumnCoding.fit(X)            # not named: a number like any other
+    assert not plain.has_categorical
+
+
+def test_clustering_space_of_a_numeric_table_is_its_standardized_columns(data):
+    X, _ = data
+    est = NeurCAM(n_clusters=3, random_state=0, **FAST).fit(X)
+    np.testing.assert_array_equal(est.clustering_space(X), est.transform_features(X))
+    space = est.fitted_.coding.clustering_space(np.array([[0.0, 1.0, np.nan, 2.0]]))
+    assert space.tolist() == [[0.0, 1.0, 0.0, 2.0]]   # a missing cell at the mean (no indicator: none at fit)
+
+
+def test_the_sql_query_reads_levels_nulls_quotes_and_booleans_in_duckdb_and_sqlite():
+    import duckdb
+    df, _ = mixed_table(400, seed=3, defined_by="level")
+    df["plan"] = df["plan"].replace({"two-year": "Bob's plan"})     # a quote in a level
+    X = df.drop(columns="customer_id")
+    est = NeurCAM(n_clusters=3, random_state=0, **FAST).fit(X)
+    new = X.head(60).copy()
+    new.loc[new.index[:3], "plan"] = ["weekly", None, "monthly"]     # unseen, NULL
+    new.loc[new.index[4], "income"] = np.nan
+    expl = est.explain(X)
+    engines = run_agreement(expl, new, est.predict(new), est.fitted_.coding.dtypes())
+    assert engines == {"sqlite": 1.0, "duckdb": 1.0}
+    text = to_sql(expl, "rows", dtypes=est.fitted_.coding.dtypes())
+    assert "'Bob''s plan'" in text and "\"paperless\" = TRUE" in text and "IS NULL THEN" in text
+    con = duckdb.connect()
+    con.register("rows", new.astype({"region": object}))
+    got = con.execute(text).fetchdf()["cluster"].to_numpy()
+    assert (got == est.predict(new)).all()
+    with sqlite3.connect(":memory:") as lite:
+        new.astype({"region": object}).to_sql("rows", lite, index=False)
+        assert (pd.read_sql_query(text, lite)["cluster"].to_numpy() == est.predict(new)).all()
+
+
+def test_fit_predict_export_on_a_csv_with_text_ids_free_text_categories_and_blanks(tmp_path, capsys):
+    df, _ = mixed_table(300, seed=4, defined_by="level")
+    df["comment"] = [f"called on day {i}" for i in range(len(df))]
+    df.to_csv(tmp_path / "t.csv", index=False)
+    args = ["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "run"), "--n-clusters", "3",
+            *[a for k, v in FAST.items() if k not in ("verbose", "device")
+              for a in (f"--{k.replace('_', '-')}", *(map(str, v) if isinstance(v, tuple) else [str(v)]))]]
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "categorical: plan, region, paperless" in err
+    assert "comment (text with 300 distinct values, more than a category's max_levels=64" in err
+    assigned = pd.read_csv(tmp_path / "run" / "assignments.csv", dtype={"customer_id": str})
+    assert assigned["customer_id"].tolist() == df["customer_id"].tolist()
+    new = df.head(30).copy()
+    new.loc[new.index[0], "plan"] = "weekly"
+    new.loc[new.index[1], "tenure"] = np.nan
+    new.to_csv(tmp_path / "new.csv", index=False)
+    new.to_parquet(tmp_path / "new.parquet")
+    for src, out in (("new.csv", "s1"), ("new.parquet", "s2")):
+        assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / src),
+                     "--output", str(tmp_path / out), "--id", "customer_id"]) == 0
+        said = capsys.readouterr().out
+        assert "levels not seen at training, scored as 'other': plan (1 cells)" in said
+        assert "tenure (1 cells)" in said
+    a, b = pd.read_parquet(tmp_path / "s1"), pd.read_parquet(tmp_path / "s2")
+    assert (a["cluster"] == b["cluster"]).all()
+    assert (a["cluster"].to_numpy() == NeurCAM.load(tmp_path / "run" / "model").predict(
+        new.drop(columns=["customer_id", "comment"])[["plan", "region", "paperless", "usage", "tenure", "income"]])).all()
+    assert main(["export", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "t.csv"),
+                 "--table", "crm.customers", "--output", str(tmp_path / "q.sql")]) == 0
+    assert "in SQLite and DuckDB" in capsys.readouterr().out
+
+
+def test_counterfactuals_move_rows_to_another_level_and_rules_read_levels(mixed):
+    X, _, est = mixed
+    rows = X.head(12)
+    moves = est.counterfactuals(rows)
+    level_moves = moves[moves["feature"].isin(["plan", "region", "paperless"])]
+    assert len(level_moves) and level_moves["change_std"].eq(1.0).all()
+    moved = rows.copy()
+    for i, m in moves.iterrows():
+        if not isinstance(m["feature"], str):
+            continue
+        value = m["new_value"]
+        if m["feature"] == "paperless":
+            value = value == "True"
+        moved.loc[moved.index[i], m["feature"]] = value
+    done = moves["feature"].map(lambda f: isinstance(f, str)).to_numpy()
+    assert (est.predict(moved)[done] == moves["target"].to_numpy()[done]).all()
+    from neurcam_dist.explain.rules import cluster_rules
+    rules = cluster_rules(X, est.predict(X), est.cluster_ids_)
+    text = " ".join(r.text() for r in rules)
+    assert "plan = " in text or "plan != " in text
+    assert all(r.precision > 0.5 for r in rules)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import plan, profile
+    from neurcam_dist.distributed import train
+    df, _ = mixed_table(600, seed=5, defined_by="level")
+    df["id"] = np.arange(len(df))
+    d = tmp_path / "shards"
+    d.mkdir()
+    a, b = df.iloc[:300].copy(), df.iloc[300:].copy()
+    b.loc[b["plan"] == "two-year", "plan"] = "two years"      # a level only the second file has
+    a.to_parquet(d / "a.parquet")
+    t = pa.Table.from_pandas(b, preserve_index=False)
+    i = t.schema.get_field_index("plan")
+    pq.write_table(t.set_column(i, "plan", t["plan"].dictionary_encode()), d / "b.parquet")   # dictionary here
+    features = ["plan", "region", "paperless", "usage", "tenure", "income"]
+    prof = profile(plan(DataConfig(path=str(d), id="id", features=features)), missing="learn")
+    assert prof.levels["plan"] == {"monthly": int((df.plan == "monthly").sum()), "yearly": int((df.plan == "yearly").sum()),
+                                   "two-year": int((a.plan == "two-year").sum()),
+                                   "two years": int((b.plan == "two years").sum())}
+    assert prof.missing["usage"] == int(df.usage.isna().sum()) and prof.missing["region"] == int(df.region.isna().sum())
+    with pytest.raises(DataError, match=r"(?s)column 'usage'.*null.*model.missing: learn"):
+        profile(plan(DataConfig(path=str(d), id="id", features=features)))
+    res = train({"data": {"path": str(d), "id": "id", "features": features},
+                 "model": {**{k: v for k, v in FAST.items() if k not in ("verbose", "device")}, "hidden": [32, 32],
+                           "n_clusters": 3},
+                 "train": {"num_workers": 2, "cpus_per_worker": 1}, "output": str(tmp_path / "out")})
+    est = res.estimator
+    coding = est.fitted_.coding
+    assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
+    assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
+    assert res.metrics["repr_dim"] == coding.space_width()
+    from neurcam_dist.distributed import predict_parquet
+    predict_parquet(est, str(d), tmp_path / "scored", id_column="id")
+    scored = pd.read_parquet(tmp_path / "scored").sort_values("id")
+    rows = pd.concat([a, b])[features]
+    assert (scored["cluster"].to_numpy() == est.predict(rows)).all()
+    # a column that is text in one file and numbers in another is named with both files
+    bad = b.copy()
+    bad["plan"] = np.arange(len(bad))
+    bad.to_parquet(d / "b.parquet")
+    with pytest.raises(DataError, match=r"b.parquet: column .plan. is int64 here but (large_)?string in .*a.parquet"):
+        plan(DataConfig(path=str(d), id="id", features=features))
