@@ -374,8 +374,12 @@ def test_nan_in_a_shard_fails_naming_file_and_column(shards, tmp_path):
         pq.write_table(t, data / f.name)
     out = tmp_path / "out"
     with pytest.raises(DataError, match=r"part-00002.parquet: column 'f2': 2 NaN, 1 inf, 0 null"):
-        train(job(data, out))
+        train(job(data, out, model={"missing": "refuse"}))
     assert not (out / "model").exists() and not (out / "metrics.json").exists()
+    # missing cells are a value of their own by default; the infinite one is still refused
+    with pytest.raises(DataError, match=r"part-00002.parquet: column 'f2': 0 NaN, 1 inf, 0 null"):
+        train(job(data, out))
+    assert not (out / "model").exists()
 
 
 def test_join_with_missing_and_duplicate_keys_fails_with_counts(tmp_path):

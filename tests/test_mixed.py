@@ -251,3 +251,55 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
     bad.to_parquet(d / "b.parquet")
     with pytest.raises(DataError, match=r"b.parquet: column .plan. is int64 here but (large_)?string in .*a.parquet"):
         plan(DataConfig(path=str(d), id="id", features=features))
+
+
+def test_the_registered_model_takes_text_and_missing_cells(mixed, tmp_path, monkeypatch):
+    import mlflow
+
+    from neurcam_dist import tracking
+    X, _, est = mixed
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracking.use(None, experiment="mixed", workdir=tmp_path)
+    with mlflow.start_run():
+        info, version = tracking.log_model(est, X, registered_name="mixed-model")
+    schema = {c.name: str(c.type).removeprefix("DataType.") for c in info.signature.inputs.inputs}
+    assert schema["plan"] == "string" and schema["paperless"] == "boolean" and schema["usage"] == "double"
+    new = X.head(15).copy()
+    new.loc[new.index[0], "plan"] = "weekly"
+    new.loc[new.index[1], "usage"] = np.nan
+    scored = mlflow.pyfunc.load_model(info.model_uri).predict(new.astype({"region": object}))
+    assert (scored["cluster"].to_numpy() == est.predict(new)).all()
+
+
+def test_the_re_clustering_comparison_counts_the_levels_the_champion_never_saw(mixed, tmp_path):
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import plan
+    from neurcam_dist.distributed.compare import compare
+    X, _, champion = mixed
+    fresh = X.copy()
+    fresh.loc[fresh["plan"] == "two-year", "plan"] = "two years"     # renamed in the new snapshot
+    challenger = NeurCAM(n_clusters=3, random_state=1, **FAST).fit(fresh)
+    (tmp_path / "snap").mkdir()
+    fresh.to_parquet(tmp_path / "snap" / "part.parquet")
+    p = plan(DataConfig(path=str(tmp_path / "snap"), features=list(X.columns)))
+    cmp = compare(challenger.scoring_model(), champion.scoring_model(), p)
+    assert cmp["unseen_champion"] == {"plan": int((fresh["plan"] == "two years").sum())}
+    assert cmp["n_rows"] == len(fresh)
+    assert cmp["inertia_challenger"] == pytest.approx(challenger.inertia(fresh), rel=1e-4)
+
+
+def test_pandas_nullable_types_are_read_as_their_kinds(mixed):
+    X, _, est = mixed
+    typed = X.astype({"plan": "string", "paperless": "boolean", "tenure": "Float64"})
+    typed.loc[typed.index[0], "paperless"] = pd.NA
+    typed.loc[typed.index[1], "plan"] = pd.NA
+    typed.loc[typed.index[2], "tenure"] = pd.NA
+    arr = est.fitted_.encode(typed)
+    assert np.isnan(arr[0, 2]) and np.isnan(arr[1, 0]) and np.isnan(arr[2, 4])
+    plain = X.astype({"paperless": object})
+    plain.loc[plain.index[0], "paperless"] = None
+    plain.loc[plain.index[1], "plan"] = None
+    plain.loc[plain.index[2], "tenure"] = np.nan
+    assert (est.predict(typed) == est.predict(plain)).all()
+    refit, _ = ColumnCoding.fit(typed)
+    assert [c.dtype for c in refit.columns[:3]] == ["text", "text", "bool"]

@@ -161,3 +161,39 @@ def test_a_ten_cluster_report_starts_on_one_cluster_with_its_band(ten, tmp_path)
     assert not any(t["fill"] for t in all_traces)                   # no band when every cluster is drawn
     assert "Warning:" in warning and expl.stability["warning"] in warning
     assert height < 9000, height
+
+
+def test_a_categorical_term_is_drawn_as_bars_with_missing_its_own(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    from neurcam_dist.data.synthetic import mixed_table
+    df, _ = mixed_table(400, seed=6, defined_by="level")
+    X = df.drop(columns="customer_id")
+    est = NeurCAM(n_clusters=3, random_state=0, **dict(SMALL, epochs=40, warmup_epochs=15, batch_size=64)).fit(X)
+    expl = est.explain(X)
+    report = write_report(expl, tmp_path / "report")
+    requests, errors = [], []
+    pick = """name => { const s = document.querySelector('#shapes ~ .term-view select');
+        return Array.from(s.options).find(o => o.textContent.startsWith(name + ' (')).value; }"""
+    with sync_playwright() as p:
+        browser, page = open_page(p, report, requests, errors)
+        try:
+            page.select_option("#choose-cluster", "1")
+            page.select_option("#shapes ~ .term-view select", page.evaluate(pick, "region"))
+            bars = page.evaluate("""sel => Array.from(document.querySelector(sel).data).map(t => ({
+                type: t.type, name: t.name || null, x: t.x, colour: t.marker ? t.marker.color : null}))""",
+                                 "#shapes ~ .term-view .plot")
+            page.select_option("#shapes ~ .term-view select", page.evaluate(pick, "usage"))
+            curve = page.evaluate(TRACES.replace("z: t.z || null", "symbol: t.marker ? t.marker.symbol : null"),
+                                  "#shapes ~ .term-view .plot")
+            page.screenshot(path=str(tmp_path / "levels.png"))
+        finally:
+            browser.close()
+    assert not errors
+    clusters = [b for b in bars if b["name"] and b["name"].startswith("cluster")]
+    assert len(clusters) == 3 and all(b["type"] == "bar" for b in clusters)
+    labels = clusters[0]["x"]
+    assert labels[-1].startswith("missing (") and any(lab.startswith("north (") for lab in labels)
+    colours = [b["colour"] for b in clusters]
+    assert colours[1] != "#c4c4c4" and colours[0] == colours[2] == "#c4c4c4"   # the chosen one in its colour
+    assert any(t["symbol"] == "diamond" for t in curve)                       # usage's missing value

@@ -109,7 +109,8 @@ def mixed_table(n_rows: int = 900, seed: int = 0, defined_by: str = "level", mis
         usage = usage + np.where(labels == 0, -3.0, 0.0)
         tenure = tenure + np.array([0.0, -20.0, 20.0])[labels]
     else:
-        raise ValueError(f"defined_by must be level, numeric or missing, got {defined_by!r}")
+        from ..errors import ConfigError
+        raise ConfigError(f"defined_by must be level, numeric or missing, got {defined_by!r}")
     frame = pd.DataFrame({
         "customer_id": [f"C{i:06d}" for i in range(n_rows)],
         "plan": plan,

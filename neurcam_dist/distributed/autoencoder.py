@@ -151,6 +151,12 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
 
     r, tc, m = cfg.representation, cfg.train, cfg.model
     plan, prof = prepare()
+    if plan.categorical or any(prof.missing.values()):
+        missing = [c for c, n in prof.missing.items() if n]
+        raise data_mod.DataError(f"representation: the denoising autoencoder reads numbers without missing cells; the "
+                                 f"data has categorical feature(s) {plan.categorical[:10]} and missing cells in "
+                                 f"{missing[:10]}: leave representation: out (the clustering space of a mixed "
+                                 f"table is documented in docs/mixed.md), or give those features as numbers")
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     job = DaeJob(rep=r, plan=plan, mean=mean, scale=scale, seed=m.random_state, threads=tc.cpus_per_worker,

@@ -29,13 +29,18 @@ class _Comparer:
 
     def __call__(self, table: pa.Table) -> dict:
         a, b, plan = self.a, self.b, self.plan
-        xa = data_mod.matrix(table, a.feature_names, np.float64)
+        xa = data_mod.reading.feature_matrix(table, a.feature_names, a.coding)
         la = a.logits(xa).argmax(1)
-        lb = b.logits(data_mod.matrix(table, b.feature_names, np.float64)).argmax(1)
-        xr = (a.standardize(xa) if plan.repr_kind == "features" else data_mod.embedding(table, plan))
+        unseen = {}
+        if b.coding is not None and b.coding.has_categorical:
+            xb, unseen = b.encode_counted(table.select(b.feature_names).to_pandas(), "the snapshot")
+        else:
+            xb = data_mod.matrix(table, b.feature_names, np.float64)
+        lb = b.logits(xb).argmax(1)
+        xr = (a.clustering_space(xa) if plan.repr_kind == "features" else data_mod.embedding(table, plan))
         xr = xr.astype(np.float64)
         sq = (xr ** 2).sum(1)
-        acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64)}
+        acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64), "unseen": unseen}
         np.add.at(acc["table"], (la, lb), 1)
         for key, labels, k in (("a", la, a.n_clusters), ("b", lb, b.n_clusters)):
             sums = np.zeros((k, xr.shape[1]))
@@ -47,14 +52,19 @@ class _Comparer:
 def _combine(x: dict | None, y: dict) -> dict:
     if x is None:
         return y
-    return {"n": x["n"] + y["n"], "table": x["table"] + y["table"],
+    unseen = dict(x["unseen"])
+    for c, n in y["unseen"].items():
+        unseen[c] = unseen.get(c, 0) + n
+    return {"n": x["n"] + y["n"], "table": x["table"] + y["table"], "unseen": unseen,
             **{k: tuple(u + v for u, v in zip(x[k], y[k])) for k in ("a", "b")}}
 
 
 def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096,
             concurrency: int = 2) -> dict:
     """``table`` (challenger x champion contingency of raw cluster indices), both inertias, both
-    raw cluster sizes and the agreement (ARI) of the two assignments over every row."""
+    raw cluster sizes, the agreement (ARI) of the two assignments over every row, and the cells
+    whose level the champion never saw at its training (``unseen_champion``: column -> cells,
+    scored as 'other')."""
     for f, schema, _ in data_mod.footers(plan.source):
         missing = [c for c in champion.feature_names if schema.get_field_index(c) < 0]
         if missing:
@@ -72,4 +82,4 @@ def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, 
             "inertia_champion": metrics.inertia_from_moments(*total["b"]),
             "sizes_challenger": total["a"][0].astype(int).tolist(),
             "sizes_champion": total["b"][0].astype(int).tolist(),
-            "agreement_ari": metrics.table_scores(table.T)["ari"]}
+            "agreement_ari": metrics.table_scores(table.T)["ari"], "unseen_champion": dict(total["unseen"])}

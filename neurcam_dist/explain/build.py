@@ -173,7 +173,7 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
         # that mean, which goes to the intercept as a main term's does.
         at_rows = term.evaluate([arr[:, a], arr[:, b]])
         mean = at_rows.mean(0)
-        if term.missing is not None:
+        if term.missing is not None and np.isnan(arr[:, [a, b]]).any():
             term.values = term.values - mean
             term.missing = {key: v - mean for key, v in term.missing.items()}
             intercept = intercept + mean

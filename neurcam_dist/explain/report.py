@@ -575,7 +575,7 @@ def _rows_section(expl: Explanation) -> list[str]:
     parts += [f"<li>{_change_text(r)}</li>" for r in ex.get("borderline", {}).values()]
     parts.append("</ul>")
     for n, r in enumerate(ex.get("rows", [])):
-        values = ", ".join(f"{e(f)} = {fmt(v)}" for f, v in r["values"].items())
+        values = ", ".join(f"{e(f)} = {e(value_text(v))}" for f, v in r["values"].items())
         parts.append(f"<div class='row-view' id='row-{_safe(str(r['row']))}'><h3>Row {e(str(r['row']))}: cluster "
                      f"{r['cluster']} (probability {r['probability']:.2f})</h3><div class='row-bars' data-row='{n}'>"
                      f"</div><p class='note'>Bars: how much each term pushes this row toward its cluster (its "

@@ -160,7 +160,11 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
                                                              result.metrics.get("cluster_sizes", []))),
         sizes_champion=found.get("sizes_old"),
         top_terms_overlap=found.get("overlap"), n_rows=result.plan.n_rows,
-        run_id=(result.tracking or {}).get("run_id"))
+        run_id=(result.tracking or {}).get("run_id"),
+        unseen_levels_champion=cmp.get("unseen_champion") if cmp else None)
+    if cmp and cmp.get("unseen_champion"):
+        log("the champion had not seen some levels of this snapshot (scored as 'other'): "
+            + ", ".join(f"{c} ({n:,} cells)" for c, n in cmp["unseen_champion"].items()))
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
     want, reason = decide(rc, name, version, compared, record, found.get("unscorable"))

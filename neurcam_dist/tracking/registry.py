@@ -34,6 +34,24 @@ def pyfunc_options(params) -> int:
     return int(top) if explain else 0
 
 
+def signature_example(est, X_example: pd.DataFrame, rows: int = 5) -> pd.DataFrame:
+    """The registered model's input example in the types its signature declares: a numeric
+    feature as double (missing: NaN), a boolean one as boolean, a text or category one as string
+    (missing: None); the model reads each the way ``fit`` did."""
+    example = X_example[list(est.feature_names_in_)].head(rows).copy()
+    coding = est.fitted_.coding
+    for j, name in enumerate(est.feature_names_in_):
+        column = coding.columns[j] if coding is not None else None
+        if column is not None and column.categorical and column.dtype == "text":
+            from ..columns import level_texts
+            example[name] = pd.Series(level_texts(example[name]), index=example.index, dtype=object)
+        elif column is not None and column.categorical and column.dtype == "bool":
+            example[name] = example[name].astype(bool)
+        else:
+            example[name] = example[name].astype(np.float64)
+    return example
+
+
 def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
     """Log ``est`` as a pyfunc in the active run; register it and alias the new version.
     Returns ``(model_info, version or None)``."""
@@ -43,17 +61,17 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
     from mlflow import MlflowClient
     from mlflow.models import infer_signature
 
-    example = X_example[list(est.feature_names_in_)].head(5)
+    example = signature_example(est, X_example)
     output = est.score_frame(example).reset_index(drop=True)
     with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
-        signature = infer_signature(example.astype(np.float64), output, params=PYFUNC_PARAMS)
+        signature = infer_signature(example, output, params=PYFUNC_PARAMS)
     with tempfile.TemporaryDirectory() as tmp:
         est.save(Path(tmp) / "model")
         info = mlflow.pyfunc.log_model(
             name="model", python_model=str(Path(__file__).with_name("pyfunc_model.py")),
             artifacts={"model": str(Path(tmp) / "model")},
-            signature=signature, input_example=example.astype(np.float64),
+            signature=signature, input_example=example,
             pip_requirements=[f"neurcam-dist=={_version()}"], registered_model_name=registered_name)
     version = None
     if registered_name:

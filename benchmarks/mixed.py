@@ -1,0 +1,125 @@
+"""Mixed tables as they come: NeurCAM with defaults (nothing set but the number of clusters) on
+tables of numbers, categories and blank cells, beside Lloyd KMeans (k-means++, n_init=10) in the
+same documented clustering space (``neurcam_dist.columns``: standardized numerics, missing cells
+at the mean with an indicator, levels one-hot scaled to unit variance), one seed.
+
+    python benchmarks/mixed.py                 # writes benchmarks/results/mixed.md
+    python benchmarks/mixed.py --quick         # the generated tables only
+
+Rows: generated customer tables (``data.synthetic.mixed_table``) whose segments are defined by a
+categorical column's levels, by numerics, and by missingness, at two sizes and seeds; and public
+mixed tables a package ships offline: Vega's ``cars`` (text name left out, origin as label, blank
+miles-per-gallon and horsepower cells; ``vega_datasets``), Plotly's ``tips`` (sex, smoker, day,
+time; no label) and Vega's ``seattle-weather`` (the weather kind as label; ``vega_datasets``).
+Columns: rows, categorical features, NeurCAM's fit seconds and epochs, its inertia over KMeans'
+in that space, ARI (NeurCAM and KMeans) where a label exists, and the term that ranks first.
+
+A second table: training speed (rows / s of the whole fit) of a table of 10 categorical and 10
+numeric columns against one of 20 numeric columns, same rows, same settings.
+
+Targets (issue 50): inertia <= 1.01x KMeans', ARI >= KMeans' where a label exists, and the mixed
+table at >= 0.8x the rows / s of the numeric one.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import ROOT, machine, markdown_table, write_atomic  # noqa: E402
+
+from neurcam_dist import NeurCAM, metrics  # noqa: E402
+from neurcam_dist.data.synthetic import mixed_table  # noqa: E402
+
+
+def generated(quick: bool):
+    sizes = [(1500, 0)] if quick else [(1500, 0), (4000, 1)]
+    for kind in ("level", "numeric", "missing"):
+        for n, seed in sizes:
+            df, y = mixed_table(n, seed=seed, defined_by=kind)
+            yield f"generated, by {kind} (seed {seed})", df.drop(columns="customer_id"), y, 3
+
+
+def public():
+    try:
+        from vega_datasets import local_data
+    except ImportError:
+        print("vega_datasets is not installed (pip install vega_datasets): cars and seattle-weather skipped",
+              file=sys.stderr)
+        local_data = None
+    if local_data is not None:
+        cars = local_data.cars()
+        yield "Vega cars (origin)", cars.drop(columns=["Name", "Origin", "Year"]).assign(
+            Year=cars["Year"].dt.year), cars["Origin"].to_numpy(), 3
+        weather = local_data.seattle_weather()
+        yield "Vega seattle-weather (weather)", weather.drop(columns=["date", "weather"]).assign(
+            month=weather["date"].dt.month.astype(str)), weather["weather"].to_numpy(), 5
+    import plotly.express as px
+    tips = px.data.tips()
+    yield "Plotly tips", tips, None, 4
+
+
+def quality(tables) -> list[dict]:
+    rows = []
+    for name, X, y, k in tables:
+        t0 = time.perf_counter()
+        est = NeurCAM(n_clusters=k, random_state=0, verbose=False).fit(X)
+        seconds = time.perf_counter() - t0
+        space = est.clustering_space(X)
+        km = KMeans(k, n_init=10, random_state=0).fit(space)
+        ours = est.inertia(X)
+        theirs = metrics.inertia(space, km.labels_)
+        row = {"table": name, "rows": len(X), "categorical": int(est.fitted_.coding.categorical_mask().sum()),
+               "missing cells": int(np.isnan(est.fitted_.encode(X)).sum()), "seconds": round(seconds, 1),
+               "epochs": est.n_iter_, "inertia / KMeans": round(ours / theirs, 4)}
+        if y is not None:
+            row["ARI"] = round(adjusted_rand_score(y, est.predict(X)), 3)
+            row["KMeans ARI"] = round(adjusted_rand_score(y, km.labels_), 3)
+        row["first term"] = est.importance_["term"].iloc[0]
+        print(row, file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+def speed(n: int, repeats: int) -> list[dict]:
+    rng = np.random.default_rng(0)
+    numeric = pd.DataFrame(rng.normal(size=(n, 20)), columns=[f"x{j}" for j in range(20)])
+    mixed = numeric.iloc[:, :10].copy()
+    for j in range(10):
+        mixed[f"c{j}"] = np.array(["a", "b", "c", "d", "e"])[rng.integers(0, 5, n)]
+    out = []
+    for name, X in (("20 numeric", numeric), ("10 categorical + 10 numeric", mixed)):
+        best = []
+        for r in range(repeats):
+            est = NeurCAM(n_clusters=5, random_state=r, verbose=False, epochs=60, early_stopping=False).fit(X)
+            epochs = est.history_["epochs"]
+            best.append(n * len(epochs) / sum(e["seconds"] for e in epochs))
+        out.append({"table": name, "rows": n, "epochs": 60, "rows/s (median of %d)" % repeats: round(float(np.median(best)))})
+    ratio = list(out[1].values())[-1] / list(out[0].values())[-1]
+    out[1]["against numeric"] = round(ratio, 3)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the generated tables only")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixed.md"))
+    args = ap.parse_args()
+    tables = list(generated(args.quick)) + ([] if args.quick else list(public()))
+    q = quality(tables)
+    s = speed(20_000, 3)
+    text = (f"# Mixed tables (benchmarks/mixed.py)\n\n{machine()}\n\n## Quality, defaults only\n\n"
+            f"{markdown_table(q)}\n## Training speed\n\n{markdown_table(s)}")
+    print(text)
+    write_atomic(Path(args.out), text)
+
+
+if __name__ == "__main__":
+    main()
