@@ -110,7 +110,7 @@ def speed(n: int, repeats: int) -> list[dict]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the generated tables only")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "mixed.md"))
+    ap.add_argument("--out", default=str(ROOT / "results" / "mixed.md"))
     args = ap.parse_args()
     tables = list(generated(args.quick)) + ([] if args.quick else list(public()))
     q = quality(tables)

@@ -126,7 +126,7 @@ class ColumnCoding:
         for name, col in zip(names, cells):
             if name not in named:
                 _refuse_numbers_with_typos(col, name, what)
-            if _is_category_dtype(col) or name in named:
+            if is_category_dtype(col) or name in named:
                 columns.append(_fit_levels(name, col, min_level_rows, max_levels))
             else:
                 columns.append(Column(name=name))
@@ -286,10 +286,13 @@ class ColumnCoding:
 
 
 def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int) -> np.ndarray:
-    """The learned input values' starting point (``InputCoding.values``): each level at the mean,
-    over its training rows, of the first principal component of the clustering space ``xr``
-    (standardized), plus a small spread by frequency so that no two levels start equal; other
-    and missing slots of a numeric feature at 0 (its mean)."""
+    """The learned input values' starting point (``InputCoding.values``): each level, and each
+    feature's missing cell, at the mean over its training rows of the first principal component
+    of the clustering space ``xr`` (standardized, on a seeded sample of at most 20,000 rows),
+    plus for levels a small spread by frequency so that no two start equal; a slot without
+    training rows (``other`` when no level was folded, "missing" of a feature with no missing
+    cell) at 0, a numeric feature's mean. The rows of a cluster defined by a level or by
+    missingness then start apart on the backbone's input, where the distillation can find them."""
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.permutation(len(xr))[:20_000])
     sample = np.asarray(xr[keep], np.float64)
@@ -305,9 +308,11 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
     values = np.zeros(total + len(coding.columns))
     offset = 0
     for j, c in enumerate(coding.columns):
+        codes = arr[keep, j]
+        nan = np.isnan(codes)
+        values[total + j] = score[nan].mean() if nan.any() else 0.0
         if not c.categorical:
             continue
-        codes = arr[keep, j]
         L = len(c.levels)
         order = np.argsort(-np.asarray(c.rows), kind="stable")
         spread = np.zeros(L)
@@ -315,8 +320,6 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
         for code in range(L):
             members = codes == code
             values[offset + code] = (score[members].mean() if members.any() else 0.0) + spread[code]
-        nan = np.isnan(codes)
-        values[total + j] = score[nan].mean() if nan.any() else 0.0
         offset += L
     return values
 
@@ -380,7 +383,7 @@ def _named_categoricals(categorical_features, names: list[str]) -> set[str]:
     return out
 
 
-def _is_category_dtype(col) -> bool:
+def is_category_dtype(col) -> bool:
     """Text, ``category`` and boolean columns: categorical whatever the configuration."""
     dtype = getattr(col, "dtype", None)
     if dtype is None:

@@ -31,6 +31,7 @@ class Profile:
     missing: dict = field(default_factory=dict)    # feature -> missing cells (NaN, null, blank)
     levels: dict = field(default_factory=dict)     # categorical feature -> {level text: rows}
     dtypes: dict = field(default_factory=dict)     # categorical feature -> text | bool | number
+    names: tuple = ()                              # the features, in order
 
     def scale(self) -> np.ndarray:
         """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
@@ -49,8 +50,6 @@ class Profile:
             elif miss:
                 out[j] = miss == self.n_rows   # one value and some missing cells vary
         return out
-
-    names: tuple = ()                              # the features, in order (set by ``profile``)
 
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as

@@ -234,8 +234,9 @@ def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
 
 def is_category_column(series: pd.Series) -> bool:
     """Text, ``category`` and boolean columns: the categorical features automatic selection
-    considers (as scikit-learn's ``categorical_features="from_dtype"``)."""
-    return not pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)
+    considers (as scikit-learn's ``categorical_features="from_dtype"``; ``columns.is_category_dtype``)."""
+    from ..columns import is_category_dtype
+    return is_category_dtype(series)
 
 
 def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_levels: int) -> tuple[list, dict]:
@@ -244,6 +245,9 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
     candidates, why = [], {}
     for c in df.columns:
         if c == label:
+            continue
+        if pd.api.types.is_datetime64_any_dtype(df[c]) or pd.api.types.is_timedelta64_dtype(df[c]):
+            why[c] = "dates and times: derive numbers or levels from them (month, weekday) to use them"
             continue
         if is_category_column(df[c]) and c not in named_cat and auto_features([(c, True)], {label}):
             if not pd.api.types.is_bool_dtype(df[c]):

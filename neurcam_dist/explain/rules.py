@@ -82,10 +82,10 @@ def cluster_rules(X: pd.DataFrame, labels: np.ndarray, ids, max_depth: int = 3, 
 def _design(X: pd.DataFrame) -> tuple[np.ndarray, list]:
     """The tree's inputs: numeric columns as they are (NaN for missing), a categorical column
     (text, ``category`` or boolean) as one 0/1 indicator per level, named ``(column, level)``."""
-    from ..columns import _is_category_dtype, level_texts
+    from ..columns import is_category_dtype, level_texts
     parts, names = [], []
     for c in X.columns:
-        if _is_category_dtype(X[c]):
+        if is_category_dtype(X[c]):
             texts = level_texts(X[c])
             for level in sorted({t for t in texts if t is not None}):
                 parts.append(np.array([t == level for t in texts], dtype=np.float64))
