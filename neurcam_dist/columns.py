@@ -202,7 +202,7 @@ class ColumnCoding:
                 arr[:, j] = codes
             else:
                 arr[:, j] = _numbers(col, column.name, what)
-        _refuse_infinite(arr, names, what)
+        refuse_infinite(arr, names, what)
         if self.missing == "refuse" and np.isnan(arr).any():
             counts = np.isnan(arr).sum(axis=0)
             shown = [f"{names[j]!r} ({int(counts[j])} rows)" for j in np.flatnonzero(counts)]
@@ -522,7 +522,8 @@ def _numbers(col, name: str, what: str) -> np.ndarray:
     return parsed.to_numpy(dtype=np.float64, na_value=np.nan)
 
 
-def _refuse_infinite(arr: np.ndarray, names: list[str], what: str) -> None:
+def refuse_infinite(arr: np.ndarray, names: list[str], what: str) -> None:
+    """Infinite cells are refused by column (a missing cell is a value; an infinite one is not)."""
     inf = np.isinf(arr)
     if inf.any():
         counts = inf.sum(axis=0)

@@ -372,8 +372,7 @@ def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monk
     summary = predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "out", batch_size=50)
     got = pd.read_parquet(tmp_path / "out").sort_values("id")
     np.testing.assert_array_equal(got["cluster"], fitted.predict(pd.concat([df.iloc[:120], bad]).drop(columns="id")))
-    if where == "here":
-        assert summary["missing_cells"] == {"f3": 1}
+    assert summary["missing_cells"] == {"f3": 1} and summary["where"] == where
     with pytest.raises(DataError, match="is inside the input directory"):
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "in" / "scored")
 

@@ -192,9 +192,19 @@ def embedding(table: pa.Table, p: Plan) -> np.ndarray:
 def feature_matrix(table: pa.Table, features: list[str], coding=None, what: str = "input") -> np.ndarray:
     """An Arrow batch's features as the model's encoded float64 matrix (``columns.ColumnCoding``:
     level codes, NaN for missing cells); plain numbers (nulls as NaN) without categorical features."""
+    return feature_matrix_counted(table, features, coding, what)[0]
+
+
+def feature_matrix_counted(table: pa.Table, features: list[str], coding=None,
+                           what: str = "input") -> tuple[np.ndarray, dict[str, int]]:
+    """``feature_matrix`` and the cells whose level was not seen at training, per column."""
     if coding is None or not coding.has_categorical:
-        return matrix(table, features, np.float64)
-    return coding.encode(table.select(features).to_pandas(), what)
+        x = matrix(table, features, np.float64)
+        if coding is not None:
+            from ..columns import refuse_infinite
+            refuse_infinite(x, features, what)
+        return x, {}
+    return coding.encode_counted(table.select(features).to_pandas(), what)
 
 
 def matrix(table: pa.Table, columns: list[str], dtype=np.float32) -> np.ndarray:

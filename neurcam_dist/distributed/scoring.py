@@ -146,12 +146,37 @@ def _refuse_non_finite(x: np.ndarray, table: pa.Table, names: list[str]) -> None
                                  f"this batch: {counts}. Nothing was written")
 
 
+def _add_met(into: dict, met: dict) -> dict:
+    """Add one batch's unseen levels and missing cells (column -> cells) to ``into``."""
+    for key in ("unseen", "missing"):
+        for c, n in met.get(key, {}).items():
+            into[key][c] = into[key].get(c, 0) + n
+    return into
+
+
+class _Met:
+    """A Ray pass's tally of what its scoring actors met (a Ray actor of no CPU)."""
+
+    def __init__(self):
+        self.met = {"unseen": {}, "missing": {}}
+
+    def add(self, met: dict) -> None:
+        """One batch's counts."""
+        _add_met(self.met, met)
+
+    def totals(self) -> dict:
+        """Every batch's counts."""
+        return self.met
+
+
 class _Scorer:
-    def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str], text: dict | None = None):
+    def __init__(self, fitted: FittedNet, id_column: str | None, carry: list[str], text: dict | None = None,
+                 counter=None):
         import torch
         torch.set_num_threads(1)
         self.fitted, self.id_column, self.carry = fitted, id_column, carry
         self.met = {"unseen": {}, "missing": {}}   # what reading met (this process's pass reports it)
+        self.counter = counter                       # a Ray pass: the ``_Met`` actor that sums it
         self.text = None
         if text is not None:    # raw documents: featurized here with the model's vocabulary
             from ..text import Vocabulary
@@ -164,13 +189,15 @@ class _Scorer:
         if self.text is None and self.fitted.coding is not None:
             where = (table[data_mod.PATH_COLUMN][0].as_py() if data_mod.PATH_COLUMN in table.column_names
                      and table.num_rows else "input")
-            x, unseen = self.fitted.encode_counted(table.select(self.fitted.feature_names).to_pandas(),
-                                                   f"{redact(str(where))}:")
-            for c, n in unseen.items():
-                self.met["unseen"][c] = self.met["unseen"].get(c, 0) + n
-            for j in np.flatnonzero(np.isnan(x).sum(axis=0)):
-                c = self.fitted.feature_names[j]
-                self.met["missing"][c] = self.met["missing"].get(c, 0) + int(np.isnan(x[:, j]).sum())
+            names = self.fitted.feature_names
+            x, unseen = data_mod.reading.feature_matrix_counted(table, names, self.fitted.coding,
+                                                                f"{redact(str(where))}:")
+            counts = np.isnan(x).sum(axis=0)
+            met = {"unseen": unseen, "missing": {names[j]: int(counts[j]) for j in np.flatnonzero(counts)}}
+            _add_met(self.met, met)
+            if self.counter is not None and (met["unseen"] or met["missing"]):
+                import ray
+                ray.get(self.counter.add.remote(met))
             return x
         if self.text is None:
             return data_mod.matrix(table, self.fitted.feature_names, np.float64)
@@ -295,7 +322,14 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
             every = (progress_seconds if progress_seconds is not None
                      else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS)))
-            _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, every))
+            import ray
+            counter = ray.remote(num_cpus=0)(_Met).remote()
+            _score_with_ray(ds, batch_size, concurrency, {**kwargs, "counter": counter}, root, fs,
+                            progress=(n_rows, log, every))
+            met = ray.get(counter.totals.remote())
+            summary.update(unseen_levels=met["unseen"], missing_cells=met["missing"])
+            if met_line(met):
+                log(met_line(met))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
