@@ -31,3 +31,16 @@ def test_the_readme_is_a_front_page_with_the_two_commands():
     nav = (ROOT / "mkdocs.yml").read_text()
     for page in re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M):
         assert (ROOT / "docs" / page).exists(), page
+
+
+def test_the_mixed_tables_page_example_runs_as_written(capsys):
+    text = (ROOT / "docs" / "mixed.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    space: dict = {}
+    exec(compile(code.replace("NeurCAM(n_clusters=3)", "NeurCAM(n_clusters=3, verbose=False)"), "mixed.md", "exec"),
+         space)
+    est = space["est"]
+    assert est.importance_["term"].iloc[0] == "plan"
+    levels = space["expl"].term("plan").levels[0]
+    assert levels[-2:] == ["other", "missing"] and set(levels[:-2]) == {"monthly", "yearly", "two-year"}
+    assert "[['" in capsys.readouterr().out

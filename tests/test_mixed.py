@@ -1,5 +1,6 @@
 """Tables as they come: categorical columns and missing cells read natively, from fit to SQL."""
 import json
+import re
 import sqlite3
 
 import numpy as np
@@ -232,8 +233,8 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
     with pytest.raises(DataError, match=r"(?s)column 'usage'.*null.*model.missing: learn"):
         profile(plan(DataConfig(path=str(d), id="id", features=features)))
     res = train({"data": {"path": str(d), "id": "id", "features": features},
-                 "model": {**{k: v for k, v in FAST.items() if k not in ("verbose", "device")}, "hidden": [32, 32],
-                           "n_clusters": 3},
+                 "model": {**{k: v for k, v in FAST.items() if k not in ("verbose", "device")}, "hidden": [16, 16],
+                           "n_clusters": 3, "epochs": 12, "warmup_epochs": 4, "distill_epochs": 2},
                  "train": {"num_workers": 2, "cpus_per_worker": 1}, "output": str(tmp_path / "out")})
     est = res.estimator
     coding = est.fitted_.coding
@@ -303,3 +304,34 @@ def test_pandas_nullable_types_are_read_as_their_kinds(mixed):
     assert (est.predict(typed) == est.predict(plain)).all()
     refit, _ = ColumnCoding.fit(typed)
     assert [c.dtype for c in refit.columns[:3]] == ["text", "text", "bool"]
+
+
+def test_integer_codes_named_in_the_data_config_are_categorical_on_ray_too(tmp_path):
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import plan, profile
+    rng = np.random.default_rng(0)
+    (tmp_path / "d").mkdir()
+    for i in range(2):
+        pd.DataFrame({"segment_code": rng.choice([1, 2, 3], 50) + i, "x": rng.normal(size=50)}).to_parquet(
+            tmp_path / "d" / f"p{i}.parquet")
+    p = plan(DataConfig(path=str(tmp_path / "d"), categorical=["segment_code"]))
+    assert p.categorical == ["segment_code"]
+    prof = profile(p, missing="learn")
+    assert sorted(prof.levels["segment_code"]) == ["1", "2", "3", "4"] and prof.dtypes["segment_code"] == "number"
+    with pytest.raises(DataError, match=r"data.categorical names \['y'\], which are not features"):
+        plan(DataConfig(path=str(tmp_path / "d"), categorical=["y"]))
+
+
+def test_the_report_sentences_speak_of_levels(mixed, tmp_path, capsys):
+    from neurcam_dist.explain.explanation import cluster_summary
+    X, _, est = mixed
+    sentences = [cluster_summary(p) for p in est.explain(X).profiles]
+    assert any(re.search(r"plan = \w[\w-]* \(\d+% against \d+% over all rows\)", s) for s in sentences), sentences
+    X.assign(customer_id=[f"C{i:04d}" for i in range(len(X))]).to_csv(tmp_path / "t.csv", index=False)
+    est.save(tmp_path / "model")
+    assert main(["explain", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "t.csv"),
+                 "--output", str(tmp_path / "ex"), "--rows", "C0003", "--id", "customer_id"]) == 0
+    out = capsys.readouterr().out
+    assert "row C0003" in out and "plan=" in out
+    page = (tmp_path / "ex" / "report.html").read_text()
+    assert "Categorical features and missing cells" in page
