@@ -191,15 +191,9 @@ class ColumnCoding:
         unseen = {}
         for j, (column, col) in enumerate(zip(self.columns, cells)):
             if column.categorical:
-                texts = level_texts(col)
-                lookup = {v: i for i, v in enumerate(column.levels[:-1])}
-                codes = np.array([lookup.get(v, -1) if v is not None else -2 for v in texts], dtype=np.float64)
-                new = codes == -1
-                if new.any():
-                    unseen[column.name] = int(new.sum())
-                codes[new] = len(column.levels) - 1
-                codes[codes == -2] = np.nan
-                arr[:, j] = codes
+                arr[:, j], new = level_codes(col, column.levels)
+                if new:
+                    unseen[column.name] = new
             else:
                 arr[:, j] = _numbers(col, column.name, what)
         refuse_infinite(arr, names, what)
@@ -429,18 +423,52 @@ def _text_of(v) -> str | None:
     return s if s.strip() else None
 
 
+def _factorized(col) -> tuple[np.ndarray, list]:
+    """``(each cell's distinct value, -1 for a missing one; the distinct values as level text)``:
+    pandas' ``factorize`` does the per-cell work, so only the distinct values meet Python."""
+    import pandas as pd
+    if not isinstance(col, (pd.Series, pd.Categorical, pd.Index, np.ndarray)):
+        col = np.asarray(list(col), dtype=object)
+    codes, uniques = pd.factorize(col, use_na_sentinel=True)
+    return np.asarray(codes), [_text_of(v) for v in uniques]
+
+
 def level_texts(col) -> list:
     """Every cell of a column as level text (None: missing)."""
-    values = col.tolist() if hasattr(col, "tolist") else list(col)
-    return [_text_of(v) for v in values]
+    codes, texts = _factorized(col)
+    return np.array([*texts, None], dtype=object)[codes].tolist()
+
+
+def level_counts(col) -> tuple[dict[str, int], int]:
+    """``(level text -> cells, missing cells)`` of a column."""
+    codes, texts = _factorized(col)
+    rows = np.bincount(codes[codes >= 0], minlength=len(texts))
+    counts: dict[str, int] = {}
+    missing = int((codes < 0).sum())
+    for t, n in zip(texts, rows.tolist()):
+        if t is None:
+            missing += n
+        elif n:
+            counts[t] = counts.get(t, 0) + n
+    return counts, missing
+
+
+def level_codes(col, levels) -> tuple[np.ndarray, int]:
+    """``(codes, unseen)``: a categorical column's cells as the codes of ``levels`` (the kept
+    levels then ``other``; NaN for a missing cell; a level not among them is ``other``'s code)
+    and how many cells were such unseen levels."""
+    codes, texts = _factorized(col)
+    kept = {v: i for i, v in enumerate(levels[:-1])}
+    lut = np.array([np.nan if t is None else kept.get(t, -1) for t in texts] + [np.nan], dtype=np.float64)
+    out = lut[codes]
+    new = out == -1
+    out[new] = len(levels) - 1
+    return out, int(new.sum())
 
 
 def _fit_levels(name: str, col, min_level_rows: int, max_levels: int) -> Column:
     import pandas as pd
-    counts: dict[str, int] = {}
-    for v in level_texts(col):
-        if v is not None:
-            counts[v] = counts.get(v, 0) + 1
+    counts, _ = level_counts(col)
     categories = None
     if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):
         categories = [_text_of(v) for v in col.dtype.categories.tolist()]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow.compute as pc
 
-from ..columns import ColumnCoding, Column, column_from_counts, level_texts
+from ..columns import ColumnCoding, Column, column_from_counts, level_counts
 from ..numerics import FLOAT32_MAX, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
@@ -100,13 +100,9 @@ class _Tally:
         t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
         dtype = "bool" if pa.types.is_boolean(t) else "number" if (pa.types.is_integer(t) or pa.types.is_floating(t)) \
             else "text"
-        counts: dict[str, int] = {}
-        miss = 0
-        for v in level_texts(col.to_pylist()):
-            if v is None:
-                miss += 1
-            elif v in counts or len(counts) < LEVEL_CAP:
-                counts[v] = counts.get(v, 0) + 1
+        counts, miss = level_counts(col.to_pandas())
+        if len(counts) > LEVEL_CAP:   # free text or ids: keep the most frequent (the rest cannot be levels)
+            counts = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:LEVEL_CAP])
         return counts, miss, dtype
 
     def _one_file(self, t, path):

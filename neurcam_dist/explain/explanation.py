@@ -364,7 +364,5 @@ def _columns(X, names: list[str], levels: dict | None = None) -> dict[str, np.nd
 
 def _level_codes(column, names: list[str]) -> np.ndarray:
     """A categorical column's cells as level codes (NaN: missing; unseen: the ``other`` code)."""
-    from ..columns import level_texts
-    kept = {v: i for i, v in enumerate(names[:-2])}   # levels, then other and missing
-    other = len(names) - 2
-    return np.array([np.nan if v is None else kept.get(v, other) for v in level_texts(column)], dtype=np.float64)
+    from ..columns import level_codes
+    return level_codes(column, names[:-1])[0]   # names: the levels, other, then missing

@@ -38,7 +38,7 @@ class Rule:
         keep = np.ones(len(X), dtype=bool)
         for f, op, t in self.conditions:
             if op in ("==", "!="):
-                same = np.array([v == t for v in level_texts(X[f])])
+                same = np.asarray(level_texts(X[f]), dtype=object) == t
                 keep &= same if op == "==" else ~same
                 continue
             v = X[f].to_numpy(np.float64, na_value=np.nan)
@@ -86,9 +86,9 @@ def _design(X: pd.DataFrame) -> tuple[np.ndarray, list]:
     parts, names = [], []
     for c in X.columns:
         if is_category_dtype(X[c]):
-            texts = level_texts(X[c])
-            for level in sorted({t for t in texts if t is not None}):
-                parts.append(np.array([t == level for t in texts], dtype=np.float64))
+            texts = np.asarray(level_texts(X[c]), dtype=object)
+            for level in sorted({t for t in texts.tolist() if t is not None}):
+                parts.append((texts == level).astype(np.float64))
                 names.append((c, level))
         else:
             parts.append(X[c].to_numpy(np.float64, na_value=np.nan))
