@@ -149,6 +149,11 @@ class ColumnCoding:
         return [len(c.levels) for c in self.columns]
 
     @property
+    def has_missing(self) -> bool:
+        """True when some feature had missing training cells."""
+        return any(c.missing_rows for c in self.columns)
+
+    @property
     def has_categorical(self) -> bool:
         """True when some feature is categorical."""
         return any(c.categorical for c in self.columns)
@@ -497,6 +502,10 @@ def column_from_counts(name: str, counts: dict[str, int], dtype: str, min_level_
                       f"frequent are levels, the other {len(counts) - max_levels:,} share {OTHER!r} (an id or free "
                       f"text is no category: leave it out, or featurize it with `neurcam featurize-text`)",
                       UserWarning, stacklevel=4)
+    if counts and not kept:
+        warnings.warn(f"column {name!r}: none of its {len(counts):,} distinct values is in min_level_rows="
+                      f"{min_level_rows} rows or more, so every one is {OTHER!r} and the column carries nothing "
+                      f"(an id or free text is no category: leave it out)", UserWarning, stacklevel=4)
     levels = [t for t in order if t in kept]
     other = sum(n for t, n in counts.items() if t not in kept)
     return Column(name=name, levels=(*levels, OTHER), dtype=dtype, rows=(*(counts[t] for t in levels), other),

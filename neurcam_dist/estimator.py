@@ -170,7 +170,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         mean, scale = _standardization(arr, coding, self.standardize)
         x_std = FittedNet.standardize_with(arr, mean, scale)
         xr = coding.clustering_space(x_std) if X_repr is None else rep.astype(np.float32)
-        levels = {"n_levels": coding.n_levels, "level_init": level_init(coding, xr, arr, int(self.random_state))}
+        levels = {"coding": coding, "level_init": level_init(coding, xr, arr, int(self.random_state))}
         seed = int(self.random_state)
         device = resolve_device(self.device)
         if device.type == "cpu":
@@ -504,12 +504,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         Applying the new values moves the row."""
         import pandas as pd
 
-        from .explain.counterfactual import counterfactuals
+        from .explain.counterfactual import counterfactuals, value_span
         fitted = self._validated_state()
         arr = self._validated(X)
         ref = getattr(self, "reference_", None)
         span = self._validated(ref) if ref is not None else arr
-        return counterfactuals(fitted, arr, list(self.feature_names_in_), span.min(0), span.max(0), target=target,
+        return counterfactuals(fitted, arr, list(self.feature_names_in_), *value_span(span), target=target,
                                grid_size=grid_size, index=X.index if isinstance(X, pd.DataFrame) else None,
                                pairs=pairs)
 

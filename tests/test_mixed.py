@@ -335,3 +335,17 @@ def test_the_report_sentences_speak_of_levels(mixed, tmp_path, capsys):
     assert "row C0003" in out and "plan=" in out
     page = (tmp_path / "ex" / "report.html").read_text()
     assert "Categorical features and missing cells" in page
+
+
+def test_a_model_saved_under_other_gains_reads_the_same(mixed):
+    from neurcam_dist.model import FittedNet
+    from neurcam_dist.model.network import CODING_GAIN, MISSING_GAIN
+    X, _, est = mixed
+    state, weights = est.fitted_.to_dict()
+    assert state["coding"]["gains"] == [CODING_GAIN, MISSING_GAIN]
+    other = {**state, "params": est.get_params(), "coding": {**state["coding"], "gains": [5.0, 20.0]}}
+    scaled = {**weights, "coding.values": weights["coding.values"] * (CODING_GAIN / 5.0),
+              "missing_delta": weights["missing_delta"] * (MISSING_GAIN / 20.0)}
+    again = FittedNet.from_dict(other, scaled)
+    arr = est.fitted_.encode(X)
+    np.testing.assert_allclose(again.logits(arr), est.fitted_.logits(arr), rtol=1e-5, atol=1e-4)

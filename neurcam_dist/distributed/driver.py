@@ -88,7 +88,7 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
     x_sample = standardize(raw, mean, scale)
     xr_sample = coding.clustering_space(x_sample) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
-    levels = {"n_levels": coding.n_levels, "level_init": level_init(coding, xr_sample, raw, m.random_state)}
+    levels = {"coding": coding, "level_init": level_init(coding, xr_sample, raw, m.random_state)}
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
@@ -296,7 +296,7 @@ def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: floa
     makes it (``FittedNet.from_trainer``), with the run's resumes and world size in its history."""
     coding = wcfg.coding
     trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"], allowed=wcfg.allowed,
-                            n_levels=None if coding is None else coding.n_levels)
+                            coding=coding)
     trainer.load_state_dict(state["trainer"])
     features_space = plan.repr_kind == "features"
     fitted = FittedNet.from_trainer(

@@ -382,7 +382,7 @@ def _train_loop(c: WorkerConfig) -> None:
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
                             cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale,
                             allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale),
-                            n_levels=None if c.coding is None else c.coding.n_levels, level_init=c.level_init)
+                            coding=c.coding, level_init=c.level_init)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
     collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)

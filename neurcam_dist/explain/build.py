@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..storage import jsonable
+from .counterfactual import value_span
 from .examples import TYPICAL, row_records, typical_positions
 from .explanation import Explanation, Term
 from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
@@ -192,8 +193,7 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
         positions, border, basis = typical_positions(fitted, arr, typical, logits)
         ids = _row_ids(X, len(arr))
         flat = [p for c in range(k) for p in positions[c]] + list(border.values())
-        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], np.nanmin(arr, 0),
-                                   np.nanmax(arr, 0)))
+        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], *value_span(arr)))
         expl.examples = {"basis": basis, "typical": {str(expl.ids[c]): [next(records) for _ in positions[c]]
                                                      for c in range(k)},
                          "borderline": {str(expl.ids[c]): next(records) for c in border}, "rows": []}
@@ -214,7 +214,7 @@ def add_rows(expl: Explanation, est, X, span=None) -> list[dict]:
     names = list(fitted.feature_names)
     arr = fitted.encode(X)
     ref = arr if span is None else fitted.encode(span)
-    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), np.nanmin(ref, 0), np.nanmax(ref, 0))
+    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), *value_span(ref))
     expl.examples = expl.examples or {"basis": None, "typical": {}, "rows": []}
     expl.examples.setdefault("rows", []).extend(records)
     return records

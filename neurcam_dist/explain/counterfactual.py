@@ -34,6 +34,16 @@ COLUMNS = ["row", "cluster", "target", "feature", "value", "new_value", "change"
 PAIR_GRID = 16   # points along each feature of a pair's grid search
 
 
+def value_span(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's lowest and highest value that is not missing (0 for a column missing
+    everywhere): the range moves stay in."""
+    seen = ~np.isnan(arr)
+    low = np.where(seen, arr, np.inf).min(0)
+    high = np.where(seen, arr, -np.inf).max(0)
+    none = ~seen.any(0)
+    return np.where(none, 0.0, low), np.where(none, 0.0, high)
+
+
 def _labels(fitted, arr: np.ndarray) -> np.ndarray:
     return fitted.logits(arr).argmax(1)
 

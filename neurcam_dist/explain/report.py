@@ -97,6 +97,14 @@ def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> b
     return _png(fig)
 
 
+def _level_ticks(ax, term: Term) -> None:
+    """A pair heat map's categorical axis labelled with its level names instead of its codes."""
+    for axis, set_ticks in ((1, ax.set_xticks), (0, ax.set_yticks)):
+        names = term.level_names(axis)
+        if names is not None:
+            set_ticks(term.grids[axis], names[:len(term.grids[axis])], fontsize=6)
+
+
 def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> bytes:
     """One heat map per cluster over the pair's grid (purified interaction only)."""
     cols = min(n_clusters, 5)
@@ -110,6 +118,7 @@ def pair_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> by
             ax.axis("off")
             continue
         im = ax.pcolormesh(gb, ga, term.values[:, :, k], cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
+        _level_ticks(ax, term)
         ax.set_title(f"cluster {ids[k] if ids else k}", fontsize=8)
         ax.tick_params(labelsize=6)
         if k % cols == 0:
@@ -177,6 +186,7 @@ def thumbnail(term: Term, c: int, n_clusters: int, ids: list[int], band: dict | 
         lim = float(np.abs(term.values).max()) or 1.0
         ga, gb = term.grids
         ax.pcolormesh(gb, ga, term.values[:, :, c], cmap="RdBu_r", vmin=-lim, vmax=lim, shading="nearest")
+        _level_ticks(ax, term)
         a, b = term.features
         if a in band and b in band:
             (a0, a1), (b0, b1) = band[a], band[b]
@@ -489,6 +499,8 @@ def page_data(expl: Explanation, drawn: list[int]) -> dict:
         else:
             terms.append({"name": t.name, "kind": "pair", "features": list(t.features),
                           "grids": [_rounded(g, 7) for g in t.grids], "values": _rounded(t.values),
+                          "ticks": [None if t.level_names(a) is None else t.level_names(a)[:len(t.grids[a])]
+                                    for a in range(2)],
                           "lim": float(np.abs(t.values).max()) or 1.0})
     return {"ids": expl.ids, "colours": [to_hex(c) for c in cluster_colours(expl.n_clusters)],
             "initial": -1 if expl.n_clusters < DEFAULT_ALL else 0, "terms": terms,

@@ -93,6 +93,9 @@ SCRIPT = r"""
                             font: {size: 15}},
                     height: 470, margin: {t: 48, r: 10, b: 48, l: 64},
                     xaxis: {title: {text: t.features[1]}}, yaxis: {title: {text: t.features[0]}}};
+    [['xaxis', 1], ['yaxis', 0]].forEach(function (a) {   // a categorical axis: its level names
+      if (t.ticks && t.ticks[a[1]]) { layout[a[0]].tickvals = t.grids[a[1]]; layout[a[0]].ticktext = t.ticks[a[1]]; }
+    });
     return [traces, layout];
   }
 

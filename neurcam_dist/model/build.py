@@ -121,18 +121,19 @@ class TrainingSpec:
         return asdict(self)
 
 
-def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None, n_levels=None,
+def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None, coding=None,
                   level_init=None) -> NeurCAMNet:
     """``allowed``: which features the gates may select (constant columns are left out);
     ``baseline``: the standardized zero of each feature (``numerics.standardized_zero``), where
-    locked channels skip rows (sparse inputs); ``n_levels`` / ``level_init``: the input coding of
-    missing cells and categorical levels (``columns.ColumnCoding.n_levels``, ``columns.level_init``;
-    None: plain numbers)."""
+    locked channels skip rows (sparse inputs); ``coding`` / ``level_init``: how missing cells and
+    categorical levels reach the network (``columns.ColumnCoding``, ``columns.level_init``; None:
+    plain numbers)."""
     net = NeurCAMNet(spec.n_features, spec.n_clusters, spec.n_single, spec.n_pairs, spec.hidden, spec.n_bases,
                      torch.tensor(np.array(centroids, np.float32)), seed=spec.random_state,
                      allowed=None if allowed is None else torch.tensor(np.array(allowed, bool)),
-                     n_levels=None if n_levels is None else list(n_levels),
-                     level_init=None if level_init is None else torch.tensor(np.asarray(level_init, np.float32)))
+                     n_levels=None if coding is None else list(coding.n_levels),
+                     level_init=None if level_init is None else torch.tensor(np.asarray(level_init, np.float32)),
+                     missing_terms=coding is not None and coding.has_missing)
     if baseline is not None:
         net.set_baseline(torch.tensor(np.asarray(baseline, np.float32)))
     return net
@@ -149,13 +150,13 @@ def build_schedule(spec: TrainingSpec, loss_scale: float = 0.0) -> Schedule:
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
                   agree: Callable[[bool], bool] = bool, allowed=None, baseline=None,
-                  cuda_graphs: bool = True, loss_scale: float = 0.0, n_levels=None, level_init=None) -> Trainer:
+                  cuda_graphs: bool = True, loss_scale: float = 0.0, coding=None, level_init=None) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
     ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce;
     ``cuda_graphs``: replay the step from CUDA graphs on a GPU (``settings.cuda_graphs_enabled``);
     ``loss_scale``: the init's ``explained`` (``model.initial``), the plateau tolerance's scale;
-    ``n_levels`` / ``level_init``: as ``build_network``."""
-    net = build_network(spec, centroids, allowed, baseline, n_levels, level_init).to(device)
+    ``coding`` / ``level_init``: as ``build_network``."""
+    net = build_network(spec, centroids, allowed, baseline, coding, level_init).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():

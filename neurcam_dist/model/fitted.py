@@ -141,7 +141,8 @@ class FittedNet:
         if self.summary is not None:
             config["summary"] = self.summary
         if self.coding is not None:
-            config["coding"] = self.coding.to_dict()
+            from .network import CODING_GAIN, MISSING_GAIN
+            config["coding"] = {**self.coding.to_dict(), "gains": [CODING_GAIN, MISSING_GAIN]}
         weights = self.net.state_dict()
         if self.labels is not None:
             weights[LABELS] = torch.from_numpy(np.asarray(self.labels, dtype=np.int64))
@@ -162,9 +163,16 @@ class FittedNet:
         coding = ColumnCoding.from_dict(config["coding"]) if config.get("coding") else None
         net = NeurCAMNet(len(config["feature_names"]), k, config["n_single"], config["n_pairs"],
                          tuple(params["hidden"]), params["n_bases"], torch.zeros(k, r),
-                         n_levels=None if coding is None else coding.n_levels)
+                         n_levels=None if coding is None else coding.n_levels,
+                         missing_terms=coding is not None and coding.has_missing)
         weights = dict(weights)
         labels = weights.pop(LABELS, None)
+        if coding is not None:   # raw parameters saved under other gains: the same effective values
+            from .network import CODING_GAIN, MISSING_GAIN
+            saved = config["coding"].get("gains", [CODING_GAIN, MISSING_GAIN])
+            for key, gain, now in (("coding.values", saved[0], CODING_GAIN), ("missing_delta", saved[1], MISSING_GAIN)):
+                if key in weights and gain != now:
+                    weights[key] = weights[key] * (gain / now)
         for key, value in net.state_dict().items():  # models saved before constant-feature masks
             if key.endswith("gates.allowed"):
                 weights.setdefault(key, value)

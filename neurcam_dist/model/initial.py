@@ -48,14 +48,14 @@ def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray,
 
 
 def initial_centroids(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str = "auto",
-                      n_init: int = 10, allowed=None, baseline=None, n_levels=None,
+                      n_init: int = 10, allowed=None, baseline=None, coding=None,
                       level_init=None) -> tuple[np.ndarray, dict]:
     """``(centroids, info)`` for standardized features ``x`` and clustering space ``xr`` (the rows
     of a sample, aligned): ``method`` as ``kmeans_centroids``, ``auto`` choosing as the module
     docstring says. ``allowed`` / ``baseline`` as ``build_trainer``. ``info["explained"]``: the
     clustering space's variance less the chosen k-means inertia, per row (``Schedule.loss_scale``).
-    ``n_levels`` / ``level_init``: the input coding, as ``build_trainer``."""
-    coding = {"n_levels": n_levels, "level_init": level_init}
+    ``coding`` / ``level_init``: the input coding, as ``build_trainer``."""
+    coding = {"coding": coding, "level_init": level_init}
     centroids, info = _chosen(spec, x, xr, method=method, n_init=n_init, allowed=allowed, baseline=baseline,
                               coding=coding)
     rows = xr[:: max(1, len(xr) // 100_000)]  # at most ~100,000 rows: an estimate
