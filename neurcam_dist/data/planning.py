@@ -56,10 +56,9 @@ class Plan:
 
 
 def plan(cfg: DataConfig) -> Plan:
-    """Validate schemas and choose columns from the Parquet footers alone (no data is read).
-
-    Kept whole: one pass over the footers that checks each column role (features, label, id,
-    embedding) against every file in turn, so an error names the first file and column that fail."""
+    """Validate schemas and choose columns from the Parquet footers alone (no data is read): each
+    column role (features, label, id, embedding) checked against every file (``_check_types``),
+    so an error names the first file and column that fail."""
     src = resolve(cfg.path)
     foot = footers(src)
     n_rows = sum(n for _, _, n in foot)
@@ -84,12 +83,7 @@ def plan(cfg: DataConfig) -> Plan:
     if dup:
         raise DataError(f"data.features lists {dup} more than once")
     refuse_lookalike_names(features, f"{foot[0][0]}: the features")
-    named = list(cfg.categorical or [])
-    stray = [c for c in named if c not in features]
-    if stray:
-        raise DataError(f"data.categorical names {stray}, which are not features ({features[:20]})")
-    categorical = [c for c in features if c in named or (first.get_field_index(c) >= 0
-                                                          and is_category(first.field(c).type))]
+    categorical = _categorical(cfg, features, first)
     needed = {c: "feature" for c in features}
     for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embeddings.key if cfg.embeddings else None, "key")):
         if c:
@@ -106,6 +100,34 @@ def plan(cfg: DataConfig) -> Plan:
     own = sorted(c for c in needed if c in (PATH_COLUMN, ROW_KEY))
     if own:
         raise DataError(f"column(s) {own} have names neurcam-dist uses for its own columns: rename them")
+    list_sizes = _check_types(foot, needed, categorical, repr_kind)
+    if repr_kind == "list" and len(list_sizes) > 1:
+        raise DataError(f"embedding column {cfg.embedding!r} has different fixed lengths across files: "
+                        f"{sorted(list_sizes)}")
+    if repr_kind == "list":
+        repr_dim = list_sizes.pop() if list_sizes else _first_list_length(src, cfg.embedding)
+    h = hashlib.sha256(str(sorted((c, str(first.field(c).type)) for c in needed)).encode()).hexdigest()[:16]
+    return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
+                label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
+                schema_hash=h, text=_vocabulary_only(text, features), categorical=categorical)
+
+
+def _categorical(cfg: DataConfig, features: list[str], first: pa.Schema) -> list[str]:
+    """The categorical features: those ``data.categorical`` names and those of a category type
+    (text, dictionary, boolean) in the first file."""
+    named = list(cfg.categorical or [])
+    stray = [c for c in named if c not in features]
+    if stray:
+        raise DataError(f"data.categorical names {stray}, which are not features ({features[:20]})")
+    return [c for c in features if c in named or (first.get_field_index(c) >= 0 and is_category(first.field(c).type))]
+
+
+def _check_types(foot: list, needed: dict, categorical: list[str], repr_kind: str) -> set:
+    """Every needed column (name -> role) in every file against its role's types: a categorical
+    feature text, a dictionary, booleans or integer codes, and of one kind in every file; another
+    feature a number; an embedding a list of numbers. Raises ``DataError`` listing each problem
+    (the missing columns first); returns the fixed embedding lengths seen."""
+    first_file, first = foot[0][0], foot[0][1]
     problems = []
     missing: dict[tuple[str, str], list] = {}   # (column, role) -> [(file, schema)]: one line each
     list_sizes = set()
@@ -121,7 +143,7 @@ def plan(cfg: DataConfig) -> Plan:
                     problems.append(f"{f}: column {col!r} (categorical feature) has type {t}, expected text, "
                                     f"a dictionary, booleans or integer codes")
                 elif is_category(t) != is_category(first.field(col).type):
-                    problems.append(f"{f}: column {col!r} is {t} here but {first.field(col).type} in {foot[0][0]}: "
+                    problems.append(f"{f}: column {col!r} is {t} here but {first.field(col).type} in {first_file}: "
                                     f"give it one type in every file")
             elif role == "feature" or (role == "embedding" and repr_kind == "columns"):
                 if not is_number(t):
@@ -134,15 +156,7 @@ def plan(cfg: DataConfig) -> Plan:
     problems = [_missing_column(col, role, where, len(foot)) for (col, role), where in missing.items()] + problems
     if problems:
         raise DataError(listing("schema problem(s)", problems))
-    if repr_kind == "list" and len(list_sizes) > 1:
-        raise DataError(f"embedding column {cfg.embedding!r} has different fixed lengths across files: "
-                        f"{sorted(list_sizes)}")
-    if repr_kind == "list":
-        repr_dim = list_sizes.pop() if list_sizes else _first_list_length(src, cfg.embedding)
-    h = hashlib.sha256(str(sorted((c, str(first.field(c).type)) for c in needed)).encode()).hexdigest()[:16]
-    return Plan(source=src, features=features, repr_kind=repr_kind, repr_columns=repr_columns, repr_dim=repr_dim,
-                label=cfg.label, id=cfg.id, n_rows=n_rows, rows_per_file={f: n for f, _, n in foot},
-                schema_hash=h, text=_vocabulary_only(text, features), categorical=categorical)
+    return list_sizes
 
 
 def _missing_column(col: str, role: str, where: list, n_files: int) -> str:

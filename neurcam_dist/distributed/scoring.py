@@ -256,6 +256,32 @@ def _score_here(scorer: _Scorer, src, columns: list[str], rows_per_file: dict[st
                 writer.close()
 
 
+def _check_input(est, fitted: FittedNet, src, footers: list, wanted: list[str], id_column: str | None,
+                 text: dict | None) -> None:
+    """Every input file has the columns scoring reads, and the model's numeric features hold
+    numbers (naming the file, the column and its first cell that is not a number)."""
+    for f, schema, _ in footers:
+        missing = [c for c in wanted if schema.get_field_index(c) < 0]
+        if missing:
+            hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
+            if getattr(est, "text_", None) is not None and not text:
+                hint += (f" (the model reads text: give it its term columns, or the document column(s) "
+                         f"{est.text_['text_columns']})")
+            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
+            raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
+                                     f"{missing_columns_note(missing[:20], schema.names)}")
+        if not text:
+            categorical = set(fitted.coding.dtypes()) if fitted.coding is not None else set()
+            typed = [(c, schema.field(c).type) for c in fitted.feature_names if c not in categorical]
+            wrong = [(c, t) for c, t in typed if not data_mod.sources.is_number(t)]
+            if wrong:
+                from ..validation import first_text_cell
+                column = pq.read_table(f, columns=[wrong[0][0]], filesystem=src.filesystem).column(0).to_pandas()
+                raise data_mod.DataError(f"{redact(f)}: feature column {wrong[0][0]!r} holds {wrong[0][1]}, not numbers"
+                                         f"{f' (and {len(wrong) - 1} more such columns)' if len(wrong) > 1 else ''}"
+                                         f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
+
+
 def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
                     log_dir=None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
@@ -281,26 +307,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     text = _raw_text(est, footers[0][1])
     inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
-    for f, schema, _ in footers:
-        missing = [c for c in wanted if schema.get_field_index(c) < 0]
-        if missing:
-            hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
-            if getattr(est, "text_", None) is not None and not text:
-                hint += (f" (the model reads text: give it its term columns, or the document column(s) "
-                         f"{est.text_['text_columns']})")
-            more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
-            raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
-                                     f"{missing_columns_note(missing[:20], schema.names)}")
-        if not text:
-            categorical = set(fitted.coding.dtypes()) if fitted.coding is not None else set()
-            typed = [(c, schema.field(c).type) for c in fitted.feature_names if c not in categorical]
-            wrong = [(c, t) for c, t in typed if not data_mod.sources.is_number(t)]
-            if wrong:
-                from ..validation import first_text_cell
-                column = pq.read_table(f, columns=[wrong[0][0]], filesystem=src.filesystem).column(0).to_pandas()
-                raise data_mod.DataError(f"{redact(f)}: feature column {wrong[0][0]!r} holds {wrong[0][1]}, not numbers"
-                                         f"{f' (and {len(wrong) - 1} more such columns)' if len(wrong) > 1 else ''}"
-                                         f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
+    _check_input(est, fitted, src, footers, wanted, id_column, text)
     refuse_collisions(([id_column] if id_column else []) + list(carry or []), scored_columns(fitted.ids, TOP_TERMS))
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
@@ -315,21 +322,15 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
         if here:
             with in_process(_Scorer, **kwargs) as scorer:
                 _score_here(scorer, src, wanted, rows_per_file, batch_size, root, fs)
-                summary.update(unseen_levels=scorer.met["unseen"], missing_cells=scorer.met["missing"])
-                if met_line(scorer.met):
-                    log(met_line(scorer.met))
+                met = scorer.met
         else:
             ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
             every = (progress_seconds if progress_seconds is not None
                      else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS)))
-            import ray
-            counter = ray.remote(num_cpus=0)(_Met).remote()
-            _score_with_ray(ds, batch_size, concurrency, {**kwargs, "counter": counter}, root, fs,
-                            progress=(n_rows, log, every))
-            met = ray.get(counter.totals.remote())
-            summary.update(unseen_levels=met["unseen"], missing_cells=met["missing"])
-            if met_line(met):
-                log(met_line(met))
+            met = _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, every))
+        summary.update(unseen_levels=met["unseen"], missing_cells=met["missing"])
+        if met_line(met):
+            log(met_line(met))
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         written = sum(pq.read_metadata(f, filesystem=fs).num_rows for f in files)
         if written != n_rows:
@@ -351,10 +352,15 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     return summary
 
 
-def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: str, fs, progress: tuple) -> None:
+def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: str, fs, progress: tuple) -> dict:
+    """The Ray Data scoring pass; returns what its actors met (unseen levels, missing cells),
+    summed by a ``_Met`` actor of no CPU."""
+    import ray
+
     from ..data.progress import watched
     total, say, every = progress
-    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, **kwargs)
+    counter = ray.remote(num_cpus=0)(_Met).remote()
+    ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, counter=counter, **kwargs)
     try:
         with watched(ds, _Scorer.__name__, total, say, every=every):
             ds.write_parquet(root, filesystem=fs)
@@ -363,3 +369,4 @@ def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: s
         if found is None:
             raise
         raise data_mod.DataError(found.message) from None
+    return ray.get(counter.totals.remote())

@@ -380,9 +380,8 @@ def _train_loop(c: WorkerConfig) -> None:
     torch.manual_seed(c.spec.random_state)
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
-                            cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale,
-                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale),
-                            coding=c.coding, level_init=c.level_init)
+                            cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
+                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
     collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)

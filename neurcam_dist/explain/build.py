@@ -100,14 +100,52 @@ def _histogram(col: np.ndarray, categorical: bool, n_levels: int, n_bins: int) -
     return {"edges": edges.tolist(), "counts": counts.tolist(), "missing": int(nan.sum())}
 
 
+def _term_tables(fitted, arr: np.ndarray, terms, owner, main_grid: dict, pair_grid: dict):
+    """``(mains, pairs, pair_missing)``: every main feature's table on its grid (a last row for a
+    missing cell when the model reads them), the purified pair tables (their row and column means
+    moved into the main tables) and the pairs' contributions with a missing cell."""
+    k = fitted.n_clusters
+    reads_missing = fitted.coding is not None
+    mains = {f: np.zeros((len(g) + reads_missing, k)) for f, (g, _) in main_grid.items()}
+    for n, table in _main_tables(fitted, terms, owner, main_grid).items():
+        mains[terms[n][0]] += table
+    pairs, pair_missing = {}, {}
+    for n, t in enumerate(terms):
+        if len(t) != 2:
+            continue
+        a, b = t
+        ga, gb = pair_grid[a][0], pair_grid[b][0]
+        raw = _term_table(fitted, np.flatnonzero(owner == n), t, [ga, gb])
+        weights = np.zeros((len(ga), len(gb)))
+        seen = ~np.isnan(arr[:, a]) & ~np.isnan(arr[:, b])
+        np.add.at(weights, (nearest_index(ga, arr[seen, a]), nearest_index(gb, arr[seen, b])), 1.0)
+        pairs[t], ma, mb = purify(raw, weights)
+        mains[a][:len(main_grid[a][0])] += interp_main(ga, ma, main_grid[a][0])
+        mains[b][:len(main_grid[b][0])] += interp_main(gb, mb, main_grid[b][0])
+        if reads_missing:
+            pair_missing[t] = _pair_missing(fitted, np.flatnonzero(owner == n), a, b, ga, gb, ma, mb)
+    return mains, pairs, pair_missing
+
+
+def _centre(term: Term, columns: list[np.ndarray], move: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Centre ``term`` on the explained rows when ``move`` (its mean goes to the intercept) and set
+    its importance; ``(its contribution at the rows, the mean moved)``."""
+    at_rows = term.evaluate(columns)
+    mean = at_rows.mean(0) if move else np.zeros(at_rows.shape[1])
+    term.values = term.values - mean
+    if isinstance(term.missing, dict):
+        term.missing = {key: v - mean for key, v in term.missing.items()}
+    elif term.missing is not None:
+        term.missing = term.missing - mean
+    term.importance = np.abs(at_rows - mean).mean(0)
+    return at_rows - mean, mean
+
+
 def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30,
                       typical: int = TYPICAL) -> Explanation:
     """The ``Explanation`` of a fitted model over data ``X`` (its distribution centres the terms,
     weights the purification and defines importance), with ``typical`` rows of each cluster as
-    examples (``examples.typical_positions``; 0: none).
-
-    Kept whole: the terms, their grids, the purification and the importance are computed from
-    one pass over ``X`` and share its per-term arrays; the steps are the comments inside."""
+    examples (``examples.typical_positions``; 0: none)."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
     arr = fitted.encode(X)  # original units, fitted order; level codes, NaN for missing cells
@@ -121,67 +159,35 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     for f in main_features:
         g, discrete = _grids(arr, fitted, f, grid_size)
         if f in pair_grid:
-            g = np.union1d(g, pair_grid[f][0])
-            discrete = discrete and pair_grid[f][1]
+            g, discrete = np.union1d(g, pair_grid[f][0]), discrete and pair_grid[f][1]
         main_grid[f] = (g, discrete)
+    mains, pairs, pair_missing = _term_tables(fitted, arr, terms, owner, main_grid, pair_grid)
 
-    reads_missing = coding is not None
-    mains = {f: np.zeros((len(main_grid[f][0]) + reads_missing, k)) for f in main_features}  # last row: missing
-    for n, table in _main_tables(fitted, terms, owner, main_grid).items():
-        mains[terms[n][0]] += table
-    pair_tables, pair_missing = {}, {}
-    for n, t in enumerate(terms):
-        if len(t) == 2:
-            a, b = t
-            ga, gb = pair_grid[a][0], pair_grid[b][0]
-            raw = _term_table(fitted, np.flatnonzero(owner == n), t, [ga, gb])
-            weights = np.zeros((len(ga), len(gb)))
-            seen = ~np.isnan(arr[:, a]) & ~np.isnan(arr[:, b])
-            np.add.at(weights, (nearest_index(ga, arr[seen, a]), nearest_index(gb, arr[seen, b])), 1.0)
-            pure, ma, mb = purify(raw, weights)
-            mains[a][:len(main_grid[a][0])] += interp_main(ga, ma, main_grid[a][0])
-            mains[b][:len(main_grid[b][0])] += interp_main(gb, mb, main_grid[b][0])
-            pair_tables[t] = pure
-            if reads_missing:
-                pair_missing[t] = _pair_missing(fitted, np.flatnonzero(owner == n), a, b, ga, gb, ma, mb)
-    # Channel biases live inside the term tables; every term's data mean moves into the intercept.
-    intercept = np.zeros(k)
-    out_terms, at_rows_all = [], []
     def levels(f):
         return coding.columns[f].level_names() if coding is not None and coding.columns[f].categorical else None
 
+    # Channel biases live inside the term tables; every main term's data mean moves into the
+    # intercept; a pair's is zero (purified) unless rows with a missing cell move it.
+    intercept, out_terms, at_rows_all = np.zeros(k), [], []
     for f in main_features:
         g, discrete = main_grid[f]
         term = Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
-                    values=mains[f][:len(g)], importance=np.zeros(k),
-                    levels=[levels(f)] if levels(f) else None, missing=mains[f][len(g)] if reads_missing else None)
-        at_rows = term.evaluate([arr[:, f]])
-        mean = at_rows.mean(0)
-        term.values = term.values - mean
-        term.missing = None if term.missing is None else term.missing - mean
-        intercept = intercept + mean
-        at_rows_all.append(at_rows - mean)
-        term.importance = np.abs(at_rows - mean).mean(0)
-        term.histogram = _histogram(arr[:, f], levels(f) is not None, len(g), n_bins)
+                    values=mains[f][:len(g)], importance=np.zeros(k), levels=[levels(f)] if levels(f) else None,
+                    missing=mains[f][len(g)] if coding is not None else None,
+                    histogram=_histogram(arr[:, f], levels(f) is not None, len(g), n_bins))
         out_terms.append(term)
-    for (a, b), table in pair_tables.items():
-        ga, gb = pair_grid[a][0], pair_grid[b][0]
-        term = Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
-                    grids=[ga, gb], discrete=[pair_grid[a][1], pair_grid[b][1]], values=table,
-                    importance=np.zeros(k), levels=[levels(a), levels(b)] if levels(a) or levels(b) else None,
-                    missing=pair_missing.get((a, b)))
-        # Purified: zero mean over the data binned on the grid; rows with a missing cell may move
-        # that mean, which goes to the intercept as a main term's does.
-        at_rows = term.evaluate([arr[:, a], arr[:, b]])
-        mean = at_rows.mean(0)
-        if term.missing is not None and np.isnan(arr[:, [a, b]]).any():
-            term.values = term.values - mean
-            term.missing = {key: v - mean for key, v in term.missing.items()}
-            intercept = intercept + mean
-            at_rows = at_rows - mean
-        at_rows_all.append(at_rows)
-        term.importance = np.abs(at_rows).mean(0)
-        out_terms.append(term)
+    for (a, b), table in pairs.items():
+        out_terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
+                              grids=[pair_grid[a][0], pair_grid[b][0]], discrete=[pair_grid[a][1], pair_grid[b][1]],
+                              values=table, importance=np.zeros(k),
+                              levels=[levels(a), levels(b)] if levels(a) or levels(b) else None,
+                              missing=pair_missing.get((a, b))))
+    index = {n: j for j, n in enumerate(names)}
+    for term in out_terms:
+        cols = [index[f] for f in term.features]
+        move = term.kind == "main" or (term.missing is not None and bool(np.isnan(arr[:, cols]).any()))
+        at_rows, mean = _centre(term, [arr[:, j] for j in cols], move)
+        intercept, at_rows_all = intercept + mean, at_rows_all + [at_rows]
     expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
                        terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
                        cluster_ids=fitted.ids.tolist())
@@ -190,14 +196,19 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
                   text=getattr(est, "text_", None) is not None,
                   levels={f: levels(f) for f in main_features if levels(f)})
     if typical:
-        positions, border, basis = typical_positions(fitted, arr, typical, logits)
-        ids = _row_ids(X, len(arr))
-        flat = [p for c in range(k) for p in positions[c]] + list(border.values())
-        records = iter(row_records(fitted, arr[flat], names, [ids[p] for p in flat], *value_span(arr)))
-        expl.examples = {"basis": basis, "typical": {str(expl.ids[c]): [next(records) for _ in positions[c]]
-                                                     for c in range(k)},
-                         "borderline": {str(expl.ids[c]): next(records) for c in border}, "rows": []}
+        expl.examples = _examples(fitted, X, arr, names, typical, logits, expl.ids)
     return expl
+
+
+def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits: np.ndarray, ids: list) -> dict:
+    """Each cluster's ``typical`` rows and its borderline row, as ``examples.row_records``."""
+    positions, border, basis = typical_positions(fitted, arr, typical, logits)
+    row_ids = _row_ids(X, len(arr))
+    flat = [p for c in range(fitted.n_clusters) for p in positions[c]] + list(border.values())
+    records = iter(row_records(fitted, arr[flat], names, [row_ids[p] for p in flat], *value_span(arr)))
+    return {"basis": basis, "typical": {str(ids[c]): [next(records) for _ in positions[c]]
+                                        for c in range(fitted.n_clusters)},
+            "borderline": {str(ids[c]): next(records) for c in border}, "rows": []}
 
 
 def _row_ids(X, n: int) -> list:

@@ -34,6 +34,7 @@ from ..data import DataError
 from ..data.snapshots import pick_snapshot
 from ..distributed.compare import compare
 from ..distributed.events import log
+from ..explain.assignments import met_line
 from ..redaction import redact
 from ..signals import process_gone
 from ..storage import write_text_atomic
@@ -163,8 +164,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         run_id=(result.tracking or {}).get("run_id"),
         unseen_levels_champion=cmp.get("unseen_champion") if cmp else None)
     if cmp and cmp.get("unseen_champion"):
-        log("the champion had not seen some levels of this snapshot (scored as 'other'): "
-            + ", ".join(f"{c} ({n:,} cells)" for c, n in cmp["unseen_champion"].items()))
+        log("the champion: " + met_line({"unseen": cmp["unseen_champion"]}))
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
     want, reason = decide(rc, name, version, compared, record, found.get("unscorable"))
