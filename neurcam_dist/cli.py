@@ -603,12 +603,33 @@ HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "export": _export, 
             "submit": _submit}
 
 
+# the flags that name local paths (or URIs): ``~`` and ``$VAR`` expanded as in a config's paths
+PATH_FLAGS = ("input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare")
+
+
+def _expand_paths(args) -> None:
+    """``uris.expand`` on every path flag given, so ``--output '~/x'`` (quoted, or from a script
+    that does not expand) writes to the home folder, and an unset ``$VAR`` is refused by name."""
+    from .uris import expand
+    for dest in PATH_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, list):
+            setattr(args, dest, [expand(v) for v in value])
+        elif isinstance(value, str) and value != "-":
+            setattr(args, dest, expand(value))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed, 3 the
     model was written but the report asked for (``fit --report``) was not."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_required(parser, args)
+    try:
+        _expand_paths(args)
+    except ConfigError as exc:
+        print(f"neurcam: error: {redact(exc)}", file=sys.stderr)
+        return 2
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
     from .signals import sigterm_as_exit, terminated

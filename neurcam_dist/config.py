@@ -10,20 +10,23 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model, field_validator,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model,
+                      field_validator, model_validator)
 
 from .errors import ConfigError  # noqa: F401 - also re-exported here
 from .params import HYPERPARAMETERS
 from .redaction import redact
-from .uris import is_uri, join, local
+from .uris import expand, is_uri, join, local
 from .validation import nearest_name
 
 
 def _takes_text(annotation) -> bool:
     """Whether a field's type is text (``str``, ``str | None``, ``str | list[str]``)."""
     import typing
-    return annotation is str or str in typing.get_args(annotation)
+
+    def bare(a):
+        return typing.get_args(a)[0] if typing.get_origin(a) is Annotated else a
+    return bare(annotation) is str or str in [bare(a) for a in typing.get_args(annotation)]
 
 
 class _Strict(BaseModel):
@@ -50,7 +53,9 @@ class _Strict(BaseModel):
         return out
 
 
-Paths = str | list[str]
+# A path in a config: ``~`` and ``$VAR`` expanded as on the command line (``uris.expand``).
+Path_ = Annotated[str, AfterValidator(expand)]
+Paths = Path_ | list[Path_]
 
 
 class EmbeddingsSource(_Strict):
@@ -195,7 +200,7 @@ class TrainConfig(_Strict):
     shuffle_buffer: int = Field(20_000, ge=0, description="rows in each worker's local shuffle buffer (0: none)")
     kmeans_sample: int = Field(100_000, ge=1, description="rows sampled for the MiniBatchKMeans centroid init")
     reference_rows: int = Field(20_000, ge=1, description="feature rows kept with the result for explain()")
-    storage_path: str | None = Field(None, description="Ray Train checkpoints and staging data (shared storage "
+    storage_path: Path_ | None = Field(None, description="Ray Train checkpoints and staging data (shared storage "
                                                        "on a multi-node cluster); default OUTPUT/_ray")
     score_batch_size: int = Field(4096, ge=1)
     cache: Literal["auto", "device", "always", "never"] = Field(
@@ -374,7 +379,7 @@ class JobConfig(_Strict):
     text: TextConfig | None = Field(None, description="data.path holds documents: featurize (and embed) them first")
     representation: RepresentationConfig | None = Field(None, description="compute the representation before "
                                                                           "clustering (kind: dae)")
-    output: str
+    output: Path_
 
     @model_validator(mode="after")
     def _computed_representation(self):
@@ -563,11 +568,14 @@ def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
 
 class _UniqueKeys(yaml.SafeLoader):
     """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the later
-    value silently: ``epochs: 50`` then ``epochs: 5`` trains 5)."""
+    value silently: ``epochs: 50`` then ``epochs: 5`` trains 5). Anchors, aliases and merge keys
+    (``<<: *base``, whose keys the mapping may then override) are YAML's own."""
 
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":   # ``<<: *anchor``: merged keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.setdefault(key, key_node.start_mark.line + 1)
@@ -591,13 +599,16 @@ def read_yaml(text: str, where: str):
 
 
 def load_config(path: str | os.PathLike, overrides: dict | None = None, environ=None) -> JobConfig:
-    """Read a YAML config; the ``NEURCAM_*`` variables of ``ENV_OVERRIDES`` (``environ``, default
+    """Read a YAML config (top-level keys named ``x-...`` are for YAML anchors and are dropped);
+    the ``NEURCAM_*`` variables of ``ENV_OVERRIDES`` (``environ``, default
     ``os.environ``) then ``overrides`` (dotted keys such as ``model.epochs``) replace its values."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"no config file at {p}")
     raw = read_yaml(p.read_text(), str(p))
     raw = raw or {}
+    if isinstance(raw, dict):   # top-level ``x-NAME`` keys hold YAML anchors only (as in compose files)
+        raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("x-"))}
     from_env, notes = env_overrides(raw, environ)
     cfg = parse_config(apply_overrides(apply_overrides(raw, from_env), overrides), str(p))
     cfg._notes = notes

@@ -163,6 +163,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         names = coding.names
         n, d = arr.shape
         spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
+        device = resolve_device(self.device)                     # ... and of the device, before any work
         spec.check_memory(n, available_memory(),
                           say=(lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None)
         rep = None if X_repr is None else _representation(X_repr, n)
@@ -172,7 +173,6 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         xr = coding.clustering_space(x_std) if X_repr is None else rep.astype(np.float32)
         levels = {"coding": coding, "level_init": level_init(coding, xr, arr, int(self.random_state))}
         seed = int(self.random_state)
-        device = resolve_device(self.device)
         if device.type == "cpu":
             keep_freed_memory()
         precision = resolve_precision(self.precision, device)

@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from .storage import check_writable, refuse_foreign_output, write_run_output
+from .storage import check_writable, refuse_foreign_output, refuse_overwrite, write_run_output
 from .storage.published import local_copy
 
 RUN_FILES = ("model", "metrics.json", "config.json")
@@ -22,10 +22,12 @@ def run_files(*, report: bool = False, extra=(), dirs=()) -> set[str]:
     return {*RUN_FILES, *extra, *dirs, *(("report",) if report else ())}
 
 
-def check_run_target(out, *, report: bool = False, extra=(), dirs=()) -> None:
-    """Before any work: refuse an output that is a file, cannot be written (``check_writable``)
-    or holds what such a run does not write (``errors.ConfigError`` naming it), so nothing is
-    trained only to be refused at the end."""
+def check_run_target(out, *, report: bool = False, extra=(), dirs=(), inputs=()) -> None:
+    """Before any work: refuse an output that is a file, cannot be written (``check_writable``),
+    holds what such a run does not write, or is (inside) one of its ``inputs`` or a model folder
+    (``storage.refuse_overwrite``): an ``errors.ConfigError`` naming it, so nothing is trained only
+    to be refused at the end."""
+    refuse_overwrite(out, inputs=inputs)
     refuse_foreign_output(out, run_files(report=report, extra=extra, dirs=dirs))
     check_writable(out)
 

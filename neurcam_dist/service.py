@@ -115,7 +115,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
-    check_run_target(output, report=report, extra=(assignments,))
+    check_run_target(output, report=report, extra=(assignments,), inputs=[data])
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
     X, y = split_columns(df, features, label, quiet=not params.get("verbose", True),
                          categorical=params.get("categorical_features") if isinstance(
@@ -370,7 +370,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         raise ConfigError("--format sql needs --table NAME: the table the query reads")
     _check_grids(grid_size, pair_grid_size)
     if output is not None:
-        from .storage import check_writable
+        from .storage import check_writable, refuse_overwrite
+        refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
         check_writable(str(Path(output).parent) if not is_uri(output) else output, "--output")
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
@@ -401,6 +402,12 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
             write_text_atomic(Path(output), text)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
                         engines=engines if fmt == "sql" else None)
+
+
+def _written_by_export(head: bytes) -> bool:
+    """An existing ``--output`` that an earlier ``export`` wrote (a query, or rules), which a new
+    export may replace."""
+    return head.startswith(b"-- NeurCAM") or head.startswith(b"cluster ")
 
 
 # ---------------------------------------------------------------- scoring
@@ -706,7 +713,8 @@ def sample(input: str, output: str, *, per_class: int | None = None, rows: int |
     column; returns ``(rows, files)``."""
     from .data.bundled import stratified_sample, write_frame_shards
     from .data.tables import read_table
-    from .storage import check_writable
+    from .storage import check_writable, refuse_overwrite
+    refuse_overwrite(output, inputs=[input])
     check_writable(output, "--output")
     df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class, rows=rows, by=by, id_column=id_column,
                            seed=seed)

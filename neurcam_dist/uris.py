@@ -9,7 +9,10 @@ or the URI itself (keys as ``s3://KEY:SECRET@bucket/...``, the endpoint as the q
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from .errors import ConfigError
 
 # An S3-compatible server other than AWS (MinIO, SeaweedFS, Ceph) rejects or mangles the CRC
 # checksums that recent AWS SDKs add to every request and expect on every response, so what was
@@ -28,6 +31,25 @@ def local(path) -> str:
     """A local path without its ``file://`` prefix."""
     p = os.fspath(path)
     return p[len("file://"):] if p.startswith("file://") else p
+
+
+_VARIABLE = re.compile(r"\$(\w+|\{[^}]*\})")
+
+
+def expand(path):
+    """A local path with ``~`` and ``$VAR`` / ``${VAR}`` expanded as a shell would (one rule for
+    every command's flags and every config's paths); a variable that is not set is an
+    ``errors.ConfigError`` naming it, never a folder called ``$VAR``. URIs are left as written."""
+    if path is None or is_uri(path):
+        return path
+    text = os.fspath(path)
+    missing = sorted({m.group(1).strip("{}") for m in _VARIABLE.finditer(text)
+                      if m.group(1).strip("{}") not in os.environ})
+    if missing:
+        raise ConfigError(f"{text}: the environment variable(s) {', '.join(missing)} are not set "
+                          f"(paths expand ~ and $VAR as a shell does)")
+    out = os.path.expanduser(os.path.expandvars(text))
+    return out if isinstance(path, str) else type(path)(out)
 
 
 def join(base, *parts: str) -> str:

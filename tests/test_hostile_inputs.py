@@ -406,3 +406,81 @@ def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_p
     assert "left running by an earlier command that was killed" in said and str(first.pid) in said, said[-3000:]
     assert not [p for p in session_processes(session) if _alive(p)]
     assert not record.exists()
+
+
+# ------------------------------------------------------------------ outputs that guard what they replace
+def test_export_never_writes_over_its_input_a_model_file_or_a_users_file(table, model_dir, tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    table.to_csv(src, index=False)
+    before = src.read_bytes()
+    mine = tmp_path / "mine.sql"
+    mine.write_text("select 1 -- my own query\n")
+    config = (model_dir / "config.json").read_bytes()
+    for out, words in ((src, "is the input"), (model_dir / "config.json", "model"), (mine, "not written by neurcam")):
+        rc, err = run(capsys, "export", "--model", model_dir, "--input", src, "--table", "t", "--output", out)
+        assert rc == 2 and words in err, (out, err)
+    assert src.read_bytes() == before and (model_dir / "config.json").read_bytes() == config
+    assert mine.read_text() == "select 1 -- my own query\n"
+    ok = tmp_path / "q.sql"
+    for _ in range(2):   # a query that export wrote may be replaced by the next export
+        rc, err = run(capsys, "export", "--model", model_dir, "--input", src, "--table", "t", "--output", ok)
+        assert rc == 0, err
+    assert ok.read_text().startswith("-- NeurCAM")
+
+
+def test_generate_and_fit_never_replace_a_users_folder_or_write_inside_their_input(table, tmp_path, capsys):
+    user = tmp_path / "mine"
+    user.mkdir()
+    pd.DataFrame({"a": [1, 2]}).to_parquet(user / "part-00000.parquet")
+    before = (user / "part-00000.parquet").read_bytes()
+    rc, err = run(capsys, "generate", "synthetic", "--output", user, "--rows", "40", "--files", "2")
+    assert rc == 2 and "not written by neurcam" in err, err
+    assert (user / "part-00000.parquet").read_bytes() == before and sorted(p.name for p in user.iterdir()) == [
+        "part-00000.parquet"]
+    gen = tmp_path / "gen"
+    for _ in range(2):   # its own folder is replaced whole
+        rc, err = run(capsys, "generate", "synthetic", "--output", gen, "--rows", "40", "--files", "2")
+        assert rc == 0, err
+    rc, err = run(capsys, "fit", "--input", gen, "--output", gen / "run", "--n-clusters", "2", *FAST)
+    assert rc == 2 and "inside the input" in err, err
+    assert not (gen / "run").exists()
+
+
+def test_home_and_variables_in_paths_expand_on_the_command_line_and_in_configs(table, tmp_path, capsys,
+                                                                              monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("NEURCAM_TEST_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    table.to_csv(tmp_path / "in.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", "$NEURCAM_TEST_DIR/in.csv", "--output", "~/x", "--n-clusters", "2",
+                  *FAST)
+    assert rc == 0, err
+    assert (tmp_path / "home" / "x" / "model").is_dir() and not (tmp_path / "~").exists()
+    rc, err = run(capsys, "fit", "--input", "${NEURCAM_NOT_SET_ANYWHERE}/in.csv", "--output", "o", "--n-clusters", "2")
+    assert rc == 2 and "NEURCAM_NOT_SET_ANYWHERE" in err and "not set" in err, err
+    from neurcam_dist.config import load_config
+    (tmp_path / "c.yaml").write_text("data:\n  path: ~/data\nmodel:\n  n_clusters: 3\n"
+                                     "output: $NEURCAM_TEST_DIR/out\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert cfg.data.path == str(tmp_path / "home" / "data") and cfg.output == str(tmp_path / "out")
+
+
+def test_yaml_anchors_and_merge_keys_are_yaml_not_errors(tmp_path):
+    from neurcam_dist.config import load_config
+    (tmp_path / "c.yaml").write_text(f"x-model: &m\n  n_clusters: 3\n  epochs: 5\ndata:\n  path: {tmp_path}\n"
+                                     f"model:\n  <<: *m\n  epochs: 7\noutput: {tmp_path / 'o'}\n")
+    cfg = load_config(tmp_path / "c.yaml")
+    assert (cfg.model.n_clusters, cfg.model.epochs) == (3, 7)
+
+
+@pytest.mark.parametrize("device, words", [("cuda:7", "device='cuda:7'"), ("tpu", "device='tpu'"),
+                                           ("cuda", "device='cuda'")])
+def test_a_device_this_machine_lacks_is_a_parameter_error(table, device, words):
+    import torch
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        device = "cuda:99"
+        words = "device='cuda:99'"
+    if device == "cuda" and torch.cuda.is_available():
+        return   # a machine with CUDA trains on it: nothing to refuse
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
+        NeurCAM(n_clusters=2, **{**SMALL, "device": device}).fit(table)

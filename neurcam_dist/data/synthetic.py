@@ -6,7 +6,7 @@ projection of the cluster centre plus noise, stored as a ``fixed_size_list<float
 """
 from __future__ import annotations
 
-import os
+import json
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import ConfigError
+from ..storage import atomic_directory
+from .bundled import DATASET_MARKER
 
 
 def _embedding_column(values: np.ndarray) -> pa.FixedSizeListArray:
@@ -23,7 +25,9 @@ def _embedding_column(values: np.ndarray) -> pa.FixedSizeListArray:
 def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_clusters: int = 4,
                  n_files: int = 4, seed: int = 0, informative: int = 3, rows_per_group: int = 65536,
                  label: bool = True, progress: bool = False) -> list[str]:
-    """Write ``n_rows`` rows as ``n_files`` Parquet files under ``path``; returns the file paths."""
+    """Write ``n_rows`` rows as ``n_files`` Parquet files under ``path`` (a new folder, or one
+    neurcam wrote, replaced whole: the files are built beside it and swapped in); returns the file
+    paths. A folder holding anything else is refused (``errors.ConfigError``)."""
     for flag, value, least in (("--rows", n_rows, 1), ("--features", n_features, 1), ("--dim", repr_dim, 0),
                                ("--clusters", n_clusters, 1), ("--files", n_files, 1)):
         if value < least:
@@ -36,15 +40,20 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
     centers[:, :informative] = rng.normal(0, 4, size=(n_clusters, informative))
     proj = rng.normal(0, 1, size=(n_clusters, repr_dim)) * 3 if repr_dim else None
     out = Path(path)
-    out.mkdir(parents=True, exist_ok=True)
-    files = []
     sizes = np.full(n_files, n_rows // n_files)
     sizes[: n_rows % n_files] += 1
-    start = 0
-    for i, size in enumerate(sizes):
-        f = out / f"part-{i:05d}.parquet"
-        tmp = out / f".part-{i:05d}.parquet.tmp"
-        with pq.ParquetWriter(tmp, _schema(n_features, repr_dim, label)) as writer:
+
+    def write(folder: Path) -> None:
+        start = 0
+        for i, size in enumerate(sizes):
+            _write_part(folder / f"part-{i:05d}.parquet", int(size), start)
+            start += int(size)
+            if progress:
+                print(f"  wrote part-{i:05d}.parquet ({int(size):,} rows; {start:,}/{n_rows:,})", flush=True)
+        (folder / DATASET_MARKER).write_text(json.dumps({"rows": n_rows, "files": n_files}))
+
+    def _write_part(f: Path, size: int, start: int) -> None:
+        with pq.ParquetWriter(f, _schema(n_features, repr_dim, label)) as writer:
             for lo in range(0, int(size), rows_per_group):
                 n = min(rows_per_group, int(size) - lo)
                 y = rng.integers(0, n_clusters, size=n)
@@ -57,12 +66,10 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
                 if label:
                     cols["label"] = y.astype(np.int64)
                 writer.write_table(pa.table(cols, schema=_schema(n_features, repr_dim, label)))
-        os.replace(tmp, f)
-        files.append(str(f))
-        start += int(size)
-        if progress:
-            print(f"  wrote {f.name} ({int(size):,} rows; {start:,}/{n_rows:,})", flush=True)
-    return files
+
+    # one folder swapped in whole; a folder holding files neurcam did not write is refused
+    atomic_directory(out, write, marker=DATASET_MARKER)
+    return [str(out / f"part-{i:05d}.parquet") for i in range(n_files)]
 
 
 def _schema(n_features: int, repr_dim: int, label: bool) -> pa.Schema:

@@ -173,6 +173,42 @@ def check_writable(out, what: str = "output") -> None:
         os.unlink(probe)
 
 
+MODEL_MARKERS = ("manifest.json", "weights.safetensors")   # modeldir's files: a folder holding both is a model
+
+
+def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> None:
+    """Before any work, refuse (``ConfigError`` naming ``what``) an output that would destroy
+    what this command did not write: one of its ``inputs`` (or a path inside an input folder,
+    which the next read would take as data, or a folder holding an input), a path inside a
+    model folder or a run's published set (``OUT/config.json`` is the model's file, not a
+    place for a query), or an existing file for which ``ours(first_bytes)`` is False (a user's
+    CSV, not a query that an earlier ``export`` wrote). Object-store URIs are left to the
+    publication, which refuses foreign content itself."""
+    if out is None or is_uri(out):
+        return
+    target = Path(local(out)).expanduser().absolute()
+    real = Path(os.path.realpath(target))
+    for given in inputs:
+        if given is None or is_uri(given):
+            continue
+        src = Path(os.path.realpath(Path(local(given)).expanduser()))
+        if real == src or src in real.parents or (src.exists() and real in src.parents):
+            relation = ("is" if real == src else "is inside" if src in real.parents else "holds")
+            raise ConfigError(f"{what} {out} {relation} the input {given}: writing it would destroy or "
+                              f"mix with the data; choose an output outside the input")
+    for folder in [real.parent, *real.parent.parents]:
+        if folder.name == VERSIONS or all((folder / m).is_file() for m in MODEL_MARKERS):
+            raise ConfigError(f"{what} {out} is inside {'a run output' if folder.name == VERSIONS else 'the model folder'} "
+                              f"{folder.parent if folder.name == VERSIONS else folder}: writing there would "
+                              f"corrupt it; choose a path outside")
+    if ours is not None and target.is_file():
+        with open(target, "rb") as f:
+            head = f.read(256)
+        if not ours(head):
+            raise ConfigError(f"{what} {out} exists and was not written by neurcam: refusing to replace it "
+                              f"(remove it, or choose another name)")
+
+
 def refuse_foreign_output(out, own: set[str]) -> None:
     """Refuse (``ConfigError``) a local ``out`` that is a file, or a folder holding names other
     than ``own`` (and hidden ones): another command's output, or a user's files. Called before
