@@ -545,7 +545,7 @@ def _recluster(args) -> None:
 
 
 def _history(args) -> None:
-    records = service.history(args.output)
+    records = service.history(args.output, say=lambda m: print(f"neurcam history: {redact(m)}", file=sys.stderr))
     if args.last:
         records = records[-args.last:]
     if args.json:
@@ -655,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neurcam: failed: {redact(exc)}", file=sys.stderr)
         return 1
     except OSError as exc:   # an object store or server that did not answer (pyarrow's file systems)
-        print(f"neurcam: failed: {service.unreachable(exc)}", file=sys.stderr)
+        print(f"neurcam: failed: {service.unreachable(exc, getattr(args, 'output', None))}", file=sys.stderr)
         return 1
     return status or 0
 

@@ -272,6 +272,24 @@ def check_model_name(name: str) -> str:
     return name
 
 
+def check_alias(alias: str) -> str:
+    """A registry alias MLflow accepts (letters, digits, ``_`` and ``-``; at most 255; not
+    ``latest``; not a version's spelling such as ``v1``), else a ``ConfigError`` saying which
+    rule, before any call to the registry."""
+    import re
+    if not alias:
+        raise ConfigError("the alias is empty: name one, such as champion")
+    if not re.fullmatch(r"[\w\-]+", alias, flags=re.ASCII):
+        raise ConfigError(f"alias {alias!r} may hold only letters, digits, '_' and '-' (as MLflow's registry "
+                          f"requires)")
+    if len(alias) > 255:
+        raise ConfigError(f"alias {alias[:20]!r}... is {len(alias)} characters long: at most 255")
+    if alias.lower() == "latest" or re.fullmatch(r"[vV]\d+", alias):
+        raise ConfigError(f"alias {alias!r} is reserved by the registry (it reads as 'latest' or a version "
+                          f"number): choose another, such as champion")
+    return alias
+
+
 class ReclusterConfig(_Strict):
     """``neurcam recluster``: which snapshot to read and when the challenger replaces the champion."""
 
@@ -548,6 +566,9 @@ def parse_config(raw: dict, source: str = "config") -> JobConfig:
 # One config serves every environment: these variables replace the file's values (and --set
 # replaces both). NEURCAM_TRACKING_URI applies only to a config that has a tracking: section.
 ENV_OVERRIDES = {"NEURCAM_DATA_PATH": "data.path", "NEURCAM_OUTPUT": "output", "NEURCAM_TRACKING_URI": "tracking.uri"}
+# ``NEURCAM_SET_<n>=KEY=VALUE``: a ``--set`` that holds a credential, which ``neurcam submit`` sends
+# to the job in its environment instead of its entrypoint (applied after ENV_OVERRIDES).
+SET_PREFIX = "NEURCAM_SET_"
 
 
 def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
@@ -563,6 +584,10 @@ def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
             continue
         out[key] = value
         notes.append(f"{var} sets {key}")
+    for var in sorted(v for v in environ if v.startswith(SET_PREFIX) and environ[v]):
+        for key, value in parse_overrides([environ[var]]).items():
+            out[key] = value
+            notes.append(f"{var} sets {key} (a --set value with a credential, sent in the environment)")
     return out, notes
 
 

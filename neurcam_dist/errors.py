@@ -57,6 +57,12 @@ class TrainingError(NeurcamError, RuntimeError):
     """A run that started and failed: the message says which run and where its files are."""
 
 
+class OutputError(NeurcamError, RuntimeError):
+    """Training succeeded but its outputs could not be written (a full or read-only disk): the
+    message says where they could not go, why, where the fitted model was kept instead and what
+    to run again."""
+
+
 class SearchError(NeurcamError, RuntimeError):
     """No trial of the search finished; the message lists each trial's reason."""
 

@@ -31,6 +31,7 @@ from .columns import ColumnCoding, level_init
 from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, refuse_lookalike_names
 from .version import __version__
 
+PROBA_CHUNK = 65_536     # rows predict_proba turns into probabilities at a time
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
 
 
@@ -381,7 +382,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def predict_proba(self, X) -> np.ndarray:
         """(N, K) cluster probabilities (softmax of the logits); column ``k`` is cluster
         ``cluster_ids_[k]``."""
-        return softmax(self.decision_function(X))
+        fitted = self._validated_state()   # fitted-ness first, then X
+        arr = self._validated(X)
+        out = np.empty((arr.shape[0], len(fitted.ids)))
+        for i in range(0, arr.shape[0], PROBA_CHUNK):   # memory: the output and one chunk
+            out[i:i + PROBA_CHUNK] = softmax(fitted.logits(arr[i:i + PROBA_CHUNK]))
+        return out
 
     def score_frame(self, X, top_terms: int = 0) -> "pd.DataFrame":
         """Scored rows as a DataFrame, the columns batch scoring and the registry model return:

@@ -125,6 +125,8 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     from .explain.assignments import refuse_collisions, scored_columns
     refuse_collisions(ids.columns, ["probability"] + scored_columns(range(params.get("n_clusters", 0)), 3),
                       f"{assignments} as id columns")
+    from .storage import check_room
+    check_room(output, _fit_output_bytes(len(X), params.get("n_clusters", 10), report))
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     seconds = time.perf_counter() - t0
@@ -135,10 +137,35 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
               **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": {k: v for k, v in est.get_params().items()}}
-    failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
-                       extra={assignments: _assignments(est, X, ids, assignments)},
-                       report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
+    try:
+        failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
+                           extra={assignments: _assignments(est, X, ids, assignments)},
+                           report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
+    except OSError as exc:
+        raise _unwritten(exc, est, output) from None
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _fit_output_bytes(n_rows: int, n_clusters: int, report: bool) -> int:
+    """What ``fit`` writes, about: the assignments (a row's ids, cluster, probability and three
+    terms), the model, the report (its page, tables and plots)."""
+    return n_rows * 160 + n_clusters * 64 * 1024 + 8 * 2**20 + (32 * 2**20 if report else 0)
+
+
+def _unwritten(exc: OSError, est, output):
+    """The error for outputs that could not be written after training: the model is saved in a
+    temporary folder when it can be (so the training is not lost), and the message says where."""
+    import tempfile
+    why = unreachable(exc, output)
+    try:
+        kept = Path(tempfile.mkdtemp(prefix="neurcam-unsaved-")) / "model"
+        est.save(kept)
+        where = f"the fitted model is kept at {kept} (NeurCAM.load it, or free space and run the same command again)"
+    except OSError as again:
+        where = (f"the fitted model could not be kept either ({again.strerror or again}): free space and run the "
+                 f"same command again (it is seeded: the same model)")
+    from .errors import OutputError
+    return OutputError(f"{why}; {where}")
 
 
 def _explanation_or_error(est, X, y=None, label: str | None = None):
@@ -587,11 +614,11 @@ def recluster(config) -> dict:
     return _recluster(config)
 
 
-def history(output: str) -> list[dict]:
+def history(output: str, say=None) -> list[dict]:
     """The re-clustering decisions recorded in ``output`` (``recluster-history.jsonl``), oldest
-    first."""
+    first; each line that cannot be read is left out and named through ``say`` (else a warning)."""
     from .ops.history import read_history
-    return read_history(output)
+    return read_history(output, say)
 
 
 def history_table(records: list[dict]):
@@ -639,11 +666,11 @@ def parse_overrides(pairs: list[str]) -> dict:
     return _parse(pairs)
 
 
-def unreachable(exc: BaseException) -> str:
+def unreachable(exc: BaseException, output=None) -> str:
     """One line for an object store or server that did not answer (an ``OSError`` from pyarrow's
-    file systems), saying what to check."""
+    file systems), or a full or read-only disk (naming the file or ``output``), saying what to check."""
     from .ops.validate import unreachable as _unreachable
-    return _unreachable(exc)
+    return _unreachable(exc, output)
 
 
 def validate_manifests(folder: str) -> list[str]:
@@ -654,8 +681,14 @@ def validate_manifests(folder: str) -> list[str]:
 
 
 def promote(name: str, version: str, alias: str = "champion", tracking_uri: str | None = None) -> None:
-    """Move ``alias`` of registered model ``name`` to ``version``."""
+    """Move ``alias`` of registered model ``name`` to ``version`` (the name, alias and version
+    checked before the registry is called: ``config.check_alias``)."""
     from . import tracking
+    from .config import check_alias, check_model_name
+    check_model_name(name)
+    check_alias(alias)
+    if not str(version).isdigit() or int(version) < 1:
+        raise ConfigError(f"version {version!r}: a registered model's version is a whole number from 1")
     tracking.uri.point_at(tracking_uri)
     tracking.promote(name, version, alias)
 

@@ -244,16 +244,36 @@ def test_int_and_float_shards_of_one_feature_are_unified_not_refused(table, tmp_
     np.testing.assert_array_equal(scored["cluster"].to_numpy(), est.predict(pd.concat([a, b]).astype(float)))
 
 
-def test_int_and_float_shards_train_on_ray(table, tmp_path, ray_cluster):
+def test_int_float_decimal_and_three_list_types_across_shards_train_on_ray(table, tmp_path, ray_cluster):
+    """int64 in one file and double in another, a DECIMAL column, and one embedding written as
+    fixed_size_list, list and large_list by three writers: read as one table, validated and trained."""
+    import decimal
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     from neurcam_dist import service
-    a = table.iloc[:75].assign(f3=np.arange(75))
-    b = table.iloc[75:].assign(f3=np.linspace(0.5, 9.5, 75))
-    folder = _shards(tmp_path, a, b)
-    result = service.train({"data": {"path": str(folder)}, "output": str(tmp_path / "o"),
-                            "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [16],
-                                      "n_bases": 8},
-                            "train": {"num_workers": 1}})
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    emb = np.random.default_rng(0).normal(size=(150, 3)).astype(np.float32)
+    kinds = [lambda v: pa.FixedSizeListArray.from_arrays(pa.array(v.ravel()), 3),
+             lambda v: pa.array(v.tolist(), pa.list_(pa.float32())),
+             lambda v: pa.array(v.tolist(), pa.large_list(pa.float32()))]
+    for i, rows in enumerate(np.array_split(np.arange(150), 3)):
+        part = table.iloc[rows]
+        cols = {c: pa.array(part[c].to_numpy()) for c in ("f0", "f1")}
+        cols["f3"] = pa.array(rows if i == 0 else rows + 0.5)                        # int64, then double
+        cols["price"] = pa.array([decimal.Decimal(f"{v:.2f}") for v in part["f2"]], pa.decimal128(12, 2))
+        cols["emb"] = kinds[i](emb[rows])
+        pq.write_table(pa.table(cols), folder / f"part-{i}.parquet")
+    cfg = {"data": {"path": str(folder), "embedding": "emb"}, "output": str(tmp_path / "o"),
+           "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [16], "n_bases": 8},
+           "train": {"num_workers": 1}}
+    from neurcam_dist.config import parse_config
+    assert service.validate(parse_config(cfg))   # checked as the job would be, no error
+    result = service.train(cfg)
     assert result.metrics["n_rows"] == 150
+    assert set(NeurCAM.load(tmp_path / "o" / "model").feature_names_in_) == {"f0", "f1", "f3", "price"}
 
 
 @pytest.mark.parametrize("drift, words", [
@@ -354,6 +374,19 @@ def test_a_tracking_server_that_never_answers_is_a_clear_error_in_seconds(model_
             done = _neurcam(args, env, timeout=90)
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
             assert f"127.0.0.1:{server.port} is unreachable (no answer within" in done.stderr, done.stderr[-2000:]
+
+
+def test_a_job_server_that_never_answers_is_a_clear_error_in_bounded_time(tmp_path):
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "c.yaml").write_text(f"data: {{path: {tmp_path}}}\nmodel: {{n_clusters: 3}}\noutput: {tmp_path / 'o'}\n")
+    with _Silent() as server:
+        t0 = time.monotonic()
+        done = _neurcam(["submit", "--address", f"http://127.0.0.1:{server.port}", "--working-dir", tmp_path,
+                         "train", "--config", "c.yaml"], {"NEURCAM_JOB_SERVER_TIMEOUT": "3"}, timeout=120)
+        took = time.monotonic() - t0
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert f"127.0.0.1:{server.port} did not answer" in done.stderr and "within 3 s" in done.stderr, done.stderr
+    assert took < 60
 
 
 def test_an_object_store_that_hangs_is_a_clear_error_in_bounded_time(tmp_path):
@@ -484,3 +517,221 @@ def test_a_device_this_machine_lacks_is_a_parameter_error(table, device, words):
         return   # a machine with CUDA trains on it: nothing to refuse
     with pytest.raises(ConfigError, match=words.replace("(", r"\(")):
         NeurCAM(n_clusters=2, **{**SMALL, "device": device}).fit(table)
+
+
+# ------------------------------------------------------------------ data as written
+def test_ids_with_leading_zeros_come_back_as_written_in_fit_and_predict(table, tmp_path, capsys):
+    codes = [f"{i:06d}" for i in range(len(table))]
+    table.assign(id=codes).to_csv(tmp_path / "in.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "in.csv", "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
+    assert rc == 0, err
+    written = pd.read_csv(tmp_path / "o" / "assignments.csv", dtype=str)
+    assert written["id"].tolist() == codes
+    rc, err = run(capsys, "predict", "--model", tmp_path / "o" / "model", "--input", tmp_path / "in.csv",
+                  "--output", tmp_path / "p", "--id", "id")
+    assert rc == 0, err
+    scored = pd.read_parquet(tmp_path / "p")
+    assert sorted(scored["id"].tolist()) == codes
+
+
+def test_a_duplicated_column_name_is_refused_naming_it_in_csv_and_parquet(tmp_path, capsys):
+    (tmp_path / "dup.csv").write_text("a,f1,f1\n" + "".join(f"{i},{i % 3},{i % 5}\n" for i in range(30)))
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.Table.from_arrays([pa.array(np.arange(30.0)), pa.array(np.ones(30))], names=["f1", "f1"]),
+                   tmp_path / "dup.parquet")
+    for src in ("dup.csv", "dup.parquet"):
+        rc, err = run(capsys, "fit", "--input", tmp_path / src, "--output", tmp_path / "o", "--n-clusters", 2, *FAST)
+        assert rc == 2 and "['f1'] more than once" in err, (src, err)
+        assert "f1.1" not in err and "lack(s)" not in err
+
+
+def test_compressed_or_parquet_bytes_in_a_csv_name_say_what_the_file_is(tmp_path, capsys):
+    import gzip
+    (tmp_path / "z.csv").write_bytes(gzip.compress(b"a,b\n1,2\n" * 50))
+    pd.DataFrame({"a": [1.0, 2.0]}).to_parquet(tmp_path / "p.csv")
+    for name, words in (("z.csv", "gzip-compressed: name it .csv.gz"), ("p.csv", "a Parquet file: name it .parquet")):
+        rc, err = run(capsys, "fit", "--input", tmp_path / name, "--output", tmp_path / "o", "--n-clusters", 2)
+        assert rc == 2 and words in err and "--encoding" not in err, err
+
+
+def test_the_history_names_lines_it_cannot_read_and_goes_on(tmp_path, capsys):
+    good = {"finished_at": "2026-11-30T06:00:00", "snapshot": "2026-11-30", "outcome": "promoted",
+            "inertia_challenger": 1.0, "inertia_champion": 2.0}
+    lines = [json_line(good), '{"finished_at": "2026-12-01T06:0', "null",
+             json_line({**good, "inertia_champion": "two"}), json_line({**good, "snapshot": "2026-12-02"})]
+    (tmp_path / "recluster-history.jsonl").write_text("\n".join(lines) + "\n")
+    rc, err = run(capsys, "history", "--output", tmp_path)
+    assert rc == 0, err
+    for n, why in ((2, "not JSON"), (3, "a JSON NoneType, not a record"), (4, "inertia_champion not a number")):
+        assert f"line {n} of 5 could not be read ({why}" in err, err
+    from neurcam_dist import service
+    with pytest.warns(UserWarning, match="line 2 of 5"):
+        assert [r["snapshot"] for r in service.history(str(tmp_path))] == ["2026-11-30", "2026-12-02"]
+
+
+def json_line(record: dict) -> str:
+    import json
+    return json.dumps(record)
+
+
+def test_snapshots_named_by_date_are_ranked_as_dates_with_a_warning_when_text_disagrees(tmp_path):
+    from neurcam_dist.data.snapshots import pick_snapshot
+    for day in range(8, 13):
+        (tmp_path / f"date=2026-11-{day}").mkdir()
+    said = []
+    path, value = pick_snapshot(str(tmp_path), "latest", say=said.append)
+    assert value == "2026-11-12" and path.endswith("date=2026-11-12")
+    assert said and "'2026-11-9'" in said[0] and "as text" in said[0]
+    padded = tmp_path / "padded"
+    for day in ("2026-11-09", "2026-11-10"):
+        (padded / f"date={day}").mkdir(parents=True)
+    said.clear()
+    assert pick_snapshot(str(padded), "latest", say=said.append)[1] == "2026-11-10" and not said
+
+
+def test_long_and_non_latin_feature_names_get_short_plot_files_in_fit_and_explain(table, tmp_path, capsys):
+    frame = table.copy()
+    frame.columns = ["x" * 2000, "列名" * 120, "f2", "f3"]
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "in.csv", "--output", tmp_path / "o", "--n-clusters", 3,
+                  "--report", *FAST)
+    assert rc == 0, err
+    rc, err = run(capsys, "explain", "--model", tmp_path / "o" / "model", "--input", tmp_path / "in.csv",
+                  "--output", tmp_path / "e")
+    assert rc == 0, err
+    for folder in (tmp_path / "o" / "report", tmp_path / "e"):
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert files and all(len(p.name.encode()) < 100 for p in files)
+    assert "列名" in (tmp_path / "o" / "report" / "report.html").read_text()
+
+
+def test_the_report_data_element_holds_no_markup_whatever_the_names():
+    from neurcam_dist.explain.report import _json_script
+    html = _json_script({"terms": [{"name": "<!--<script>"}, {"name": "</script>]]>&"}]})
+    body = html[html.index(">") + 1:html.rindex("</script>")]
+    assert "<" not in body and ">" not in body and "&" not in body
+    import json
+    assert json.loads(body)["terms"][1]["name"] == "</script>]]>&"
+
+
+# ------------------------------------------------------------------ a disk that fills up after training
+def test_a_write_that_fails_after_training_keeps_the_model_and_names_the_file(table, tmp_path):
+    """A real write failure (the process's file-size limit, as a full disk refuses a write): one
+    line naming the file, exit 1, nothing published, no traceback."""
+    import resource
+    import signal
+    table.to_csv(tmp_path / "d.csv", index=False)
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    done = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(tmp_path / "d.csv"),
+                           "--output", str(tmp_path / "o"), "--n-clusters", "3", *FAST],
+                          capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "no space left on the device while writing" in done.stderr and str(tmp_path / "o") in done.stderr
+    assert "Traceback" not in done.stderr and "run the same command again" in done.stderr
+    assert not (tmp_path / "o" / "model").exists()
+
+
+def test_a_fit_whose_output_cannot_be_written_keeps_the_fitted_model_elsewhere(table, tmp_path, capsys,
+                                                                               monkeypatch):
+    import errno
+
+    from neurcam_dist import outputs
+
+    def full(out, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out))
+    monkeypatch.setattr(outputs, "write_run_output", full)
+    table.to_csv(tmp_path / "d.csv", index=False)
+    rc, err = run(capsys, "fit", "--input", tmp_path / "d.csv", "--output", tmp_path / "o", "--n-clusters", 3, *FAST)
+    assert rc == 1 and "no space left on the device while writing" in err, err
+    kept = err.split("the fitted model is kept at ")[1].split(" ")[0]
+    assert len(NeurCAM.load(kept).predict(table)) == len(table)
+
+
+def test_a_disk_without_room_for_the_outputs_is_refused_before_training(table, tmp_path):
+    from neurcam_dist import service
+    table.to_csv(tmp_path / "d.csv", index=False)
+    free = __import__("shutil").disk_usage(tmp_path).free
+    rows = free // 160 + 1     # more assignments than the disk holds: refused from the row count alone
+    with pytest.raises(ConfigError, match="MiB free on its disk"):
+        from neurcam_dist.storage import check_room
+        check_room(tmp_path / "o", service._fit_output_bytes(rows, 3, False))
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ memory bounded by a chunk
+def test_scoring_a_frame_is_chunked_and_equals_scoring_it_whole(table, monkeypatch):
+    from neurcam_dist import estimator
+    from neurcam_dist.explain import assignments as scorer
+    est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(table)
+    whole = est.score_frame(table, top_terms=3)
+    proba = est.predict_proba(table)
+    rows = scorer.chunk_rows(est.fitted_, 3)
+    assert rows * 8 * 3 * 3 * (est.fitted_.net.single.n + 1) <= scorer.CHUNK_BYTES   # the budget holds
+    monkeypatch.setattr(scorer, "chunk_rows", lambda fitted, top: 7)    # 150 rows in chunks of 7 ...
+    monkeypatch.setattr(estimator, "PROBA_CHUNK", 11)
+    pd.testing.assert_frame_equal(est.score_frame(table, top_terms=3), whole)   # ... the same answer
+    np.testing.assert_allclose(est.predict_proba(table), proba, rtol=0, atol=1e-7)
+
+
+# ------------------------------------------------------------------ one-line errors before any call
+@pytest.mark.parametrize("uri, words", [
+    ("htp://127.0.0.1:5000", "unknown scheme 'htp' (did you mean 'http'?)"),
+    ("localhost:5000", "has no scheme: write http://localhost:5000"),
+    ("postgresql+nosuchdriver://u:pw@db/mlflow", "driver 'nosuchdriver' is not installed"),
+    ("sqlite:////nonexistent-folder/x/mlflow.db", "the folder /nonexistent-folder/x does not exist"),
+])
+def test_tracking_uris_mlflow_cannot_use_are_refused_by_validate_and_before_work(tmp_path, capsys, uri, words):
+    (tmp_path / "d").mkdir()
+    pd.DataFrame({"a": np.arange(20.0), "b": np.ones(20)}).to_parquet(tmp_path / "d" / "part-0.parquet")
+    (tmp_path / "c.yaml").write_text(f"data: {{path: {tmp_path / 'd'}}}\nmodel: {{n_clusters: 3}}\n"
+                                     f"output: {tmp_path / 'o'}\ntracking: {{uri: '{uri}', experiment: e}}\n")
+    rc, err = run(capsys, "validate", tmp_path / "c.yaml")
+    assert rc == 2 and words in err and "pw" not in err, err
+    rc, err = run(capsys, "promote", "m", "1", "--tracking-uri", uri)
+    assert rc == 2 and words in err and "Traceback" not in err, err
+
+
+def test_a_locked_sqlite_store_is_named_not_a_traceback(tmp_path, capsys):
+    import sqlite3
+    db = tmp_path / "mlflow.db"
+    holder = sqlite3.connect(db)
+    holder.execute("create table t (x)")
+    holder.execute("begin exclusive")
+    try:
+        rc, err = run(capsys, "promote", "m", "1", "--tracking-uri", f"sqlite:///{db}")
+    finally:
+        holder.close()
+    assert rc == 2 and "cannot be written" in err and "locked" in err, err
+
+
+@pytest.mark.parametrize("alias, words", [("../x", "only letters, digits"), ("a b", "only letters, digits"),
+                                          ("v1", "reserved"), ("latest", "reserved"), ("", "empty")])
+def test_registry_aliases_are_checked_before_the_registry_is_called(tmp_path, capsys, alias, words):
+    rc, err = run(capsys, "promote", "m", "1", "--alias", alias, "--tracking-uri", "sqlite:////nonexistent-x/db")
+    assert rc == 2 and words in err and "Traceback" not in err, err   # refused before the URI is even used
+
+
+def test_a_swapped_weights_file_with_a_regenerated_manifest_is_refused_as_altered(table, tmp_path):
+    import hashlib
+    import json
+    import shutil
+    NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(table).save(tmp_path / "a")
+    NeurCAM(n_clusters=2, random_state=0, **{**SMALL, "hidden": (8,)}).fit(table).save(tmp_path / "b")
+    for swapped in (tmp_path / "b" / "weights.safetensors", None):
+        if swapped is None:
+            (tmp_path / "a" / "weights.safetensors").write_bytes(b"not a tensor file at all" * 10)
+        else:
+            shutil.copy(swapped, tmp_path / "a" / "weights.safetensors")
+        manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+        manifest["files"]["weights.safetensors"] = hashlib.sha256(
+            (tmp_path / "a" / "weights.safetensors").read_bytes()).hexdigest()
+        (tmp_path / "a" / "manifest.json").write_text(json.dumps(manifest))
+        from neurcam_dist.errors import ModelFileError
+        with pytest.raises(ModelFileError, match="weights.safetensors was altered or replaced") as info:
+            NeurCAM.load(tmp_path / "a")
+        assert "\n" not in str(info.value)

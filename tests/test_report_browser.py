@@ -197,3 +197,25 @@ def test_a_categorical_term_is_drawn_as_bars_with_missing_its_own(tmp_path):
     colours = [b["colour"] for b in clusters]
     assert colours[1] != "#c4c4c4" and colours[0] == colours[2] == "#c4c4c4"   # the chosen one in its colour
     assert any(t["symbol"] == "diamond" for t in curve)                       # usage's missing value
+
+
+def test_feature_names_that_look_like_markup_or_run_long_never_break_the_page(tmp_path):
+    from playwright.sync_api import sync_playwright
+    X, _ = blobs(n=200, d=4, seed=2)
+    names = ["<!--<script>", "</script><b>x", "]]>&amp;", "特徴" * 150]
+    X.columns = names
+    est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(X)
+    report = write_report(est.explain(X), tmp_path / "report")
+    assert all(len(p.name.encode()) < 100 for p in (tmp_path / "report").rglob("*"))   # file names stay short
+    requests, errors = [], []
+    with sync_playwright() as p:
+        browser, page = open_page(p, report, requests, errors)
+        try:
+            graphs = page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length")
+            options = page.evaluate("() => Array.from(document.querySelector('#shapes ~ .term-view select')"
+                                    ".options).map(o => o.textContent)")
+            scripts = page.evaluate("() => document.scripts.length")
+        finally:
+            browser.close()
+    assert not errors and graphs >= 2 and scripts >= 3
+    assert all(any(o.startswith(n[:20]) for o in options) for n in names)   # each name shown as written

@@ -2,8 +2,8 @@
 
 ``data.path`` names either a template with one ``{snapshot}`` placeholder in a folder name
 (``events/date={snapshot}/``) or a parent of Hive-style partition folders (``events/`` holding
-``date=2026-11-25/``, ``date=2026-11-26/``). ``latest`` takes the newest value (numbers by
-value, anything else, such as ISO dates, by text); any other value names one snapshot exactly.
+``date=2026-11-25/``, ``date=2026-11-26/``). ``latest`` takes the newest value (dates by date,
+numbers by value, anything else by text); any other value names one snapshot exactly.
 """
 from __future__ import annotations
 
@@ -31,11 +31,31 @@ def _listdir(parent: str) -> list[str]:
     return [e.name for e in os.scandir(parent) if e.is_dir()]
 
 
-def _order(value: str):
+# a date (and time) in a snapshot's name: 2026-11-08, 2026-11-8, 2026/11/08, 2026_11_08T06:00
+_DATE = re.compile(r"^(\d{4})[-/_.](\d{1,2})[-/_.](\d{1,2})(?:[T _](\d{1,2})(?:[:\-](\d{1,2}))?(?:[:\-](\d{1,2}))?)?$")
+
+
+def _as_date(value: str):
+    """The ``datetime`` a snapshot value names, or None."""
+    import datetime
+    m = _DATE.match(value)
+    if not m:
+        return None
     try:
-        return (0, float(value), value)
+        return datetime.datetime(*(int(g) for g in m.groups() if g is not None))
     except ValueError:
-        return (1, 0.0, value)
+        return None
+
+
+def _order(value: str):
+    """Dates by date (``2026-11-9`` before ``2026-11-10``), numbers by value, the rest by text."""
+    when = _as_date(value)
+    if when is not None:
+        return (0, when.timestamp(), value)
+    try:
+        return (1, float(value), value)
+    except ValueError:
+        return (2, 0.0, value)
 
 
 def snapshots(path: str) -> tuple[dict[str, str], str]:
@@ -63,14 +83,21 @@ def snapshots(path: str) -> tuple[dict[str, str], str]:
     return found, f"partition folders (key=value) in {parent}"
 
 
-def pick_snapshot(path: str, snapshot: str = "latest") -> tuple[str, str]:
-    """The path of the chosen snapshot and its value; a clear error when there is none."""
+def pick_snapshot(path: str, snapshot: str = "latest", say=None) -> tuple[str, str]:
+    """The path of the chosen snapshot and its value; a clear error when there is none. When the
+    newest by date or number is not the last in text order (``date=2026-11-9`` beside
+    ``date=2026-11-12``), ``say`` (else a ``UserWarning``) tells which was taken and why."""
     found, how = snapshots(path)
     if not found:
         raise DataError(f"data.path {path!r}: no snapshot found ({how}); expected a {PLACEHOLDER} template or "
                         f"a folder of partitions such as date=2026-11-26/")
     if snapshot == "latest":
         value = max(found, key=_order)
+        if value != max(found):
+            import warnings
+            (say or (lambda m: warnings.warn(m, stacklevel=2)))(
+                f"newest snapshot: {value!r}, ranked as {'dates' if _as_date(value) else 'numbers'}; as text "
+                f"{max(found)!r} would sort last (zero-padded names, such as 2026-11-09, sort the same both ways)")
     elif snapshot in found:
         value = snapshot
     else:

@@ -230,6 +230,11 @@ def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
             raise DataError(f"{f}: not a readable Parquet file ({exc})") from exc
     with ThreadPoolExecutor(max_workers=16) as pool:
         found = list(pool.map(read, src.files))
+    for f, schema, _ in found:
+        twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
+        if twice:
+            raise DataError(f"{f}: its schema names column(s) {twice} more than once: rewrite the file with one "
+                            f"name per column")
     src.casts = unified_types([schema for _, schema, _ in found])
     return found
 
@@ -237,17 +242,27 @@ def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
 def unified_types(schemas: list[pa.Schema]) -> dict[str, pa.DataType]:
     """Columns whose number type differs across files (int64 in one, double in another: one
     writer's integers, another's floats) and the type every file's values are read as
-    (float64), so the files' tables agree. Other differences (text against numbers) are left
-    for the plan to refuse with the file and column."""
+    (float64), so the files' tables agree; decimal columns (a warehouse's ``DECIMAL(p, s)``) are
+    read as float64 too, and one embedding stored as list, large_list or fixed_size_list in
+    different files as one list type. Other differences (text against numbers) are left for the
+    plan to refuse with the file and column."""
     types: dict[str, set] = {}
     for schema in schemas:
         for f in schema:
             types.setdefault(f.name, set()).add(f.type)
     out = {name: pa.float64() for name, ts in types.items()
-           if len(ts) > 1 and all(is_number(t) and not pa.types.is_decimal(t) for t in ts)}
+           if all(is_number(t) for t in ts) and (len(ts) > 1 or any(pa.types.is_decimal(t) for t in ts))}
     out.update({name: pa.string() for name, ts in types.items()     # string, large_string, dictionary<string>
                 if len(ts) > 1 and all(is_text(t) for t in ts)})
+    for name, ts in types.items():   # list, large_list and fixed_size_list of numbers: one embedding
+        if len(ts) > 1 and all(_is_list(t) and is_number(t.value_type) for t in ts):
+            wide = any(pa.types.is_float64(t.value_type) for t in ts)
+            out[name] = pa.list_(pa.float64() if wide else pa.float32())
     return out
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
 def is_text(t: pa.DataType) -> bool:

@@ -51,22 +51,43 @@ def read_table(path: str, encoding: str = "utf-8", columns: list[str] | None = N
     if is_parquet(p):
         df = _read_parquet(str(p), columns)
     elif is_csv(p):
-        sep, dec = csv_format(p, encoding, delimiter, decimal)
-        try:
-            if columns is not None:
-                wanted = set(columns)
-                df = pd.read_csv(p, encoding=encoding, sep=sep, decimal=dec, usecols=lambda c: c in wanted)
-            else:
-                df = pd.read_csv(p, encoding=encoding, sep=sep, decimal=dec)
-        except UnicodeDecodeError as exc:
-            raise _not_in(path, encoding, exc) from None
-        if columns is None:
-            _refuse_one_glued_column(path, df.columns, sep)
+        df = _read_csv(p, encoding, columns, delimiter, decimal)
     else:
         raise DataError(f"{path}: expected a .csv(.gz) or .parquet file")
     if df.empty:
         raise DataError(f"{path} has no rows (only {'a header naming ' if is_csv(p) else ''}{len(df.columns)} "
                         f"column(s)): nothing to cluster or score")
+    return df
+
+
+# A cell of digits with a leading zero (``000042``, ``007``): a code, which a number would change
+CODE = re.compile(r"^[+-]?0[0-9]+$")
+
+
+def _read_csv(p: Path, encoding: str, columns, delimiter, decimal) -> pd.DataFrame:
+    """A CSV file as pandas reads it, but: a header naming a column twice is refused (pandas
+    would rename the second ``f1.1``), and a column of whole numbers whose cells carry leading
+    zeros (``000042``) is kept as the text written, never read as ``42`` (``CODE``)."""
+    sep, dec = csv_format(p, encoding, delimiter, decimal)
+    try:
+        header = pd.read_csv(p, encoding=encoding, sep=sep, header=None, nrows=1, dtype=str,
+                             keep_default_na=False).iloc[0].tolist() if _head(p, encoding, 1) else []
+        twice = sorted({str(c) for c in header if header.count(c) > 1})
+        if twice:
+            raise DataError(f"{p}: the header names column(s) {twice} more than once: rename them (a table needs "
+                            f"one name per column)")
+        use = {} if columns is None else {"usecols": lambda c, wanted=set(columns): c in wanted}
+        df = pd.read_csv(p, encoding=encoding, sep=sep, decimal=dec, **use)
+        whole = [c for c in df.columns if pd.api.types.is_integer_dtype(df[c].dtype)]
+        if whole:
+            text = pd.read_csv(p, encoding=encoding, sep=sep, usecols=whole, dtype=str, keep_default_na=False)
+            for c in whole:
+                if text[c].str.match(CODE).any():
+                    df[c] = text[c].astype(object)
+    except UnicodeDecodeError as exc:
+        raise _not_in(p, encoding, exc) from None
+    if columns is None:
+        _refuse_one_glued_column(p, df.columns, sep)
     return df
 
 
@@ -174,8 +195,23 @@ def _head(path, encoding: str, lines: int) -> list[str]:
     return out
 
 
+# what a "CSV" file holds when its first bytes say it is not text
+NOT_TEXT = {b"\x1f\x8b": "gzip-compressed: name it .csv.gz", b"PAR1": "a Parquet file: name it .parquet",
+            b"PK\x03\x04": "a zip archive (an Excel workbook?): unpack it or save it as CSV",
+            b"BZh": "bzip2-compressed: name it .csv.bz2", b"\x28\xb5\x2f\xfd": "zstd-compressed: name it .csv.zst"}
+
+
 def _not_in(path, encoding: str, exc: UnicodeDecodeError) -> DataError:
-    """The error for a CSV file that is not ``encoding`` text: the byte, its offset, the flag."""
+    """The error for a CSV file that is not ``encoding`` text: what it is when its first bytes
+    tell (gzip, Parquet, zip), else the byte, its offset and the flag."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError:
+        magic = b""
+    for start, what in NOT_TEXT.items():
+        if magic.startswith(start) and not str(path).lower().endswith((".gz", ".bz2", ".zst")):
+            return DataError(f"{path} is not a text file: it is {what}")
     return DataError(f"{path} is not valid {encoding} text (byte {exc.object[exc.start:exc.start + 1]!r} "
                      f"at offset {exc.start}): pass its encoding, e.g. --encoding latin-1")
 

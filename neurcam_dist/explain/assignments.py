@@ -33,7 +33,10 @@ def refuse_collisions(kept, produced, what: str = "--carry or the id") -> None:
 
 
 def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.ndarray]:
-    """The scored columns of raw feature rows ``x`` (fitted column order, float64).
+    """The scored columns of raw feature rows ``x`` (fitted column order, float64), computed
+    ``chunk_rows`` rows at a time into columns allocated once, so the memory beyond the output is
+    bounded by a chunk (``CHUNK_BYTES`` of per-term contributions), whatever the rows, clusters
+    and terms.
 
     Parameters
     ----------
@@ -53,6 +56,34 @@ def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.nd
         model's terms) and ``term_r_contribution`` (float64: its centred logit contribution
         toward the row's cluster, NaN past the model's terms).
     """
+    n = len(x)
+    step = chunk_rows(fitted, top_terms)
+    first = _assign(fitted, x[:step], top_terms)
+    if n <= step:
+        return first
+    cols = {k: np.empty(n, dtype=v.dtype) for k, v in first.items()}
+    for k, v in first.items():
+        cols[k][:len(v)] = v
+    for i in range(step, n, step):
+        for k, v in _assign(fitted, x[i:i + step], top_terms).items():
+            cols[k][i:i + len(v)] = v
+    return cols
+
+
+CHUNK_BYTES = 64 * 2**20   # per-chunk working memory of the scorer (contributions, logits, their copies)
+
+
+def chunk_rows(fitted, top_terms: int) -> int:
+    """Rows a chunk of ``assignments`` holds: its (rows, channels, K) contributions in float64,
+    with their copies, within ``CHUNK_BYTES``; at least 64 rows."""
+    k = len(fitted.ids)
+    channels = fitted.net.single.n + fitted.net.pairs.n
+    per_row = 8 * k * (4 + (3 * (channels + 1) if top_terms else 0))
+    return max(64, CHUNK_BYTES // max(per_row, 1))
+
+
+def _assign(fitted, x: np.ndarray, top_terms: int) -> dict[str, np.ndarray]:
+    """``assignments`` of one chunk of rows."""
     if top_terms:
         rows = rows_from_contributions(fitted, fitted.contributions(x))
         logits = rows.logits

@@ -20,8 +20,19 @@ from .examples import change_words, value_text  # noqa: E402
 from .explanation import Explanation, Term, cluster_summary, fmt  # noqa: E402
 
 
+SAFE_NAME = 40   # characters of a term's name kept in a plot's file name
+
+
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    """A file-name form of a term's name: ASCII letters, digits and ``-_.`` kept, the rest ``_``;
+    a name longer than ``SAFE_NAME`` or with non-ASCII letters is cut and ends in a hash of the
+    whole name, so no name makes a file name too long and two names never share a file (the
+    page still shows the name itself)."""
+    import hashlib
+    safe = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-_." else "_" for ch in name)
+    if len(safe) > SAFE_NAME or not name.isascii():
+        safe = f"{safe[:SAFE_NAME]}-{hashlib.sha1(name.encode()).hexdigest()[:10]}"
+    return safe
 
 
 def _png(fig, dpi: int = 90) -> bytes:
@@ -510,7 +521,10 @@ def page_data(expl: Explanation, drawn: list[int]) -> dict:
 
 def _json_script(data: dict) -> str:
     import json
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    # no "<" in the element at all: "</script>", "<!--" and "<script" in a feature's name would
+    # otherwise end the element or put the HTML parser in a state that swallows the page's scripts
+    text = (json.dumps(data, separators=(",", ":"), allow_nan=False)
+            .replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
     return f"<script type='application/json' id='neurcam-data'>{text}</script>"
 
 

@@ -178,8 +178,10 @@ class FittedNet:
                 weights.setdefault(key, value)
         try:
             net.load_state_dict(weights, strict=True)
-        except RuntimeError as exc:
-            raise ModelFileError(f"{where}/weights.safetensors does not match config.json: {exc}") from exc
+        except RuntimeError as exc:   # one line: the first mismatch (torch lists every tensor)
+            detail = next((ln.strip() for ln in str(exc).splitlines()[1:] if ln.strip()), str(exc))
+            raise ModelFileError(f"{where}/weights.safetensors was altered or replaced: it does not match "
+                                 f"config.json ({detail[:240]})") from None
         means = config.get("channel_means")
         return cls(net=net.to(device).eval(), mean=np.asarray(config["mean"], np.float64),
                    scale=np.asarray(config["scale"], np.float64), temperatures=tuple(config["temperatures"]),
@@ -252,10 +254,10 @@ class FittedNet:
     @torch.no_grad()
     def contribution_chunks(self, arr: np.ndarray, chunk: int = CHUNK):
         """(n, C + P, K) per-channel contributions, ``chunk`` rows at a time."""
-        x = torch.from_numpy(self.standardize(arr)).to(self._device())
         t, t2 = self.temperatures
-        for i in range(0, x.shape[0], chunk):
-            yield self.net.contributions(x[i:i + chunk], t, t2).float().cpu().numpy()
+        for i in range(0, arr.shape[0], chunk):
+            x = torch.from_numpy(self.standardize(arr[i:i + chunk])).to(self._device())
+            yield self.net.contributions(x, t, t2).float().cpu().numpy()
 
     def contributions(self, arr: np.ndarray) -> np.ndarray:
         """(n, C + P, K) per-channel contributions of raw feature rows ``arr``."""
@@ -263,10 +265,14 @@ class FittedNet:
 
     @torch.no_grad()
     def logits(self, arr: np.ndarray) -> np.ndarray:
-        """(n, K) logits of raw feature rows ``arr`` (fp32, in chunks, no autograd)."""
-        x = torch.from_numpy(self.standardize(arr)).to(self._device())
+        """(n, K) logits of raw feature rows ``arr`` (fp32, no autograd), standardized and scored
+        ``CHUNK`` rows at a time into one output array: no whole standardized copy of ``arr``."""
+        out = np.empty((arr.shape[0], self.net.n_clusters), np.float32)
         t, t2 = self.temperatures
-        return torch.cat([self.net(x[i:i + CHUNK], t, t2).float() for i in range(0, x.shape[0], CHUNK)]).cpu().numpy()
+        for i in range(0, arr.shape[0], CHUNK):
+            x = torch.from_numpy(self.standardize(arr[i:i + CHUNK])).to(self._device())
+            out[i:i + CHUNK] = self.net(x, t, t2).float().cpu().numpy()
+        return out
 
     def selected(self) -> tuple[list[str], list[tuple[str, str]]]:
         """Names of the features the single gates picked, and of the pairs the pair gates picked."""

@@ -65,15 +65,41 @@ def inertia_ratio(record: dict) -> float | None:
     return new / old if new and old else None
 
 
-def read_history(output: str) -> list[dict]:
-    """The decisions recorded under ``output``, oldest first (a torn last line is left out)."""
+NUMBERS = ("inertia_challenger", "inertia_champion", "agreement_ari", "finished_unix", "started_unix")
+
+
+def read_history(output: str, say=None) -> list[dict]:
+    """The decisions recorded under ``output``, oldest first. A line that is not a JSON object
+    with numbers where numbers belong (a torn write, a hand edit: ``null``, ``"x"`` for an
+    inertia) is left out and named: ``say(message)`` once per line, or a ``UserWarning`` when no
+    ``say`` is given; the torn last line of a run still writing is left out the same way."""
+    import warnings
     out = []
-    for line in _read_text(join(output, HISTORY)).splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+    lines = _read_text(join(output, HISTORY)).splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
             continue
+        why = _unreadable(line)
+        if why is None:
+            out.append(json.loads(line))
+            continue
+        message = (f"{HISTORY} line {number} of {len(lines)} could not be read ({why}): left out"
+                   + (" (a run still writing it?)" if number == len(lines) else ""))
+        (say or (lambda m: warnings.warn(m, stacklevel=3)))(message)
     return out
+
+
+def _unreadable(line: str) -> str | None:
+    """Why a history line is not a record, or None."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc.msg} at column {exc.colno}"
+    if not isinstance(record, dict):
+        return f"a JSON {type(record).__name__}, not a record"
+    bad = [k for k in NUMBERS if record.get(k) is not None
+           and (isinstance(record[k], bool) or not isinstance(record[k], (int, float)))]
+    return f"{', '.join(bad)} not a number" if bad else None
 
 
 def history_table(records: list[dict]):

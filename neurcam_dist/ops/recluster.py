@@ -52,7 +52,7 @@ def recluster(config) -> dict:
     if cfg.tracking is None or not cfg.tracking.model_name:
         raise ConfigError("recluster needs tracking.model_name: the registered model whose champion the new "
                           "model is compared with (add a tracking: section with model_name)")
-    path, snapshot = pick_snapshot(cfg.data.path, rc.snapshot)
+    path, snapshot = pick_snapshot(cfg.data.path, rc.snapshot, say=lambda m: log(f"warning: {m}"))
     log(f"snapshot {snapshot!r}: {path}")
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
     name = cfg.tracking.model_name

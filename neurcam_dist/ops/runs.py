@@ -107,9 +107,10 @@ def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
 
 
 def _warn_if_unreachable(cfg: JobConfig) -> None:
-    from ..tracking import check_reachable, tracking_uri
+    from ..tracking import check_reachable, check_uri, tracking_uri
     from ..tracking.uri import WAIT_ENV, wait_budget
     uri = tracking_uri(cfg.tracking.uri)
+    check_uri(uri)   # a URI MLflow cannot use is refused before the work, not after it
     if uri.startswith(("http://", "https://")):
         try:
             check_reachable(uri)

@@ -6,19 +6,39 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shlex
 import signal
 import time
 from pathlib import Path
 
+from ..config import ENV_OVERRIDES, SET_PREFIX
 from ..errors import ConfigError
-from ..config import ENV_OVERRIDES
+from ..redaction import redact
 
 JOBS = ("train", "tune", "predict", "recluster")
 # Passed on to the job when set here: the config's environment overrides. Credentials are not:
 # a job's runtime environment is shown by the Ray dashboard, so the cluster's pods take them from
 # their own Secrets (k8s/), and a tracking URI with a password in it stays here (with a warning).
 FORWARDED = tuple(ENV_OVERRIDES)
+
+
+_SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|credential|access_key|api_key)")
+
+
+def split_secrets(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """``--set`` values as ``(plain, {variable: KEY=VALUE})``: one holding a credential (a URI with
+    a user and password, a secret query option, a key named like a password or token) travels in
+    the job's environment as ``config.SET_PREFIX``\ *n*, which the job's config loader applies,
+    never in the entrypoint that the job server shows, stores and prints."""
+    plain, secret = [], {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if redact(value) != value or _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
+            secret[f"{SET_PREFIX}{len(secret)}"] = item
+        else:
+            plain.append(item)
+    return plain, secret
 
 
 def entrypoint(job: str, config: str, overrides: list[str]) -> str:
@@ -87,6 +107,42 @@ def check_fit(address: str, job: str, config_path: str, overrides: list[str], lo
         f"(the cluster has {cpus:g} CPUs, {gpus:g} GPUs now)")
 
 
+# Every call to the job server ends in bounded time: Ray's client sets no timeout, and a server
+# that accepts connections and never answers held ``neurcam submit`` without a line. Seconds to
+# connect, and to wait for an answer (NEURCAM_JOB_SERVER_TIMEOUT changes the second).
+CONNECT_S = 10.0
+ANSWER_S_DEFAULT = 60.0
+
+
+def bounded_client(address: str):
+    """A ``JobSubmissionClient`` whose every request has a timeout; a server that is closed,
+    refuses the token or does not answer is a ``ConnectionError`` in one line, with the fix."""
+    import requests
+    from ray.job_submission import JobSubmissionClient
+    answer_s = float(os.environ.get("NEURCAM_JOB_SERVER_TIMEOUT", ANSWER_S_DEFAULT))
+
+    class Bounded(JobSubmissionClient):
+        def _do_request(self, method, endpoint, **kwargs):
+            # an upload of the working directory may take longer than an answer
+            kwargs.setdefault("timeout", (CONNECT_S, answer_s if method == "GET" else max(answer_s, 300.0)))
+            try:
+                return super()._do_request(method, endpoint, **kwargs)
+            except requests.exceptions.Timeout:
+                raise ConnectionError(f"the Ray job server at {redact(address)} did not answer {method} {endpoint} "
+                                      f"within {answer_s:g} s (NEURCAM_JOB_SERVER_TIMEOUT): is it the dashboard's "
+                                      f"port (8265), and is the head healthy?") from None
+    try:
+        return Bounded(address)
+    except ConnectionError as exc:
+        if "did not answer" in str(exc):
+            raise
+        raise ConnectionError(f"cannot use the Ray job server at {redact(address)} (with token authentication, set "
+                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - HTTP and auth errors come in many types
+        raise ConnectionError(f"cannot use the Ray job server at {redact(address)} (with token authentication, set "
+                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+
+
 TIMED_OUT = 124     # as GNU timeout: the job ran past --timeout and was stopped
 TERMINATED = 128 + signal.SIGTERM   # 143: this command was terminated, and stopped its job
 INTERRUPTED = 130   # Ctrl-C: this command stopped following; the job goes on
@@ -97,17 +153,18 @@ def submit(address: str, job: str, config: str, overrides: list[str], *, working
     """Submit, then (``wait``) stream the logs and return 0 when the job SUCCEEDED, else 1. While
     it follows the job, SIGTERM stops the job and returns 143; ``timeout`` (seconds) stops it and
     returns 124; Ctrl-C stops following (130) and leaves the job running."""
-    from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.job_submission import JobStatus
     env = runtime_env(working_dir, config, log)   # argument errors before any connection
-    cmd = entrypoint(job, job_config_path(working_dir, config), overrides)
+    plain, secret = split_secrets(overrides)
+    for var, item in secret.items():
+        env["env_vars"][var] = item
+        log(f"--set {item.partition('=')[0]}=*** holds a credential: sent in the job's environment ({var}), "
+            f"not its entrypoint")
+    cmd = entrypoint(job, job_config_path(working_dir, config), plain)
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
     check_fit(address, job, config if working_dir is None else str(Path(working_dir) / config), overrides, log)
-    try:
-        client = JobSubmissionClient(address)
-    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
-        raise ConnectionError(f"cannot use the Ray job server at {address} (with token authentication, set "
-                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+    client = bounded_client(address)
     terms: list[str] = []   # a SIGTERM while submitting is acted on once the job has an id
     previous = signal.signal(signal.SIGTERM, lambda *_: terms.append("SIGTERM")) if wait else None
     try:

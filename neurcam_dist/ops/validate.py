@@ -28,7 +28,8 @@ def cluster_resources(address: str) -> tuple[float, float]:
     the fix, when it cannot be asked."""
     try:
         from ray.util.state import list_nodes
-        nodes = list_nodes(address=address, detail=True, limit=10_000, timeout=20, raise_on_missing_output=False)
+        wait = min(20.0, float(os.environ.get("NEURCAM_JOB_SERVER_TIMEOUT", 20.0)))
+        nodes = list_nodes(address=address, detail=True, limit=10_000, timeout=wait, raise_on_missing_output=False)
     except Exception as exc:  # noqa: BLE001 - connection, HTTP and auth errors come in many types
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         hint = ""
@@ -68,9 +69,17 @@ def validate(cfg: JobConfig, *, check_tracking: bool = False, address: str | Non
     return lines
 
 
-def unreachable(exc: BaseException) -> str:
-    """One line for a store or server that did not answer, saying what to check."""
+def unreachable(exc: BaseException, output=None) -> str:
+    """One line for a store or server that did not answer, or a disk that is full or read-only
+    (naming the file, else the command's ``output``), saying what to check."""
+    import errno
     text = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    where = redact(str(getattr(exc, "filename", None) or output or "the output"))
+    if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or "No space left" in text:
+        return (f"no space left on the device while writing {where}: free space there, or write elsewhere "
+                f"(--output); nothing was published")
+    if getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"cannot write {where}: {getattr(exc, 'strerror', None) or text}"
     if "AWS" in text or "S3" in text or "s3://" in text:
         return (f"the object store cannot be reached: {text} (check AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID / "
                 f"AWS_SECRET_ACCESS_KEY and that the bucket exists)")
@@ -120,8 +129,9 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         check_writable(out)
     lines.append(f"output: {redact(out)}")
     if cfg.tracking is not None:
-        from ..tracking import check_reachable, tracking_uri
+        from ..tracking import check_reachable, check_uri, tracking_uri
         uri = tracking_uri(cfg.tracking.uri)
+        check_uri(uri)
         if check_tracking and uri.startswith(("http://", "https://")):
             check_reachable(uri)
             lines.append(f"tracking: {redact(uri)} reachable")

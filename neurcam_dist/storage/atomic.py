@@ -209,6 +209,20 @@ def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> No
                               f"(remove it, or choose another name)")
 
 
+def check_room(out, need: int, what: str = "--output") -> None:
+    """Before any work: refuse (``ConfigError``) a local ``out`` whose file system has less free
+    space than ``need`` bytes (what the command will write, estimated), naming both."""
+    if is_uri(out):
+        return
+    above = Path(local(out)).expanduser().absolute()
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    free = shutil.disk_usage(above).free
+    if free < need:
+        raise ConfigError(f"{what} {out}: {free / 2**20:,.0f} MiB free on its disk, and this run writes about "
+                          f"{need / 2**20:,.0f} MiB: free space or choose another output")
+
+
 def refuse_foreign_output(out, own: set[str]) -> None:
     """Refuse (``ConfigError``) a local ``out`` that is a file, or a folder holding names other
     than ``own`` (and hidden ones): another command's output, or a user's files. Called before

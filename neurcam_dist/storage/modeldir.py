@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from ..errors import ModelFileError
 from ..redaction import redact
@@ -42,7 +42,9 @@ def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
 
     def write(tmp: Path) -> None:
-        save_file(state, str(tmp / "weights.safetensors"))
+        # serialized in memory, written by Python: a full disk is an OSError naming the file,
+        # not safetensors' own error
+        (tmp / "weights.safetensors").write_bytes(save(state))
         (tmp / "config.json").write_text(json.dumps(config, indent=1))
         manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -87,4 +89,9 @@ def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, t
         raise ModelFileError(f"{name}: model format version {config.get('format_version')} is not supported "
                              f"(this version reads {', '.join(map(str, READS))}): load it with the neurcam-dist "
                              f"that wrote it ({config.get('written_by', 'unknown')}) or newer")
-    return config, load_file(str(path / "weights.safetensors"))
+    try:
+        weights = load_file(str(path / "weights.safetensors"))
+    except Exception as exc:  # noqa: BLE001 - safetensors' own error types, named in one line
+        raise ModelFileError(f"{name}/weights.safetensors was altered or replaced: it is not a readable "
+                             f"safetensors file ({str(exc).splitlines()[0][:200]})") from None
+    return config, weights

@@ -4,7 +4,7 @@ that training returns; knows nothing of Ray."""
 from .promotion import LeaseTimeout, champion_version, former_champion, lineage_next_id, promote_if_unchanged
 from .registry import load_estimator, log_model, promote
 from .runs import TrackingError, abandon_partial_runs, log_search, log_training, mark_killed_runs, tracking_failed
-from .uri import check_reachable, is_connection_failure, tracking_uri, use, wait_reachable
+from .uri import check_reachable, check_uri, is_connection_failure, tracking_uri, use, wait_reachable
 
-__all__ = ["LeaseTimeout", "TrackingError", "abandon_partial_runs", "is_connection_failure", "wait_reachable", "champion_version", "former_champion", "lineage_next_id", "promote_if_unchanged", "check_reachable", "load_estimator", "log_model", "log_search", "log_training", "mark_killed_runs",
+__all__ = ["LeaseTimeout", "TrackingError", "abandon_partial_runs", "is_connection_failure", "wait_reachable", "champion_version", "former_champion", "lineage_next_id", "promote_if_unchanged", "check_reachable", "check_uri", "load_estimator", "log_model", "log_search", "log_training", "mark_killed_runs",
            "promote", "tracking_failed", "tracking_uri", "use"]

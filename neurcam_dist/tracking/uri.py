@@ -22,6 +22,68 @@ def tracking_uri(configured: str | None = None, workdir: str | os.PathLike = "."
     return f"sqlite:///{(Path(workdir) / LOCAL_DB).resolve()}"
 
 
+SCHEMES = ("http", "https", "sqlite", "postgresql", "mysql", "mssql", "file", "databricks", "databricks-uc", "uc")
+# the database drivers SQLAlchemy loads for a scheme without ``+driver``, and their packages
+DRIVERS = {"postgresql": ("psycopg2", "psycopg2-binary"), "mysql": ("MySQLdb", "mysqlclient"),
+           "mssql": ("pyodbc", "pyodbc")}
+
+
+def check_uri(uri: str) -> None:
+    """Refuse (``errors.ConfigError``, one line) a tracking URI that MLflow would answer with a
+    traceback, or worse, with a new empty store: no scheme (``host:5000``), an unknown scheme
+    (``htp://``), a database whose driver is not installed, a SQLite file in a folder that does
+    not exist (MLflow would create it, and a registry that is not the one meant) or that another
+    process holds locked. A plain path (a file store) is left to MLflow."""
+    import re
+    shown = redact(uri)
+    m = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*):", uri)
+    if m and "://" not in uri and re.match(r"^[^/:]+:\d+(/|$)", uri):
+        raise ConfigError(f"tracking URI {shown!r} has no scheme: write http://{shown} (or https://)")
+    if "://" not in uri:
+        return
+    scheme = uri.split("://", 1)[0].lower()
+    base, _, driver = scheme.partition("+")
+    if base not in SCHEMES:
+        from ..validation import nearest_name
+        near = nearest_name(base, SCHEMES)
+        raise ConfigError(f"tracking URI {shown!r}: unknown scheme {scheme!r}" + (f" (did you mean {near!r}?)" if near
+                          else "") + f"; MLflow takes {', '.join(SCHEMES[:6])}")
+    if base in DRIVERS:
+        import importlib.util
+        module, package = (driver, driver) if driver else DRIVERS[base]
+        if importlib.util.find_spec(module) is None:
+            raise ConfigError(f"tracking URI {shown!r}: the {base} driver {module!r} is not installed "
+                              f"(pip install {package})")
+    if base == "sqlite":
+        _check_sqlite(uri, shown)
+
+
+def _check_sqlite(uri: str, shown: str) -> None:
+    """A ``sqlite:///path`` store: its folder exists, and the file (when there) is not locked."""
+    import sqlite3
+    if not uri.lower().startswith("sqlite:///"):
+        raise ConfigError(f"tracking URI {shown!r}: a SQLite store is sqlite:///relative/path or "
+                          f"sqlite:////absolute/path")
+    text = uri[len("sqlite:///"):].split("?", 1)[0]
+    if text in ("", ":memory:"):
+        return
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise ConfigError(f"tracking URI {shown!r}: the folder {path.parent} does not exist (MLflow would start "
+                          f"a new, empty store there): create it, or correct the path")
+    if path.is_file():
+        try:
+            con = sqlite3.connect(str(path), timeout=2)
+            try:
+                con.execute("BEGIN IMMEDIATE")
+                con.rollback()
+            finally:
+                con.close()
+        except sqlite3.OperationalError as exc:
+            raise ConfigError(f"tracking URI {shown!r}: {path} cannot be written ({exc}; another process holds "
+                              f"it?)") from None
+
+
 def connect(uri: str) -> str:
     """Credentials in an http(s) URI (``http://user:secret@host``) move to the variables MLflow
     reads (``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``); returns the URI without them,
@@ -55,6 +117,7 @@ def point_at(configured: str | None = None, workdir: str | os.PathLike = ".") ->
     import mlflow
     for name, value in HTTP_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    check_uri(tracking_uri(configured, workdir))
     uri = connect(tracking_uri(configured, workdir))
     if uri.startswith(("http://", "https://")):
         check_reachable(uri)
