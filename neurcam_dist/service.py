@@ -266,7 +266,8 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
     if id_column and not rows:
         raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
-    from .storage import check_writable
+    from .storage import check_writable, refuse_overwrite
+    refuse_overwrite(output, inputs=[data, model, compare])
     check_writable(output, "--output")
     est = load_model(model)
     old = load_model(compare) if compare else None

@@ -217,5 +217,5 @@ def test_feature_names_that_look_like_markup_or_run_long_never_break_the_page(tm
             scripts = page.evaluate("() => document.scripts.length")
         finally:
             browser.close()
-    assert not errors and graphs >= 2 and scripts >= 3
+    assert not errors and graphs >= 1 and scripts >= 3   # the page's script ran and drew (0 when swallowed)
     assert all(any(o.startswith(n[:20]) for o in options) for n in names)   # each name shown as written
