@@ -122,15 +122,10 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
                              params.get("categorical_features"), list) else None,
                          max_levels=params.get("max_levels", 64))
     ids = df[id_columns(df, X.columns, label)]
-    from .explain.assignments import refuse_collisions, scored_columns
-    refuse_collisions(ids.columns, ["probability"] + scored_columns(range(params.get("n_clusters", 0)), 3),
-                      f"{assignments} as id columns")
-    from .storage import check_room
-    check_room(output, _fit_output_bytes(len(X), params.get("n_clusters", 10), report))
+    _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
-    seconds = time.perf_counter() - t0
-    result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
+    result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(time.perf_counter() - t0, 2),
               "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
               "n_clusters_used": est.history_["n_clusters_used"],
               "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
@@ -144,6 +139,15 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     except OSError as exc:
         raise _unwritten(exc, est, output) from None
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _check_fit_outputs(output, ids, n_rows: int, n_clusters: int, assignments: str, report: bool) -> None:
+    """Before training, once the table is read: no id column named like a score column, and room
+    on the output's disk for what the run writes."""
+    from .explain.assignments import refuse_collisions, scored_columns
+    from .storage import check_room
+    refuse_collisions(ids.columns, ["probability"] + scored_columns(range(n_clusters), 3), f"{assignments} as id columns")
+    check_room(output, _fit_output_bytes(n_rows, n_clusters, report))
 
 
 def _fit_output_bytes(n_rows: int, n_clusters: int, report: bool) -> int:
