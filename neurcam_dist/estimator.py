@@ -424,7 +424,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def predict(self, X) -> np.ndarray:
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
         Column ``k`` of ``predict_proba`` is cluster ``cluster_ids_[k]``."""
-        raw = self.decision_function(X).argmax(1)   # checks fitted-ness and X first
+        fitted = self._validated_state()   # fitted-ness first, then X
+        arr = self._validated(X)
+        raw = np.concatenate([fitted.logits(arr[i:i + PROBA_CHUNK]).argmax(1)    # (rows, K) a chunk at a time
+                              for i in range(0, arr.shape[0], PROBA_CHUNK)] or [np.zeros(0, np.int64)])
         return self.cluster_ids_[raw]
 
     def set_cluster_ids(self, ids, next_id: int | None = None) -> "NeurCAM":

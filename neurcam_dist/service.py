@@ -196,11 +196,10 @@ def _assignments(est, X, ids, name: str) -> bytes:
     """Each row's ids (the columns set aside), ``cluster``, its ``probability`` and the three
     terms that pushed it hardest toward its cluster, as CSV or Parquet bytes."""
     import io
-    scored = est.score_frame(X, top_terms=3)
-    proba = scored[[f"proba_{i}" for i in est.cluster_ids_]].to_numpy()
-    frame = ids.reset_index(drop=True).assign(
-        cluster=scored["cluster"].to_numpy(), probability=proba.max(axis=1),
-        **{c: scored[c].to_numpy() for c in scored.columns if c.startswith("term_")})
+
+    from .explain.assignments import assignments
+    scored = assignments(est.fitted_, est.fitted_.encode(X), top_terms=3, every_proba=False)   # chunked
+    frame = ids.reset_index(drop=True).assign(**scored)
     buf = io.BytesIO()
     if name.endswith(".csv"):
         frame.to_csv(buf, index=False)

@@ -32,7 +32,7 @@ def refuse_collisions(kept, produced, what: str = "--carry or the id") -> None:
                         f"input (or leave them out) so neither is lost")
 
 
-def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.ndarray]:
+def assignments(fitted, x: np.ndarray, *, top_terms: int = 0, every_proba: bool = True) -> dict[str, np.ndarray]:
     """The scored columns of raw feature rows ``x`` (fitted column order, float64), computed
     ``chunk_rows`` rows at a time into columns allocated once, so the memory beyond the output is
     bounded by a chunk (``CHUNK_BYTES`` of per-term contributions), whatever the rows, clusters
@@ -54,18 +54,20 @@ def assignments(fitted, x: np.ndarray, *, top_terms: int = 0) -> dict[str, np.nd
         In order: ``cluster`` (stable ids, int64), ``proba_ID`` for each cluster id (float64),
         then for ``r`` in 1..top_terms ``term_r`` (object: the term's name, None past the
         model's terms) and ``term_r_contribution`` (float64: its centred logit contribution
-        toward the row's cluster, NaN past the model's terms).
+        toward the row's cluster, NaN past the model's terms). With ``every_proba=False``, one
+        ``probability`` column (the row's cluster's) instead of ``proba_ID`` for every cluster:
+        ``fit``'s assignments, whose size then does not grow with the clusters.
     """
     n = len(x)
     step = chunk_rows(fitted, top_terms)
-    first = _assign(fitted, x[:step], top_terms)
+    first = _assign(fitted, x[:step], top_terms, every_proba)
     if n <= step:
         return first
     cols = {k: np.empty(n, dtype=v.dtype) for k, v in first.items()}
     for k, v in first.items():
         cols[k][:len(v)] = v
     for i in range(step, n, step):
-        for k, v in _assign(fitted, x[i:i + step], top_terms).items():
+        for k, v in _assign(fitted, x[i:i + step], top_terms, every_proba).items():
             cols[k][i:i + len(v)] = v
     return cols
 
@@ -82,7 +84,7 @@ def chunk_rows(fitted, top_terms: int) -> int:
     return max(64, CHUNK_BYTES // max(per_row, 1))
 
 
-def _assign(fitted, x: np.ndarray, top_terms: int) -> dict[str, np.ndarray]:
+def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True) -> dict[str, np.ndarray]:
     """``assignments`` of one chunk of rows."""
     if top_terms:
         rows = rows_from_contributions(fitted, fitted.contributions(x))
@@ -93,7 +95,9 @@ def _assign(fitted, x: np.ndarray, top_terms: int) -> dict[str, np.ndarray]:
     raw = logits.argmax(1)
     ids = fitted.ids
     cols: dict[str, np.ndarray] = {"cluster": ids[raw].astype(np.int64)}
-    for k in range(proba.shape[1]):
+    if not every_proba:
+        cols["probability"] = proba[np.arange(len(x)), raw]
+    for k in range(proba.shape[1] if every_proba else 0):
         cols[f"proba_{ids[k]}"] = proba[:, k]
     if top_terms:
         n = len(x)
