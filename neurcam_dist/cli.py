@@ -34,6 +34,33 @@ def _positive(text: str) -> int:
     return value
 
 
+class _List(argparse.Action):
+    """The one rule for a flag that takes a list: items separated by commas, spaces, or both
+    (``--features a,b``, ``--features a b``, ``--rows 17,204``), blanks dropped. A column whose
+    name holds a comma is named in a config file instead."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = [values] if isinstance(values, str) else list(values)
+        setattr(namespace, self.dest, self.items(parser, option_string,
+                                                 [p.strip() for v in items for p in str(v).split(",") if p.strip()]))
+
+    def items(self, parser, option_string, out: list[str]) -> list:
+        return out
+
+
+class _Widths(_List):
+    """A list of whole numbers (``--hidden 64 64`` or ``--hidden 64,64``)."""
+
+    def items(self, parser, option_string, out: list[str]) -> list:
+        try:
+            return [int(v) for v in out]
+        except ValueError:
+            parser.error(f"{option_string}: expected whole numbers, got {', '.join(out)}")
+
+
+LIST = {"nargs": "+", "action": _List}   # the keyword arguments of a list flag
+
+
 class _Renamed(argparse.Action):
     """An old spelling of a flag, hidden and kept for one release: it sets the new flag's value
     and says, once on stderr, which spelling to use."""
@@ -57,6 +84,8 @@ def _flag(p: argparse.ArgumentParser, name: str, *old: str, required: bool = Fal
     """``name`` (the vocabulary's spelling: ``--input``, ``--output``, ``--config``, ``--id``,
     ``--seed``) with its ``old`` spellings as hidden, deprecated aliases. ``required`` is checked
     after parsing (``_check_required``), so an old spelling satisfies it too."""
+    if required:   # checked after parsing (see below), so argparse's usage shows it in brackets: say it here
+        kwargs["help"] = f"{kwargs.get('help', '')} (required)".strip()
     action = p.add_argument(name, **kwargs)
     for spelling in old:
         p.add_argument(spelling, dest=action.dest, action=_Renamed, new=name, type=kwargs.get("type"),
@@ -88,7 +117,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     """One flag per hyperparameter of the table (``params.HYPERPARAMETERS``): its type, choices,
     description and default come from there, as the YAML config's ``model:`` section does;
     ``random_state`` is ``--seed`` (with ``--random-state`` as another spelling)."""
-    g = p.add_argument_group("model", "hyperparameters (neurcam_dist.params; the paper's defaults)")
+    g = p.add_argument_group("model", "hyperparameters (neurcam_dist.params; defaults chosen for speed at the paper's "
+                                           "quality: docs/tables.md)")
     for name, spec in HYPERPARAMETERS.items():
         if not spec.in_config:
             continue
@@ -98,7 +128,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         if spec.kind is bool:
             g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc)
         elif spec.kind is tuple:
-            g.add_argument(*flags, dest=name, type=int, nargs="+", default=None, metavar="WIDTH", help=doc)
+            g.add_argument(*flags, dest=name, nargs="+", action=_Widths, default=None, metavar="WIDTH", help=doc)
         else:
             g.add_argument(*flags, dest=name, type=spec.kind, choices=spec.choices, default=None,
                            required=name == "n_clusters", help=doc)
@@ -114,6 +144,17 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         if default is None or default is argparse.SUPPRESS or default is False or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
+
+    def add_usage(self, usage, actions, groups, prefix=None):
+        """A flag checked as required after parsing (``_flag``) is shown without brackets."""
+        import copy
+        shown = []
+        for a in actions:
+            if (a.help or "").endswith("(required)") and not a.required:
+                a = copy.copy(a)
+                a.required = True
+            shown.append(a)
+        super().add_usage(usage, shown, groups, prefix)
 
 
 def _sub(sub, name: str, **kwargs) -> argparse.ArgumentParser:
@@ -166,11 +207,13 @@ def _add_fit(sub) -> argparse.ArgumentParser:
     _flag(fit, "--input", "--data", required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files")
     _flag(fit, "--output", "--out", required=True, help="the run folder: model/, metrics.json, config.json, "
                                                         "report/ with --report")
-    fit.add_argument("--features", nargs="+", default=None,
+    fit.add_argument("--features", **LIST, default=None,
                      help="feature columns (default: every numeric column that is not id-like or the label)")
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
-    fit.add_argument("--categorical", default=None, metavar="COL,...",
-                     help="integer-coded categorical columns, comma-separated (text, category and boolean "
+    _flag(fit, "--id", default=None, help="the rows' id column (never a feature): carried into the assignments and "
+                                          "naming the report's rows (default: the one id-like column, if any)")
+    fit.add_argument("--categorical", **LIST, default=None, metavar="COL",
+                     help="integer-coded categorical columns (text, category and boolean "
                           "columns are categorical without it)")
     fit.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
     _encoding(fit)
@@ -192,7 +235,7 @@ def _add_explain(sub) -> argparse.ArgumentParser:
           help="folder to receive explanation.json, tables/, plots/ and report.html")
     exp.add_argument("--sample", type=int, default=1_000_000,
                      help="explain a seeded sample of this many rows when the data has more (0: every row)")
-    exp.add_argument("--rows", default=None, metavar="ID,...",
+    exp.add_argument("--rows", **LIST, default=None, metavar="ID",
                      help="show these rows one by one: their terms as bars, their values and the smallest change "
                           "that moves them to another cluster (0-based positions, or values of --id)")
     _flag(exp, "--id", default=None, help="the column whose values --rows names")
@@ -219,8 +262,8 @@ def _add_export(sub) -> argparse.ArgumentParser:
     exp.add_argument("--format", default="sql", choices=["sql", "rules"],
                      help="sql: the query; rules: one rule per cluster with its coverage and precision")
     exp.add_argument("--table", default=None, help="the table the query reads (schema.table allowed; sql)")
-    exp.add_argument("--keep", default=None,
-                     help="comma-separated columns the query returns beside cluster (default: the features)")
+    exp.add_argument("--keep", **LIST, default=None,
+                     help="columns the query returns beside cluster (default: the features)")
     _flag(exp, "--output", default=None, help="write the query to this file (default: print it)")
     _flag(exp, "--sample", "--rows", type=int, default=100_000,
           help="build on a seeded sample of this many rows when the data has more (0: every row)")
@@ -267,10 +310,10 @@ def _add_featurize_text(sub) -> argparse.ArgumentParser:
     ftx = _sub(sub, "featurize-text", help="documents (CSV or Parquet) to term-frequency columns over a fitted "
                                            "vocabulary, and with --embed sentence embeddings, on Ray Data")
     _flag(ftx, "--input", required=True, help="CSV or Parquet file, directory, glob or URI")
-    ftx.add_argument("--text-column", nargs="+", default=["text"],
+    ftx.add_argument("--text-column", **LIST, default=["text"],
                      help="the text column(s); several (a title and a body) are joined with a space")
     _flag(ftx, "--id", "--id-column", default="id", help="row id, copied to the output")
-    ftx.add_argument("--carry", nargs="*", default=[], help="more columns to copy (a label, say)")
+    ftx.add_argument("--carry", **LIST, default=[], help="more columns to copy (a label, say)")
     _flag(ftx, "--output", "--out", required=True,
           help="folder (or URI) to receive the shards and _vocabulary.json")
     ftx.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
@@ -335,7 +378,7 @@ def _add_predict(sub) -> argparse.ArgumentParser:
     _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
     _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
     pred.add_argument("--no-id", action="store_true", help="the input has no id column")
-    pred.add_argument("--carry", nargs="*", default=[], help="more input columns to copy to the output")
+    pred.add_argument("--carry", **LIST, default=[], help="more input columns to copy to the output")
     _encoding(pred)
     pred.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
     pred.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
@@ -437,9 +480,9 @@ REPORT_FAILED = 3   # exit status: the model was written, its report was not
 def _fit(args) -> int | None:
     params = _params(args)
     if args.categorical:
-        params["categorical_features"] = [c.strip() for c in args.categorical.split(",") if c.strip()]
+        params["categorical_features"] = args.categorical
     result = service.fit(args.input, args.output, features=args.features, label=args.label, params=params,
-                         report=args.report, **_csv(args))
+                         report=args.report, id_column=args.id, **_csv(args))
     keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model and metrics written to {args.output}/ (load with neurcam_dist.NeurCAM.load('{args.output}/model'))")
@@ -448,6 +491,9 @@ def _fit(args) -> int | None:
               f"kept: retry with neurcam explain --model {args.output}/model --input {args.input} --output DIR",
               file=sys.stderr)
         return REPORT_FAILED
+    if args.report:
+        report = join(args.output, "report", "report.html")   # through the run's link: the next run's too
+        print(f"open the report: {redact(report) if is_uri(report) else Path(report).absolute().as_uri()}")
 
 
 def _explain(args) -> None:
@@ -456,7 +502,7 @@ def _explain(args) -> None:
                           f"explains NEW; leave --model out")
     if not (args.model or args.compare):
         raise ConfigError("explain needs --model (or --compare OLD NEW)")
-    rows = [r.strip() for r in args.rows.split(",") if r.strip()] if args.rows else None
+    rows = args.rows or None
     result = service.explain(args.compare[1] if args.compare else args.model, args.input, args.output,
                              sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
                              label=args.label, rows=rows, id_column=args.id,
@@ -468,7 +514,7 @@ def _explain(args) -> None:
 
 
 def _export(args) -> None:
-    keep = [c.strip() for c in args.keep.split(",") if c.strip()] if args.keep else None
+    keep = args.keep or None
     result = service.export(args.model, args.input, table=args.table, fmt=args.format, keep=keep, output=args.output,
                             sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
     engines = " and ".join({"sqlite": "SQLite", "duckdb": "DuckDB"}.get(e, e) for e in (result.engines or {}))

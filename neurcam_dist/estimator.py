@@ -602,8 +602,61 @@ class _NoBar:
         pass
 
 
+LOG_EVERY_S = 5.0   # seconds between progress lines in a log
+
+
+class _Bar:
+    """A terminal's live bar: its total is the epoch budget (an upper bound) while training, and
+    the epochs that ran once it ends (a fit that stops early ends at 100%, not "9% 89/1000")."""
+
+    def __init__(self, total: int):
+        from tqdm.auto import tqdm
+        self.bar = tqdm(total=total, desc=f"NeurCAM (at most {total} epochs)", unit="epoch", dynamic_ncols=True)
+
+    def update(self, n: int = 1):
+        self.bar.update(n)
+
+    def set_postfix(self, **kw):
+        self.bar.set_postfix(**kw)
+
+    def close(self):
+        self.bar.desc = "NeurCAM"
+        self.bar.total = self.bar.n
+        self.bar.refresh()
+        self.bar.close()
+
+
+class _Lines:
+    """Progress for a log (CI, a pipe, a pod): a line when the phase changes or ``every`` seconds
+    have passed, and one at the end; a short fit writes a handful, never one per epoch."""
+
+    def __init__(self, total: int, every: float = LOG_EVERY_S, stream=None):
+        self.total, self.every, self.stream = total, every, stream or sys.stderr
+        self.n, self.phase, self.post, self.t0 = 0, None, {}, time.monotonic()
+        self.last = self.t0
+
+    def update(self, n: int = 1):
+        self.n += n
+
+    def set_postfix(self, **kw):
+        self.post = kw
+        now = time.monotonic()
+        if kw.get("phase") != self.phase or now - self.last >= self.every:
+            self.phase, self.last = kw.get("phase"), now
+            self._say(f"epoch {self.n} (at most {self.total}): " + ", ".join(f"{k} {v}" for k, v in kw.items()))
+
+    def _say(self, text: str):
+        print(f"NeurCAM: {text}", file=self.stream, flush=True)
+
+    def close(self):
+        self._say(f"done: {self.n} epochs in {time.monotonic() - self.t0:.1f} s"
+                  + (f", loss {self.post['loss']}" if "loss" in self.post else ""))
+
+
 def _progress(verbose: bool, total: int):
+    """No progress (``verbose=False``), a live bar on a terminal, lines in a log."""
     if not verbose:
         return _NoBar()
-    from tqdm.auto import tqdm
-    return tqdm(total=total, desc="NeurCAM", unit="epoch", dynamic_ncols=True)
+    if sys.stderr.isatty():
+        return _Bar(total)
+    return _Lines(total)

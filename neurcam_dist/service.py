@@ -22,6 +22,7 @@ and raises a class of ``neurcam_dist.errors`` (a ``ValueError`` for bad input, n
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ class FitResult:
 
 def fit(data: str, output: str, *, features: list[str] | None = None, label: str | None = None,
         params: dict | None = None, report: bool = False, encoding: str = "utf-8", delimiter: str | None = None,
-        decimal: str | None = None) -> FitResult:
+        decimal: str | None = None, id_column: str | None = None) -> FitResult:
     """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
 
     Parameters
@@ -104,11 +105,14 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     encoding, delimiter, decimal : str
         A CSV file's text encoding, field separator and decimal mark (the last two told from
         the file when None: ``data.tables.csv_format``).
+    id_column : str, optional
+        The rows' id (never a feature): carried into the assignments and naming the report's
+        typical, borderline and chosen rows (default: the one id-like column, when there is one).
     """
     import json
 
     from . import metrics as metrics_mod
-    from .data.tables import id_columns, is_csv, read_table, split_columns
+    from .data.tables import is_csv, read_table
     from .estimator import NeurCAM
     from .outputs import check_run_target, write_run
     from .params import check_params
@@ -117,11 +121,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,), inputs=[data])
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
-    X, y = split_columns(df, features, label, quiet=not params.get("verbose", True),
-                         categorical=params.get("categorical_features") if isinstance(
-                             params.get("categorical_features"), list) else None,
-                         max_levels=params.get("max_levels", 64))
-    ids = df[id_columns(df, X.columns, label)]
+    X, y, ids = _fit_table(df, features, label, id_column, params)
     _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
@@ -139,6 +139,30 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     except OSError as exc:
         raise _unwritten(exc, est, output) from None
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _fit_table(df, features, label, id_column, params: dict):
+    """``(X, y, ids)`` of the table ``fit`` read: the features (always said on stderr: what was
+    used and why the rest was not), the label's values and the id columns set aside. The id
+    (``id_column``, else the one id-like column) is never a feature and names ``X``'s rows, so
+    the report's rows read as in the assignments."""
+    import pandas as pd
+
+    from .data.tables import id_columns, split_columns
+    from .validation import missing_columns_note
+    if id_column is not None and id_column not in df.columns:
+        raise ConfigError(f"--id column {id_column!r} is not in the data"
+                          f"{missing_columns_note([id_column], list(df.columns))}")
+    table = df if id_column is None else df.drop(columns=[id_column])
+    named = params.get("categorical_features")
+    X, y = split_columns(table, features, label, categorical=named if isinstance(named, list) else None,
+                         max_levels=params.get("max_levels", 64))
+    ids = df[([id_column] if id_column else []) + id_columns(table, X.columns, label)]
+    name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
+    if name is not None:
+        print(f"id: {name} (carried into the assignments; names the report's rows)", file=sys.stderr)
+        X = X.set_axis(pd.Index(df[name].to_numpy(), name=None), axis=0)
+    return X, y, ids
 
 
 def _check_fit_outputs(output, ids, n_rows: int, n_clusters: int, assignments: str, report: bool) -> None:
@@ -269,9 +293,10 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
     if id_column and not rows:
         raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
-    from .storage import check_writable, refuse_overwrite
+    from .storage import check_room, check_writable, refuse_overwrite
     refuse_overwrite(output, inputs=[data, model, compare])
     check_writable(output, "--output")
+    check_room(output, 64 * 2**20)   # the page, its plots and tables: a few MB; room to spare
     est = load_model(model)
     old = load_model(compare) if compare else None
     features = [str(c) for c in est.feature_names_in_]
@@ -575,6 +600,8 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     from .explain.assignments import TOP_TERMS, met_line, refuse_collisions, scored_columns
     refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
                       scored_columns(est.cluster_ids_, TOP_TERMS))
+    from .storage import check_room
+    check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * TOP_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
     scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS)
     scored = scored.reset_index(drop=True)
@@ -733,8 +760,9 @@ def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, fea
     """``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic`` (clustered blobs plus an
     embedding) as Parquet shards in ``output``; returns the files written."""
     from .data.bundled import digits_frame, write_frame_shards
-    from .storage import check_writable
+    from .storage import check_room, check_writable
     check_writable(output, "--output")
+    check_room(output, (rows if kind == "synthetic" else 1797) * 4 * (features + dim + 2 if kind == "synthetic" else 66))
     if kind == "synthetic":
         from .data.synthetic import write_shards
         return write_shards(output, rows, n_features=features, repr_dim=dim, n_clusters=clusters, n_files=files,

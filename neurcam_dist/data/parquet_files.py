@@ -19,8 +19,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-from ray.data.block import BlockMetadata
-from ray.data.datasource import Datasource, ReadTask
+try:   # Ray Data runs these read tasks on a cluster; without Ray they run in this process (``readers``)
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+except ImportError:
+    Datasource, BlockMetadata, ReadTask = object, None, None
 
 from .sources import BATCH_ROWS, PATH_COLUMN, ROW_KEY, DataError, Source, file_tables, picked_tables, with_row_keys
 
@@ -43,21 +46,26 @@ class ParquetFiles(Datasource):
         """Unknown before reading (Ray Data then sizes the blocks as it reads)."""
         return None
 
-    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
-        """One read task per file (its planned rows, its picked rows), batches of about
-        the configured block size; ``parallelism`` is ignored (a file is the unit)."""
-        tasks, first = [], 0
+    def readers(self, per_task_row_limit: int | None = None) -> list[tuple["_Reader", int]]:
+        """Each file's read task as a plain callable, with the rows it yields, in file order: what
+        Ray Data runs (``get_read_tasks``), and what a pass in this process runs without Ray."""
+        out, first = [], 0
         for path in self.src.files:
             planned = self.rows_per_file[path]
             picks = None if self.picks is None else self.picks.get(path)
             if self.picks is None or picks is not None and len(picks):
-                tasks.append(ReadTask(_Reader(path, self.src.filesystem, self.columns, self.batch_rows,
-                                              per_task_row_limit, first, planned, picks, self.fold, self.paths,
-                                              self.src.casts),
-                                      BlockMetadata(num_rows=1 if self.fold else planned if picks is None else len(picks),
-                                                    size_bytes=None, exec_stats=None, input_files=[path])))
+                out.append((_Reader(path, self.src.filesystem, self.columns, self.batch_rows, per_task_row_limit,
+                                    first, planned, picks, self.fold, self.paths, self.src.casts),
+                            1 if self.fold else planned if picks is None else len(picks)))
             first += planned
-        return tasks
+        return out
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None, data_context=None):
+        """One read task per file (its planned rows, its picked rows), batches of about
+        the configured block size; ``parallelism`` is ignored (a file is the unit)."""
+        return [ReadTask(reader, BlockMetadata(num_rows=rows, size_bytes=None, exec_stats=None,
+                                               input_files=[reader.path]))
+                for reader, rows in self.readers(per_task_row_limit)]
 
 
 def per_file_tables(src: Source, columns: list[str], rows_per_file: dict[str, int], *, here: bool,
@@ -66,11 +74,10 @@ def per_file_tables(src: Source, columns: list[str], rows_per_file: dict[str, in
     tasks, or ``here``, in this process (a pass small enough that starting tasks would cost
     most of it). Both run the same task code, so they give the same tables."""
     source = ParquetFiles(src, columns, rows_per_file, picks=picks, fold=fold)
-    tasks = source.get_read_tasks(1)
     if here:
-        return [t for task in tasks for t in task.read_fn() if t.num_rows]
+        return [t for reader, _ in source.readers() for t in reader() if t.num_rows]
     import ray.data
-    ds = ray.data.read_datasource(source, override_num_blocks=max(1, len(tasks)))
+    ds = ray.data.read_datasource(source, override_num_blocks=max(1, len(source.readers())))
     ds.context.execution_options.preserve_order = True
     return [t for t in ds.iter_batches(batch_format="pyarrow", batch_size=None) if t.num_rows]
 

@@ -242,10 +242,10 @@ def _score_here(scorer: _Scorer, src, columns: list[str], rows_per_file: dict[st
     file, rows in input order (a Ray Data pass costs seconds to start its actors)."""
     from ..data.parquet_files import ParquetFiles
     n = 0
-    for task in ParquetFiles(src, columns, rows_per_file, batch_size, paths=True).get_read_tasks(1):
+    for reader, _ in ParquetFiles(src, columns, rows_per_file, batch_size, paths=True).readers():
         writer = None
         try:
-            for table in task.read_fn():
+            for table in reader():
                 out = scorer(table)
                 if writer is None:
                     writer = pq.ParquetWriter(fs.open_output_stream(f"{root}/part-{n:05d}.parquet"), out.schema)
@@ -309,6 +309,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
     _check_input(est, fitted, src, footers, wanted, id_column, text)
     refuse_collisions(([id_column] if id_column else []) + list(carry or []), scored_columns(fitted.ids, TOP_TERMS))
+    from ..storage import check_room   # the scores, uncompressed: cluster, the probabilities, the terms
+    check_room(output, n_rows * 8 * (len(fitted.ids) + 2 * TOP_TERMS + 2))
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)

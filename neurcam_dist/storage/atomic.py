@@ -235,10 +235,29 @@ def refuse_foreign_output(out, own: set[str]) -> None:
         raise ConfigError(f"{target} exists and was not written by neurcam (a file, not a folder): refusing to "
                           f"replace it; choose another output directory")
     if target.is_dir():
-        foreign = sorted(p.name for p in target.iterdir() if p.name not in own and not p.name.startswith("."))
+        foreign = sorted(p.name for p in target.iterdir()
+                         if p.name not in own and not p.name.startswith(".") and not _published_link(p))
         if foreign:
             raise ConfigError(f"{target} holds {foreign}, which this command did not write (another command's "
                               f"output?): refusing to replace it; choose another output directory")
+
+
+def _published_link(p: Path) -> bool:
+    """A name a neurcam run published (``current``, or a link through it: ``report``,
+    ``assignments.csv``): another run may replace the set it belongs to."""
+    if not p.is_symlink():
+        return False
+    target = os.readlink(p)
+    return (p.name == CURRENT and target.startswith(f"{VERSIONS}/")) or target.startswith(f"{CURRENT}/")
+
+
+def _drop_dangling(out: Path) -> None:
+    """After a new set is published: the links of the previous set that the new one lacks
+    (a fit's ``assignments.csv`` and ``report`` under a ``train`` run) are removed, so no
+    name points at nothing."""
+    for p in out.iterdir():
+        if p.is_symlink() and os.readlink(p).startswith(f"{CURRENT}/") and not p.exists():
+            p.unlink(missing_ok=True)
 
 
 def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str] | None = None) -> None:
@@ -272,6 +291,7 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
         for name in ("model", "config.json", "metrics.json", *extra):
             if not (out / name).is_symlink():
                 _link(out / name, f"{CURRENT}/{name}")
+        _drop_dangling(out)
         _fsync_dir(out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""The steps a new user takes, in the order they take them: fit a table with a text id column,
+fit it again into the same place, read the report and the progress in a log."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from neurcam_dist import cli
+
+FAST = ["--hidden", "16", "--n-bases", "8", "--epochs", "12", "--warmup-epochs", "4"]
+
+
+def run(capsys, *argv):
+    capsys.readouterr()
+    rc = cli.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def wine(tmp_path_factory):
+    from sklearn.datasets import load_wine
+    frame = load_wine(as_frame=True).frame.drop(columns="target")
+    frame.insert(0, "cid", [f"C{i:05d}" for i in range(len(frame))])
+    path = tmp_path_factory.mktemp("wine") / "wine.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_fitting_again_into_the_same_folder_replaces_the_run_and_leaves_no_dangling_link(wine, tmp_path, capsys):
+    out = tmp_path / "runs" / "k2"
+    for extra in ([], ["--report"], []):
+        rc, _, err = run(capsys, "fit", "--input", wine, "--output", out, "--n-clusters", 2, "--quiet", *FAST, *extra)
+        assert rc == 0, err
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
+    assert names == ["assignments.csv", "config.json", "current", "metrics.json", "model"]   # no report link left
+    assert all(p.exists() for p in out.iterdir())                                              # nothing dangles
+    assert len(pd.read_csv(out / "assignments.csv")) == 178
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    rc, _, err = run(capsys, "fit", "--input", wine, "--output", mine, "--n-clusters", 2, "--quiet", *FAST)
+    assert rc == 2 and "notes.txt" in err and (mine / "notes.txt").read_text() == "mine"
+
+
+def test_fit_id_names_the_rows_in_the_assignments_and_the_report_and_says_where_it_is(wine, tmp_path, capsys):
+    rc, out, err = run(capsys, "fit", "--input", wine, "--output", tmp_path / "o", "--n-clusters", 3, "--id", "cid",
+                       "--report", "--quiet", *FAST)
+    assert rc == 0, err
+    assert "id: cid" in err and "features (13)" in err            # --quiet keeps what was used
+    report = tmp_path / "o" / "report" / "report.html"
+    assert f"open the report: {report.absolute().as_uri()}" in out
+    assigned = pd.read_csv(tmp_path / "o" / "assignments.csv")
+    assert list(assigned.columns[:3]) == ["cid", "cluster", "probability"]
+    page = report.read_text()
+    assert "C00" in page and ">row 0<" not in page
+    rc, _, err = run(capsys, "fit", "--input", wine, "--output", tmp_path / "p", "--n-clusters", 3, "--id", "cidd")
+    assert rc == 2 and "did you mean 'cid'" in err, err
+
+
+def test_progress_in_a_log_is_a_few_lines_that_end_with_what_ran(wine, tmp_path):
+    done = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(wine), "--output",
+                           str(tmp_path / "o"), "--n-clusters", "3", "--id", "cid"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [ln for ln in done.stderr.splitlines() if ln.startswith("NeurCAM:")]
+    metrics = __import__("json").loads(done.stdout.splitlines()[0])
+    assert 2 <= len(lines) <= 24 and "\r" not in done.stderr, done.stderr
+    assert lines[-1].startswith(f"NeurCAM: done: {metrics['epochs']} epochs in ")
