@@ -638,6 +638,9 @@ def _predict(args) -> None:
               f"output {redact(settings.output)}", file=sys.stderr)
     summary = service.predict(settings, carry=args.carry, batch_size=args.batch_size, concurrency=args.concurrency,
                               log=lambda m: print(f"[neurcam] {m}", flush=True), csv=_csv(args))
+    if summary.get("format") == "csv":
+        print(f"wrote {summary['n_rows']:,} rows to {redact(settings.output)} in {summary['seconds']} s")
+        return
     print(f"wrote {summary['n_rows']:,} rows in {summary['files']} Parquet file(s) to {redact(settings.output)}/ "
           f"in {summary['seconds']} s")
 

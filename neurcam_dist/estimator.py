@@ -410,13 +410,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         import pandas as pd
         return self.score_frame_counted(X, top_terms)[0]
 
-    def score_frame_counted(self, X, top_terms: int = 0) -> tuple["pd.DataFrame", dict]:
+    def score_frame_counted(self, X, top_terms: int = 0, **layout) -> tuple["pd.DataFrame", dict]:
         """``score_frame``'s rows and what reading them met: ``{"unseen": column -> cells whose
-        level was not seen at training (scored as 'other'), "missing": column -> missing cells}``."""
+        level was not seen at training (scored as 'other'), "missing": column -> missing cells}``.
+        ``layout``: ``explain.assignments.assignments``' column choice (``file_layout``)."""
         from .explain.assignments import assignments
         import pandas as pd
         arr, unseen = self._validated_counted(X)
-        cols = assignments(self._validated_state(), arr, top_terms=top_terms)
+        cols = assignments(self._validated_state(), arr, top_terms=top_terms, **layout)
         counts = np.isnan(arr).sum(axis=0)
         missing = {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)}
         return pd.DataFrame(cols, index=X.index if is_frame(X) else None), {"unseen": unseen, "missing": missing}

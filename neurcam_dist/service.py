@@ -168,9 +168,10 @@ def _fit_table(df, features, label, id_column, params: dict):
 def _check_fit_outputs(output, ids, n_rows: int, n_clusters: int, assignments: str, report: bool) -> None:
     """Before training, once the table is read: no id column named like a score column, and room
     on the output's disk for what the run writes."""
-    from .explain.assignments import refuse_collisions, scored_columns
+    from .explain.assignments import file_layout, refuse_collisions, scored_columns
     from .storage import check_room
-    refuse_collisions(ids.columns, ["probability"] + scored_columns(range(n_clusters), 3), f"{assignments} as id columns")
+    refuse_collisions(ids.columns, scored_columns(range(n_clusters), 3, **file_layout(range(n_clusters))),
+                      f"{assignments} as id columns")
     check_room(output, _fit_output_bytes(n_rows, n_clusters, report))
 
 
@@ -221,8 +222,8 @@ def _assignments(est, X, ids, name: str) -> bytes:
     terms that pushed it hardest toward its cluster, as CSV or Parquet bytes."""
     import io
 
-    from .explain.assignments import assignments
-    scored = assignments(est.fitted_, est.fitted_.encode(X), top_terms=3, every_proba=False)   # chunked
+    from .explain.assignments import assignments, file_layout
+    scored = assignments(est.fitted_, est.fitted_.encode(X), top_terms=3, **file_layout(est.cluster_ids_))   # chunked
     frame = ids.reset_index(drop=True).assign(**scored)
     buf = io.BytesIO()
     if name.endswith(".csv"):
@@ -537,11 +538,17 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     from .data.tables import is_csv
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
-    from .storage import check_writable
-    check_writable(settings.output, "--output")
+    from .storage import check_writable, refuse_overwrite
+    to_csv = not is_uri(settings.output) and is_csv(settings.output)
+    if to_csv:   # one file: its folder must take it, and an existing file must be scores neurcam wrote
+        refuse_overwrite(settings.output, inputs=[settings.input] if isinstance(settings.input, str) else [],
+                         ours=lambda head: b"cluster,probability" in head.split(b"\n")[0])
+    check_writable(str(Path(settings.output).parent) if to_csv else settings.output, "--output")
     log = log or _say
     est = load_model(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
+    if to_csv and not table:   # a Parquet input small enough: read whole and scored here, like a CSV file
+        _refuse_csv_output_for_large(settings.input)
     if table:   # told once: the header and the rows are read with the same format, said once
         from .data.tables import csv_format
         csv = dict(csv or {})
@@ -554,11 +561,24 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
             if len(found) == 1:
                 log(f"id column: {found[0]!r} (the input has no 'id'; --id names another, --no-id none)")
                 settings = dataclasses.replace(settings, id_column=found[0])
-    if table:
-        return _predict_table(est, settings, carry or [], log, csv or {})
+    if table or to_csv:
+        return _predict_table(est, settings, carry or [], log, csv or {} if table else {})
     from .distributed import predict_parquet
     return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
                            batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir, log=log)
+
+
+def _refuse_csv_output_for_large(path) -> None:
+    """A CSV output is one file written by this process: Parquet input too large to score here
+    (``data.reading.small_enough``) is refused, naming the Parquet output to use instead."""
+    from .data import footers, reading, resolve
+    from .data.sources import column_bytes
+    src = resolve(path)
+    found = footers(src)
+    n_bytes = column_bytes(src, found[0][1], sum(n for _, _, n in found), list(found[0][1].names))
+    if not reading.small_enough(n_bytes):
+        raise ConfigError(f"--output ends in .csv, but {path} ({n_bytes / 2**20:,.0f} MiB of columns) is too large to "
+                          f"score in this process: write Parquet shards (an --output folder) instead")
 
 
 def _input_columns(path, table: bool, csv: dict) -> list[str]:
@@ -597,13 +617,14 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
-    from .explain.assignments import TOP_TERMS, met_line, refuse_collisions, scored_columns
+    from .explain.assignments import TOP_TERMS, file_layout, met_line, refuse_collisions, scored_columns
+    layout = file_layout(est.cluster_ids_)   # the columns fit's assignments have
     refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
-                      scored_columns(est.cluster_ids_, TOP_TERMS))
+                      scored_columns(est.cluster_ids_, TOP_TERMS, **layout))
     from .storage import check_room
     check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * TOP_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS)
+    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS, **layout)
     scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):
@@ -612,6 +633,13 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     out = pa.Table.from_pandas(pd.concat([kept.reset_index(drop=True), scored], axis=1), preserve_index=False)
     summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here",
                "unseen_levels": met["unseen"], "missing_cells": met["missing"]}
+
+    from .data.tables import is_csv
+    if is_csv(settings.output) and not is_uri(settings.output):   # one CSV file, written atomically
+        from .storage import write_text_atomic
+        write_text_atomic(Path(settings.output), out.to_pandas().to_csv(index=False))
+        summary["seconds"], summary["format"] = round(time.perf_counter() - t0, 2), "csv"
+        return summary
 
     def write(root: str, fs) -> None:
         with fs.open_output_stream(f"{root}/part-00000.parquet") as f:

@@ -71,3 +71,46 @@ def test_progress_in_a_log_is_a_few_lines_that_end_with_what_ran(wine, tmp_path)
     metrics = __import__("json").loads(done.stdout.splitlines()[0])
     assert 2 <= len(lines) <= 24 and "\r" not in done.stderr, done.stderr
     assert lines[-1].startswith(f"NeurCAM: done: {metrics['epochs']} epochs in ")
+
+
+def test_every_list_flag_takes_commas_or_spaces(wine, tmp_path, capsys):
+    for features in (["alcohol,proline"], ["alcohol", "proline"], ["alcohol,", "proline"]):
+        rc, _, err = run(capsys, "fit", "--input", wine, "--output", tmp_path / "o", "--n-clusters", 2, "--quiet",
+                         "--features", *features, "--hidden", "16,16", "--n-bases", 8, "--epochs", 8)
+        assert rc == 0 and "features (2): alcohol, proline" in err, err
+    import json
+    assert json.loads((tmp_path / "o" / "config.json").read_text())["params"]["hidden"] == [16, 16]
+    with pytest.raises(SystemExit) as exit_:   # argparse's own exit, as for any bad flag value
+        cli.main(["fit", "--input", str(wine), "--output", str(tmp_path / "o"), "--n-clusters", "2", "--hidden", "16,x"])
+    assert exit_.value.code == 2 and "--hidden: expected whole numbers" in capsys.readouterr().err
+
+
+def test_help_shows_the_flags_checked_as_required_as_required(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["export", "--help"])
+    text = capsys.readouterr().out
+    assert "--model MODEL --input INPUT" in text and "[--input" not in text and "(required)" in text
+
+
+def test_a_small_predict_needs_no_ray_writes_csv_and_has_fits_columns(wine, tmp_path):
+    out = tmp_path / "o"
+    rc = cli.main(["fit", "--input", str(wine), "--output", str(out), "--n-clusters", "3", "--id", "cid", "--quiet",
+                   *FAST])
+    assert rc == 0
+    small = tmp_path / "small.csv"
+    pd.read_csv(wine).head(30).to_csv(small, index=False)
+    pd.read_csv(wine).head(30).to_parquet(tmp_path / "small.parquet")
+    code = ("import sys; sys.modules['ray'] = None\n"          # as on a machine without Ray installed
+            "from neurcam_dist.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    fitted = pd.read_csv(out / "assignments.csv", dtype={"cid": str})
+    for src, dest in ((small, tmp_path / "p.csv"), (tmp_path / "small.parquet", tmp_path / "q.csv"),
+                      (small, tmp_path / "pq")):
+        done = subprocess.run([sys.executable, "-c", code, "predict", "--model", str(out / "model"), "--input",
+                               str(src), "--output", str(dest), "--id", "cid"], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        scored = pd.read_csv(dest, dtype={"cid": str}) if dest.suffix == ".csv" else pd.read_parquet(dest)
+        assert list(scored.columns) == list(fitted.columns)                    # fit and predict: one layout
+        pd.testing.assert_series_equal(scored["cluster"].astype("int64"), fitted["cluster"].head(30),
+                                       check_names=False)

@@ -23,7 +23,7 @@ from pyarrow.fs import FileSelector
 from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain.assignments import TOP_TERMS, assignments, met_line, refuse_collisions, scored_columns
+from ..explain.assignments import TOP_TERMS, assignments, file_layout, met_line, refuse_collisions, scored_columns
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
@@ -210,7 +210,7 @@ class _Scorer:
         x = self._features(table)
         if fitted.coding is None or fitted.coding.missing == "refuse":
             _refuse_non_finite(x, table, fitted.feature_names)
-        scored = assignments(fitted, x, top_terms=TOP_TERMS)
+        scored = assignments(fitted, x, top_terms=TOP_TERMS, **file_layout(fitted.ids))   # as fit writes them
         cols = {}
         if self.id_column:
             cols[self.id_column] = table[self.id_column]
@@ -308,7 +308,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
     _check_input(est, fitted, src, footers, wanted, id_column, text)
-    refuse_collisions(([id_column] if id_column else []) + list(carry or []), scored_columns(fitted.ids, TOP_TERMS))
+    refuse_collisions(([id_column] if id_column else []) + list(carry or []),
+                      scored_columns(fitted.ids, TOP_TERMS, **file_layout(fitted.ids)))
     from ..storage import check_room   # the scores, uncompressed: cluster, the probabilities, the terms
     check_room(output, n_rows * 8 * (len(fitted.ids) + 2 * TOP_TERMS + 2))
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)

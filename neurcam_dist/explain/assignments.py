@@ -14,9 +14,21 @@ from .terms import rows_from_contributions
 TOP_TERMS = 3   # terms per row that batch scoring reports
 
 
-def scored_columns(ids, top_terms: int = 0) -> list[str]:
+# Files of scores (``fit``'s assignments, ``predict``'s output) hold one probability column per
+# cluster up to this many clusters; beyond it only ``probability`` (the row's own cluster's), so
+# a file's width and the memory that writes it do not grow with a model of thousands of clusters.
+PROBA_COLUMNS = 64
+
+
+def file_layout(ids) -> dict:
+    """``assignments``' keyword arguments for a file of scores (``fit`` and ``predict`` alike):
+    ``cluster``, ``probability``, ``proba_ID`` per cluster (up to ``PROBA_COLUMNS`` clusters), terms."""
+    return {"probability": True, "every_proba": len(ids) <= PROBA_COLUMNS}
+
+
+def scored_columns(ids, top_terms: int = 0, *, probability: bool = False, every_proba: bool = True) -> list[str]:
     """The names of the columns ``assignments`` returns for clusters ``ids``."""
-    return (["cluster"] + [f"proba_{i}" for i in ids]
+    return (["cluster"] + (["probability"] if probability else []) + [f"proba_{i}" for i in ids if every_proba]
             + [n for r in range(1, top_terms + 1) for n in (f"term_{r}", f"term_{r}_contribution")])
 
 
@@ -32,7 +44,8 @@ def refuse_collisions(kept, produced, what: str = "--carry or the id") -> None:
                         f"input (or leave them out) so neither is lost")
 
 
-def assignments(fitted, x: np.ndarray, *, top_terms: int = 0, every_proba: bool = True) -> dict[str, np.ndarray]:
+def assignments(fitted, x: np.ndarray, *, top_terms: int = 0, every_proba: bool = True,
+                probability: bool = False) -> dict[str, np.ndarray]:
     """The scored columns of raw feature rows ``x`` (fitted column order, float64), computed
     ``chunk_rows`` rows at a time into columns allocated once, so the memory beyond the output is
     bounded by a chunk (``CHUNK_BYTES`` of per-term contributions), whatever the rows, clusters
@@ -54,20 +67,20 @@ def assignments(fitted, x: np.ndarray, *, top_terms: int = 0, every_proba: bool 
         In order: ``cluster`` (stable ids, int64), ``proba_ID`` for each cluster id (float64),
         then for ``r`` in 1..top_terms ``term_r`` (object: the term's name, None past the
         model's terms) and ``term_r_contribution`` (float64: its centred logit contribution
-        toward the row's cluster, NaN past the model's terms). With ``every_proba=False``, one
-        ``probability`` column (the row's cluster's) instead of ``proba_ID`` for every cluster:
-        ``fit``'s assignments, whose size then does not grow with the clusters.
+        toward the row's cluster, NaN past the model's terms). ``probability``: also the row's
+        own cluster's probability, after ``cluster``; ``every_proba=False``: no ``proba_ID``
+        columns (``file_layout``: what ``fit`` and ``predict`` write).
     """
     n = len(x)
     step = chunk_rows(fitted, top_terms)
-    first = _assign(fitted, x[:step], top_terms, every_proba)
+    first = _assign(fitted, x[:step], top_terms, every_proba, probability)
     if n <= step:
         return first
     cols = {k: np.empty(n, dtype=v.dtype) for k, v in first.items()}
     for k, v in first.items():
         cols[k][:len(v)] = v
     for i in range(step, n, step):
-        for k, v in _assign(fitted, x[i:i + step], top_terms, every_proba).items():
+        for k, v in _assign(fitted, x[i:i + step], top_terms, every_proba, probability).items():
             cols[k][i:i + len(v)] = v
     return cols
 
@@ -84,7 +97,8 @@ def chunk_rows(fitted, top_terms: int) -> int:
     return max(64, CHUNK_BYTES // max(per_row, 1))
 
 
-def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True) -> dict[str, np.ndarray]:
+def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True,
+            probability: bool = False) -> dict[str, np.ndarray]:
     """``assignments`` of one chunk of rows."""
     if top_terms:
         rows = rows_from_contributions(fitted, fitted.contributions(x))
@@ -95,7 +109,7 @@ def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True) -> 
     raw = logits.argmax(1)
     ids = fitted.ids
     cols: dict[str, np.ndarray] = {"cluster": ids[raw].astype(np.int64)}
-    if not every_proba:
+    if probability:
         cols["probability"] = proba[np.arange(len(x)), raw]
     for k in range(proba.shape[1] if every_proba else 0):
         cols[f"proba_{ids[k]}"] = proba[:, k]

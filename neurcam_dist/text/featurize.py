@@ -185,8 +185,8 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     Kept whole: the vocabulary pass, the featurization pass and the atomic write share the
     resolved source and its fingerprint; the steps are the log lines it says."""
     from ..storage import refuse_overwrite
-    refuse_overwrite(job.out, inputs=[job.input] if isinstance(job.input, str) else list(job.input))
     model_path = check_model_path(job.model) if job.embed else None
+    refuse_overwrite(job.out, inputs=[job.input] if isinstance(job.input, str) else list(job.input))
     t_start = time.perf_counter()
     src, ds = _read_documents(job)
     stamp = fingerprint(job, src, model_path)
