@@ -681,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
+    # a library's own progress bars (MLflow's artifact downloads) stay off the console unless asked
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from .signals import sigterm_as_exit, terminated
     try:
         with sigterm_as_exit():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143

@@ -114,3 +114,44 @@ def test_a_small_predict_needs_no_ray_writes_csv_and_has_fits_columns(wine, tmp_
         assert list(scored.columns) == list(fitted.columns)                    # fit and predict: one layout
         pd.testing.assert_series_equal(scored["cluster"].astype("int64"), fitted["cluster"].head(30),
                                        check_names=False)
+
+
+def test_a_first_tracked_run_says_it_is_creating_the_local_store(tmp_path, monkeypatch):
+    from neurcam_dist import tracking
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    said: list[str] = []
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracking.use(uri, "first", say=said.append)
+    assert len(said) == 2 and said[0].startswith("creating the local MLflow store") and "ready in" in said[1]
+    said.clear()
+    tracking.use(uri, "first", say=said.append)   # the store exists: nothing to wait for, nothing said
+    assert not said
+
+
+def test_the_report_reads_clean_pushes_above_noise_numbers_short_moves_whole(tmp_path):
+    import re
+
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from neurcam_dist import NeurCAM
+    from neurcam_dist.explain.build import PUSH_SHARE
+    from neurcam_dist.explain.report import _value, write_report
+    X = load_digits().data[:300]                       # pixel levels: whole numbers
+    est = NeurCAM(n_clusters=4, random_state=0, verbose=False, hidden=(16,), n_bases=8, epochs=30).fit(X)
+    expl = est.explain(X)
+    for p in expl.profiles:
+        pushes = [abs(q["mean_relative_contribution"]) for q in p["into"] + p["out_of"]]
+        assert all(v >= PUSH_SHARE * max(pushes) for v in pushes)
+    moves = est.counterfactuals(X[:30]).dropna(subset=["new_value"])
+    assert len(moves) and (moves["new_value"] == moves["new_value"].round()).all()
+    for i, r in moves.iterrows():                       # and each move still lands in its target
+        x = X[i].copy()
+        x[list(est.feature_names_in_).index(r["feature"])] = r["new_value"]
+        assert est.predict(x[None])[0] == r["target"]
+    assert _value({"lloyd": 7.179373408971208, "minibatch": 7.2}) == "lloyd: 7.18, minibatch: 7.2"
+    page = write_report(expl, tmp_path / "r").read_text()
+    shown = re.sub(r"<(script|style)[^>]*>.*?</\1>", " ", page, flags=re.S)   # what a reader sees
+    long_numbers = [n for n in re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", re.sub(r"<[^>]+>", " ", shown))
+                    if len(n.replace(".", "").lstrip("0")) > 3]
+    assert not long_numbers, long_numbers[:5]

@@ -72,10 +72,46 @@ def counterfactuals(fitted, arr: np.ndarray, names: list[str], low: np.ndarray, 
     cat = _categorical(fitted)
     found = _grid_moves(fitted, arr, names, wanted, low, high, grid_size, scale, pairs, cat)
     best = _refine(fitted, arr, [f for f in found if not cat[list(f[2])].any()], steps, scale, low, high)
+    best = _whole_moves(fitted, arr, best, _whole_columns(arr) & ~cat, scale, low, high)
     for r, t, cols, _, values in (f for f in found if cat[list(f[2])].any()):   # another level: exact, length 1
         if r not in best or best[r][0] > 1.0:
             best[r] = (1.0, int(t), tuple(int(c) for c in cols), tuple(float(v) for v in values))
     return _frame(arr, names, ids, current, index, target, best, fitted.coding)
+
+
+def _whole_columns(arr: np.ndarray) -> np.ndarray:
+    """(features,) bool: columns whose every value (missing cells aside) is a whole number
+    (counts, pixel levels, years): their moves go to whole numbers too."""
+    seen = ~np.isnan(arr)
+    return np.array([bool(seen[:, j].any()) and bool(np.all(arr[seen[:, j], j] == np.round(arr[seen[:, j], j])))
+                     for j in range(arr.shape[1])], dtype=bool)
+
+
+def _whole_moves(fitted, arr: np.ndarray, best: dict, whole: np.ndarray, scale, low, high,
+                 tries: int = 3) -> dict:
+    """Moves of whole-number features rounded to whole numbers: away from the row's value, past
+    the boundary (``8 -> 7``, never ``8 -> 7.99``), one more step at a time (up to ``tries``)
+    until the row lands in the target, within ``[low, high]``; a move no whole number makes is
+    left as found."""
+    out = dict(best)
+    for r, (length, t, cols, values) in best.items():
+        if not any(whole[c] for c in cols):
+            continue
+        start = arr[r, list(cols)]
+        step = np.sign(np.asarray(values) - start)
+        first = np.array([np.ceil(v) if d > 0 else np.floor(v) if whole[c] else v
+                          for v, d, c in zip(values, step, cols)])
+        for k in range(tries):
+            cand = np.where([whole[c] for c in cols], first + k * step, first)
+            if np.any(cand < low[list(cols)]) or np.any(cand > high[list(cols)]):
+                break
+            row = arr[r].copy()
+            row[list(cols)] = cand
+            if int(fitted.logits(row[None, :]).argmax(1)[0]) == t:
+                out[r] = (float(np.sqrt((((cand - start) / scale[list(cols)]) ** 2).sum())), t, cols,
+                          tuple(float(v) for v in cand))
+                break
+    return out
 
 
 def _categorical(fitted) -> np.ndarray:

@@ -326,13 +326,21 @@ def _rows(pairs) -> str:
 
 
 def _value(v) -> str:
+    """A model card's value as the page shows it: every number at most 3 significant digits,
+    lists and mappings (``{'lloyd': 7.18, ...}``) read as text, escaped."""
+    return html.escape(_plain(v))
+
+
+def _plain(v) -> str:
     if isinstance(v, bool) or v is None:
-        return html.escape(str(v))
-    if isinstance(v, float):
-        return fmt(v)
+        return str(v)
+    if isinstance(v, (float, np.floating)):
+        return fmt(float(v))
     if isinstance(v, (list, tuple)):
-        return html.escape(", ".join(str(x) for x in v))
-    return html.escape(str(v))
+        return ", ".join(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}: {_plain(x)}" for k, x in v.items())
+    return str(v)
 
 
 def unused_features(card: dict, features: list[str]) -> list[str]:
@@ -411,8 +419,8 @@ def _against_labels(truth: dict | None) -> list[str]:
     rows = "".join(f"<tr><th>{e(lab)}</th>" + "".join(f"<td>{row.get(c, 0):,}</td>" for c in clusters) + "</tr>"
                    for lab, row in truth["table"].items())
     missing = f" ({truth['n_missing']:,} rows without a label left out)" if truth.get("n_missing") else ""
-    return [f"<h3 id='labels'>Against the label {e(truth['name'])}</h3><p>Adjusted Rand index "
-            f"{truth['ari']:.3f}, normalized mutual information {truth['nmi']:.3f} over {truth['n_rows']:,} rows"
+    return [f"<h3 id='labels'>Clusters against {e(truth['name'])}</h3><p>Adjusted Rand index "
+            f"{fmt(truth['ari'])}, normalized mutual information {fmt(truth['nmi'])} over {truth['n_rows']:,} rows"
             f"{missing} (the label was not used to cluster).</p><table><tr><th>{e(truth['name'])} \\ cluster</th>"
             + "".join(f"<th>{e(c)}</th>" for c in clusters) + "</tr>" + rows + "</table>"]
 
@@ -637,7 +645,7 @@ def _comparison_section(expl: Explanation) -> list[str]:
     olds = sorted(cmp["flow"], key=int)
     news = sorted({n for row in cmp["flow"].values() for n in row}, key=int)
     parts = [f"<h2 id='compare'>Compared with {e(old)}</h2><p>{cmp['n_rows']:,} rows: {cmp['same_id']:.1%} keep their "
-             f"cluster id (agreement ARI {cmp['ari']:.3f}). Rows of each cluster of {e(old)} (rows) by their cluster "
+             f"cluster id (agreement ARI {fmt(cmp['ari'])}). Rows of each cluster of {e(old)} (rows) by their cluster "
              f"in {e(new)} (columns):</p><table><tr><th>{e(old)} \\ {e(new)}</th>"
              + "".join(f"<th>{e(n)}</th>" for n in news) + "</tr>"
              + "".join(f"<tr><th>{e(o)}</th>" + "".join(

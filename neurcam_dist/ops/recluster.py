@@ -91,7 +91,7 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     checks at the end; one function keeps that pair in one scope.
     """
     with runs.mlflow_lines(cfg):   # a new local store's set-up lines, say
-        tracking.use(cfg.tracking.uri, cfg.tracking.experiment)
+        tracking.use(cfg.tracking.uri, cfg.tracking.experiment, say=log)
         seen = tracking.champion_version(name)
         record["champion_version"] = seen
         compared, note = (seen, None) if seen else tracking.former_champion(name)

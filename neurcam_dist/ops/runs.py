@@ -62,7 +62,7 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
         try:
             waited += tracking.wait_reachable(tc.uri, log)
             with mlflow_lines(cfg):
-                tracking.use(tc.uri, tc.experiment)
+                tracking.use(tc.uri, tc.experiment, say=log)
                 if attempt == 2:
                     ended, versions = tracking.abandon_partial_runs(tc.experiment, tc.model_name)
                     log(f"ended the cut-off attempt's {len(ended)} MLflow run(s) FAILED")

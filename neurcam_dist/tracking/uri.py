@@ -125,15 +125,28 @@ def point_at(configured: str | None = None, workdir: str | os.PathLike = ".") ->
     return uri
 
 
-def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".") -> str:
-    """Point MLflow at the tracking store and experiment; returns the experiment id."""
+def use(configured: str | None = None, experiment: str = "neurcam", workdir: str | os.PathLike = ".",
+        say=None) -> str:
+    """Point MLflow at the tracking store and experiment; returns the experiment id. A local
+    SQLite store used for the first time is created here (MLflow builds its tables: up to a
+    minute on a slow disk), and ``say`` is told before and after, so the console never sits
+    silent."""
+    import time
+
     import mlflow
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # a bar per model logged, in logs
     # MLflow writes "View run ... at: URL" to stdout for every run it ends on a server (a search: one
     # per trial); the service's own line names the run and its URL once, on the console (run_url)
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     uri = point_at(configured, workdir)
+    db = Path(uri[len("sqlite:///"):]) if uri.startswith("sqlite:///") else None
+    new = db is not None and (not db.exists() or db.stat().st_size == 0)
+    t0 = time.monotonic()
+    if new and say is not None:
+        say(f"creating the local MLflow store {db} (MLflow builds its tables the first time: up to a minute)")
     exp = mlflow.get_experiment_by_name(experiment)
+    if new and say is not None:
+        say(f"MLflow store ready in {time.monotonic() - t0:.0f} s")
     if exp is not None:
         mlflow.set_experiment(experiment)
         return exp.experiment_id
