@@ -290,13 +290,15 @@ def _add_generate(sub) -> argparse.ArgumentParser:
 
 def _add_sample(sub) -> argparse.ArgumentParser:
     """``neurcam sample``'s flags."""
-    smp = _sub(sub, "sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class) as "
-                                   "Parquet shards with an id column")
+    smp = _sub(sub, "sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class), or "
+                                   "every row (--all), as Parquet shards with an id column")
     _flag(smp, "--input", required=True, help="CSV(.gz) or Parquet file")
     _flag(smp, "--output", "--out", required=True, help="folder to receive the shards")
     smp.add_argument("--per-class", type=int, default=None,
                      help="rows per value of --by (all rows of a smaller class)")
-    smp.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class)")
+    smp.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class); 0 or --all: "
+                                                           "every row, in order (a table turned into shards)")
+    smp.add_argument("--all", action="store_true", help="every row, in order: --rows 0")
     smp.add_argument("--by", default="label", help="class column for --per-class")
     smp.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
     smp.add_argument("--files", type=int, default=4, help="Parquet files to write")
@@ -539,7 +541,10 @@ def _generate(args) -> None:
 
 
 def _sample(args) -> None:
-    rows, files = service.sample(args.input, args.output, per_class=args.per_class, rows=args.rows, by=args.by,
+    if args.all and (args.rows or args.per_class):
+        raise ConfigError("--all takes every row: leave out --rows and --per-class")
+    rows, files = service.sample(args.input, args.output, per_class=args.per_class, rows=0 if args.all else args.rows,
+                                 by=args.by,
                                  id_column=args.id, files=args.files, seed=args.seed, **_csv(args))
     print(f"wrote {rows:,} rows in {len(files)} Parquet file(s) to {args.output}/")
 

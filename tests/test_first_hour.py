@@ -155,3 +155,86 @@ def test_the_report_reads_clean_pushes_above_noise_numbers_short_moves_whole(tmp
     long_numbers = [n for n in re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", re.sub(r"<[^>]+>", " ", shown))
                     if len(n.replace(".", "").lstrip("0")) > 3]
     assert not long_numbers, long_numbers[:5]
+
+
+def test_sample_all_turns_a_csv_into_parquet_shards_with_every_row_in_order(wine, tmp_path, capsys):
+    for flags in (["--all"], ["--rows", "0"]):
+        out = tmp_path / flags[-1].strip("-")
+        rc, _, err = run(capsys, "sample", "--input", wine, "--output", out, "--files", 3, "--id", "cid", *flags)
+        assert rc == 0, err
+        shards = sorted(out.glob("*.parquet"))
+        back = pd.concat([pd.read_parquet(f) for f in shards], ignore_index=True)
+        assert len(shards) == 3
+        pd.testing.assert_frame_equal(back, pd.read_csv(wine, dtype={"cid": str}).astype(back.dtypes.to_dict()))
+
+
+# ------------------------------------------------------------------ the docs, run as written
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def _blocks(page: str, lang: str = "python") -> list[str]:
+    import re
+    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / page).read_text(), re.S)
+
+
+def test_the_getting_started_steps_on_your_own_csv_run_as_written(tmp_path):
+    import shutil
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    assert '--8<-- "docs/examples/own-csv.sh"' in page        # the page shows the file this test runs
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "neurcam").write_text(f"#!/bin/sh\nexec {sys.executable} -m neurcam_dist.cli \"$@\"\n")
+    (bin_dir / "neurcam").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(["bash", "-e", "docs/examples/own-csv.sh"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "categorical: plan, region, paperless" in done.stderr and "id: customer_id" in done.stderr
+    assigned = pd.read_csv(tmp_path / "runs" / "customers" / "assignments.csv")
+    scored = pd.read_csv(tmp_path / "runs" / "customers-scored.csv")
+    assert list(assigned.columns) == list(scored.columns) and assigned["customer_id"].iloc[0] == "C000000"
+    assert (tmp_path / "runs" / "customers" / "report" / "report.html").is_file()
+    assert (tmp_path / "runs" / "customers.sql").read_text().startswith("-- NeurCAM")
+    assert "C000017" in (tmp_path / "runs" / "customers-rows" / "report.html").read_text()
+
+
+def test_the_python_blocks_of_the_table_explanation_and_tracking_pages_run_as_written(tmp_path, monkeypatch):
+    """tables.md's block on a CSV of the user's, then explanations.md's on its model, then
+    tracking.md's (the local store; the pyfunc from the registry, its server swapped for it)."""
+    from sklearn.datasets import load_wine
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    load_wine(as_frame=True).frame.drop(columns="target").to_csv("my_table.csv", index=False)
+    space: dict = {}
+    (tables,) = _blocks("docs/tables.md")
+    exec(compile(tables.replace("random_state=0)", "random_state=0, verbose=False)"), "tables.md", "exec"), space)
+    assert space["est"].n_features_in_ == 13
+    (explanations,) = _blocks("docs/explanations.md")
+    exec(compile(explanations, "explanations.md", "exec"), space)
+    assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "e.json").is_file()
+    first, second = _blocks("docs/tracking.md")
+    exec(compile(first, "tracking.md", "exec"), space)
+    from neurcam_dist import service
+    service.promote("segments", "1", "champion")
+    space["df"] = space["X"]
+    exec(compile(second.replace('"http://mlflow:5000"', f'"sqlite:///{tmp_path / "mlflow.db"}"'), "tracking.md",
+                 "exec"), space)
+    assert "cluster" in space["scored"].columns and "term_1" in space["why"].columns
+
+
+def test_the_documented_defaults_are_the_tables(capsys):
+    import re
+
+    from neurcam_dist.params import HYPERPARAMETERS as H
+    model = (ROOT / "docs" / "model.md").read_text()
+    hidden = H["hidden"].default
+    assert f"`hidden={hidden}`" in model and f"`n_bases={H['n_bases'].default}`" in model
+    assert f"1 -> {' -> '.join(map(str, hidden))} -> {H['n_bases'].default}" in model
+    faq = (ROOT / "docs" / "faq.md").read_text()
+    assert f"`n_clusters={H['n_clusters'].default}`" in faq and "is required" not in faq.split("##")[1]
+    with pytest.raises(SystemExit):
+        cli.main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the paper's defaults)" not in text and re.search(r"--hidden WIDTH \[WIDTH \.\.\.\]\s.*default: "
+                                                              + " ".join(map(str, hidden)), text)

@@ -26,8 +26,9 @@ def digits_frame() -> pd.DataFrame:
 def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | None, by: str = "label",
                       id_column: str = "id", seed: int = 0) -> pd.DataFrame:
     """``per_class`` rows of each value of ``by`` (all of a smaller class), or ``rows`` in all,
-    drawn with ``seed``; the id column is kept, or made from the input's row numbers, so every
-    sampled row can be traced back. Rows keep the input's order."""
+    drawn with ``seed`` (``rows=0``: every row, no sampling: a CSV turned into Parquet shards);
+    the id column is kept, or made from the input's row numbers, so every sampled row can be
+    traced back. Rows keep the input's order."""
     if (per_class is None) == (rows is None):
         raise DataError("give exactly one of --per-class and --rows")
     if id_column not in df.columns:
@@ -36,9 +37,9 @@ def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | No
         raise DataError(f"id column {id_column!r} repeats values (e.g. {df[id_column][df[id_column].duplicated()].iloc[0]!r})")
     rng = np.random.default_rng(seed)
     if rows is not None:
-        if rows < 1:
-            raise DataError(f"--rows must be >= 1, got {rows}")
-        keep = rng.choice(len(df), min(rows, len(df)), replace=False)
+        if rows < 0:
+            raise DataError(f"--rows must be >= 1 (or 0: every row), got {rows}")
+        keep = np.arange(len(df)) if rows == 0 else rng.choice(len(df), min(rows, len(df)), replace=False)
     else:
         if per_class < 1:
             raise DataError(f"--per-class must be >= 1, got {per_class}")
