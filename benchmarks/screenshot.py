@@ -42,6 +42,7 @@ def main() -> None:
         try:
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
             page.goto(args.report.resolve().as_uri(), wait_until="load")
+            page.wait_for_function("document.documentElement.dataset.ready === '1'", timeout=30_000)
             if args.cluster is not None:
                 page.select_option("#choose-cluster", args.cluster)
             if args.term is not None:

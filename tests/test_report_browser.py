@@ -39,6 +39,7 @@ def open_page(p, report, requests, errors, height=1500):
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(report.as_uri(), wait_until="load")
+    page.wait_for_function("document.documentElement.dataset.ready !== undefined", timeout=30_000)
     return browser, page
 
 
@@ -215,7 +216,8 @@ def test_feature_names_that_look_like_markup_or_run_long_never_break_the_page(tm
             options = page.evaluate("() => Array.from(document.querySelector('#shapes ~ .term-view select')"
                                     ".options).map(o => o.textContent)")
             scripts = page.evaluate("() => document.scripts.length")
+            ready = page.evaluate("() => document.documentElement.dataset.ready")   # Plotly unpacked, page drawn
         finally:
             browser.close()
-    assert not errors and graphs >= 1 and scripts >= 3   # the page's script ran and drew (0 when swallowed)
+    assert ready == "1" and not errors and graphs >= 1 and scripts >= 3   # the page's script ran and drew (0 when swallowed)
     assert all(any(o.startswith(n[:20]) for o in options) for n in names)   # each name shown as written
