@@ -636,6 +636,25 @@ def test_a_write_that_fails_after_training_keeps_the_model_and_names_the_file(ta
     assert not (tmp_path / "o" / "model").exists()
 
 
+def test_predict_into_a_disk_that_refuses_the_write_names_the_path(table, model_dir, tmp_path):
+    import resource
+    import signal
+    big = pd.concat([table] * 200, ignore_index=True)   # 30,000 rows: scores well past the limit below
+    big.to_csv(tmp_path / "d.csv", index=False)
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+    for out in (tmp_path / "p", tmp_path / "p.csv"):
+        done = subprocess.run([sys.executable, "-m", "neurcam_dist.cli", "predict", "--model", str(model_dir),
+                               "--input", str(tmp_path / "d.csv"), "--output", str(out), "--no-id"],
+                              capture_output=True, text=True, timeout=300, preexec_fn=limit,
+                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "no space left on the device while writing" in done.stderr and str(out) in done.stderr, done.stderr
+        assert not out.exists()
+
+
 def test_a_fit_whose_output_cannot_be_written_keeps_the_fitted_model_elsewhere(table, tmp_path, capsys,
                                                                                monkeypatch):
     import errno

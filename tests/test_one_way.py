@@ -102,8 +102,11 @@ def test_one_scorer_for_the_estimator_the_registry_and_batch_scoring(fitted, dat
     plain = fitted.score_frame(X)
     assert list(plain.columns) == list(frame.columns[:k + 1])
     out = _Scorer(fitted.scoring_model(), None, [])(pa.Table.from_pandas(X, preserve_index=False)).to_pandas()
-    assert list(out.columns) == list(frame.columns)
-    pd.testing.assert_frame_equal(out.astype({"cluster": "int64"}), frame.reset_index(drop=True))
+    # batch scoring writes fit's layout: score_frame's columns plus the row's own cluster's probability
+    assert list(out.columns) == ["cluster", "probability", *frame.columns[1:]]
+    pd.testing.assert_frame_equal(out.drop(columns="probability").astype({"cluster": "int64"}),
+                                  frame.reset_index(drop=True))
+    np.testing.assert_allclose(out["probability"], frame.iloc[:, 1:k + 1].max(axis=1), rtol=0, atol=1e-12)
 
 
 def test_the_table_scorer_predicts_stable_ids(data):
