@@ -238,3 +238,27 @@ def test_the_documented_defaults_are_the_tables(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert "the paper's defaults)" not in text and re.search(r"--hidden WIDTH \[WIDTH \.\.\.\]\s.*default: "
                                                               + " ".join(map(str, hidden)), text)
+
+
+def test_every_neurcam_command_line_in_the_docs_is_one_the_cli_takes(capsys):
+    """Each ``neurcam ...`` line of a bash block (README and docs/): its command and flags exist
+    and its required flags are there (``[...]`` parts included, the first of ``a|b``)."""
+    import re
+    import shlex
+
+    from neurcam_dist.cli import _check_required, build_parser
+    lines = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", page.read_text(), re.S):
+            for raw in block.splitlines():
+                for part in raw.split(" #")[0].split("&&"):
+                    if part.strip().startswith("neurcam "):
+                        lines.append((page.name, part.strip()))
+    assert len(lines) >= 30
+    for page, line in lines:
+        argv = shlex.split(re.sub(r"(\w+)\|(\w+)", r"\1", re.sub(r"[\[\]]", " ", line)))[1:]
+        parser = build_parser()
+        try:
+            _check_required(parser, parser.parse_args(argv))
+        except SystemExit:
+            raise AssertionError(f"{page}: {line}: {capsys.readouterr().err.strip()}") from None

@@ -64,10 +64,12 @@ print("declared:", sorted(p.name for p in m.metadata.get_params_schema().params)
                  "--output", str(tmp_path / "scored")]) == 0
     scored = pd.read_parquet(tmp_path / "scored").sort_values("id")
     assert np.array_equal(scored["cluster"].to_numpy(), fitted.predict(X))
-    # the registry model's explanation columns are neurcam predict's, value for value
-    same = scored.drop(columns="id").reset_index(drop=True)
+    # the registry model's explanation columns are neurcam predict's, value for value; predict's
+    # files add `probability` (the row's own cluster's, as fit's assignments have it)
+    same = scored.drop(columns=["id", "probability"]).reset_index(drop=True)
     pd.testing.assert_frame_equal(explained.reset_index(drop=True)[same.columns], same, check_exact=True,
                                   check_dtype=False)   # predict writes cluster as int32
+    np.testing.assert_array_equal(scored["probability"].to_numpy(), same.filter(like="proba_").max(axis=1))
     assert "term_3_contribution" in same.columns
     assert main(["explain", "--model", "models:/neurcam-test@champion", "--data", str(tmp_path / "x.parquet"),
                  "--out", str(tmp_path / "explained")]) == 0
