@@ -430,6 +430,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         from .storage import check_writable, refuse_overwrite
         refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
         check_writable(str(Path(output).parent) if not is_uri(output) else output, "--output")
+        from .storage import check_room
+        check_room(str(Path(output).parent) if not is_uri(output) else output, 16 * 2**20)   # a query: ~1 MB
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
     df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
@@ -809,6 +811,9 @@ def sample(input: str, output: str, *, per_class: int | None = None, rows: int |
     from .storage import check_writable, refuse_overwrite
     refuse_overwrite(output, inputs=[input])
     check_writable(output, "--output")
+    from .storage import check_room   # shards of at most the input's rows: about its size, twice for safety
+    check_room(output, 2 * sum(f.stat().st_size for f in ([Path(input)] if Path(input).is_file()
+                                                          else Path(input).rglob("*")) if f.is_file()))
     df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class, rows=rows, by=by, id_column=id_column,
                            seed=seed)
     return len(df), write_frame_shards(df, output, files, id_column=id_column)
