@@ -289,15 +289,7 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         Where the lines about a sample, the chosen rows and the comparison go.
     """
     from .explain.report import write_report
-    _check_grids(grid_size, pair_grid_size)
-    if sample < 0:
-        raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
-    if id_column and not rows:
-        raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
-    from .storage import check_room, check_writable, refuse_overwrite
-    refuse_overwrite(output, inputs=[data, model, compare])
-    check_writable(output, "--output")
-    check_room(output, 64 * 2**20)   # the page, its plots and tables: a few MB; room to spare
+    _check_explain(data, output, model, compare, sample, grid_size, pair_grid_size, id_column, rows)
     est = load_model(model)
     old = load_model(compare) if compare else None
     features = [str(c) for c in est.feature_names_in_]
@@ -316,8 +308,22 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     expl = _with_labels(est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size), est,
                         df[features], df[label] if label else None, label, assigned)
     _rows_and_comparison(expl, est, df, chosen, old, compare, model, say, assigned)
-    report = write_report(expl, output)
-    return ExplainResult(explanation=expl, report=str(report), output=output, n_rows=len(df))
+    return ExplainResult(explanation=expl, report=str(write_report(expl, output)), output=output, n_rows=len(df))
+
+
+def _check_explain(data, output, model, compare, sample: int, grid_size: int, pair_grid_size: int,
+                   id_column, rows) -> None:
+    """``explain``'s arguments and output, before any model or data is read: the grids, the
+    sample, ``--id`` with ``--rows``, an output that replaces nothing of another's and has room."""
+    from .storage import check_room, check_writable, refuse_overwrite
+    _check_grids(grid_size, pair_grid_size)
+    if sample < 0:
+        raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
+    if id_column and not rows:
+        raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
+    refuse_overwrite(output, inputs=[data, model, compare])
+    check_writable(output, "--output")
+    check_room(output, 64 * 2**20)   # the page, its plots and tables: a few MB; room to spare
 
 
 def _check_grids(grid_size: int, pair_grid_size: int) -> None:

@@ -302,22 +302,12 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
     footers = data_mod.footers(src)
     n_rows = sum(n for _, _, n in footers)
-    if n_rows == 0:
-        raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
-    text = _raw_text(est, footers[0][1])
-    inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
-    wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
-    _check_input(est, fitted, src, footers, wanted, id_column, text)
-    refuse_collisions(([id_column] if id_column else []) + list(carry or []),
-                      scored_columns(fitted.ids, TOP_TERMS, **file_layout(fitted.ids)))
-    from ..storage import check_room   # the scores, uncompressed: cluster, the probabilities, the terms
-    check_room(output, n_rows * 8 * (len(fitted.ids) + 2 * TOP_TERMS + 2))
+    text, wanted = _checked_columns(est, fitted, src, footers, input_path, output, id_column, carry)
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
     rows_per_file = {f: n for f, _, n in footers}
-    t0 = time.perf_counter()
-    summary = {}
+    t0, summary = time.perf_counter(), {}
 
     def write(root: str, fs) -> None:
         """Shards into ``root`` (a folder or prefix in the pyarrow file system ``fs``), checked, then
@@ -328,9 +318,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
                 met = scorer.met
         else:
             ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
-            every = (progress_seconds if progress_seconds is not None
-                     else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS)))
-            met = _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs, progress=(n_rows, log, every))
+            met = _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs,
+                                  progress=(n_rows, log, _progress_every(progress_seconds)))
         summary.update(unseen_levels=met["unseen"], missing_cells=met["missing"])
         if met_line(met):
             log(met_line(met))
@@ -353,6 +342,30 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
                 f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")
             write_dataset(output, write, marker=MARKER)
     return summary
+
+
+def _progress_every(seconds: float | None) -> float:
+    """Seconds between the Ray pass's progress lines: as given, else ``NEURCAM_PREDICT_PROGRESS_S``,
+    else ``PROGRESS_SECONDS``."""
+    return seconds if seconds is not None else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS))
+
+
+def _checked_columns(est, fitted: FittedNet, src, footers: list, input_path, output, id_column, carry):
+    """``(text, wanted)``: the model's vocabulary when the input holds documents, and the columns
+    the pass reads; before any pass, refused: empty input, missing or mistyped columns, kept
+    columns named like a score, an output disk without room for the scores."""
+    from ..storage import check_room
+    n_rows = sum(n for _, _, n in footers)
+    if n_rows == 0:
+        raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
+    text = _raw_text(est, footers[0][1])
+    inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
+    wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
+    _check_input(est, fitted, src, footers, wanted, id_column, text)
+    refuse_collisions(([id_column] if id_column else []) + list(carry or []),
+                      scored_columns(fitted.ids, TOP_TERMS, **file_layout(fitted.ids)))
+    check_room(output, n_rows * 8 * (len(fitted.ids) + 2 * TOP_TERMS + 2))   # the scores, uncompressed
+    return text, wanted
 
 
 def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: str, fs, progress: tuple) -> dict:

@@ -692,6 +692,40 @@ def _plotly_and(script: str) -> str:
             "})();\n</script>")
 
 
+def _importance_section(expl: Explanation, figures: dict[str, bytes], left_out: dict[int, str]) -> list[str]:
+    """The ranking of the drawn terms (stability flags beside them), its plot, and which terms
+    and features are not drawn or never read, and why."""
+    e = html.escape
+    card = expl.model_card
+    parts: list[str] = []
+    ranking = [r for r in expl.importance if r["term"] not in {expl.terms[i].name for i in left_out}]
+    top = ranking[0]["importance"] if ranking else 0.0
+    parts.append("<h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
+                 "averaged over clusters.</p><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th>"
+                 "</tr>")
+    flagged = set((expl.stability or {}).get("flagged", []))
+    for i, r in enumerate(ranking[:TOP_TABLE], 1):
+        mark = " <b>(does not recur)</b>" if r["term"] in flagged else ""
+        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}{mark}</td><td>{r['kind']}</td><td>{fmt(r['importance'], top)}</td></tr>")
+    parts.append("</table>")
+    if len(ranking) > TOP_TABLE:
+        parts.append(f"<p>and {len(ranking) - TOP_TABLE} more (every term: tables/terms.parquet).</p>")
+    parts.append(_img(figures["importance.png"], "term importance"))
+    if left_out:
+        parts.append("<p class='left-out'>Not drawn (no visible effect on any cluster): "
+                     + "; ".join(f"{e(expl.terms[i].name)} ({e(why)})" for i, why in sorted(left_out.items()))
+                     + ".</p>")
+    constant = card.get("constant_features_left_out") or []
+    if constant:
+        parts.append(f"<p class='left-out'>Constant in the training data, so no gate could select them: "
+                     f"{e(', '.join(constant))}.</p>")
+    unused = unused_features(card, list(expl.feature_names))
+    if unused:
+        parts.append(f"<p class='left-out'>Never selected by any term, so they do not affect the clusters "
+                     f"({len(unused)} of {len(expl.feature_names)}): {e(', '.join(unused))}.</p>")
+    return parts
+
+
 def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, title: str = "NeurCAM clustering report") -> str:
     """A self-contained page that works offline: the images and Plotly's script embedded, the
     numbers the interactive views draw carried in the page, nothing fetched.
@@ -731,31 +765,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in sections) + "</ul></nav>")
     parts += _clusters(expl, figures)
     parts += _rows_section(expl)
-    ranking = [r for r in expl.importance if r["term"] not in {expl.terms[i].name for i in left_out}]
-    top = ranking[0]["importance"] if ranking else 0.0
-    parts.append("<h2 id='importance'>Importance</h2><p>Mean absolute contribution to the logits, "
-                 "averaged over clusters.</p><table><tr><th>rank</th><th>term</th><th>kind</th><th>importance</th>"
-                 "</tr>")
-    flagged = set((expl.stability or {}).get("flagged", []))
-    for i, r in enumerate(ranking[:TOP_TABLE], 1):
-        mark = " <b>(does not recur)</b>" if r["term"] in flagged else ""
-        parts.append(f"<tr><td>{i}</td><td>{e(r['term'])}{mark}</td><td>{r['kind']}</td><td>{fmt(r['importance'], top)}</td></tr>")
-    parts.append("</table>")
-    if len(ranking) > TOP_TABLE:
-        parts.append(f"<p>and {len(ranking) - TOP_TABLE} more (every term: tables/terms.parquet).</p>")
-    parts.append(_img(figures["importance.png"], "term importance"))
-    if left_out:
-        parts.append("<p class='left-out'>Not drawn (no visible effect on any cluster): "
-                     + "; ".join(f"{e(expl.terms[i].name)} ({e(why)})" for i, why in sorted(left_out.items()))
-                     + ".</p>")
-    constant = card.get("constant_features_left_out") or []
-    if constant:
-        parts.append(f"<p class='left-out'>Constant in the training data, so no gate could select them: "
-                     f"{e(', '.join(constant))}.</p>")
-    unused = unused_features(card, list(expl.feature_names))
-    if unused:
-        parts.append(f"<p class='left-out'>Never selected by any term, so they do not affect the clusters "
-                     f"({len(unused)} of {len(expl.feature_names)}): {e(', '.join(unused))}.</p>")
+    parts += _importance_section(expl, figures, left_out)
     parts += _term_view("shapes", "Shape graphs", expl, drawn, "main")
     parts += _term_view("pairs", "Pairwise interactions (purified)", expl, drawn, "pair")
     parts += _stability_section(expl)

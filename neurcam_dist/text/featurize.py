@@ -178,6 +178,28 @@ def fingerprint(job: TextJob, src, model_path: str | None) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def _reusable(job: TextJob, stamp: str) -> dict | None:
+    """The summary of an output already written from the same input files and settings."""
+    from ..data.sources import find_vocabulary
+    try:
+        old = find_vocabulary(job.out)
+    except DataError:
+        return None
+    return old["dataset"] if old is not None and old.get("dataset", {}).get("fingerprint") == stamp else None
+
+
+def _embedded(feats, job: TextJob, model_path: str, log):
+    """The featurized rows with their sentence embeddings, computed by actors (a GPU each when
+    the job asks or the cluster has them)."""
+    import ray
+    gpu = job.use_gpu if job.use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
+    threads = job.threads or -job.concurrency     # negative: the actor divides its node's cores
+    log(f"embedding with {model_path} on {job.concurrency} actor(s)" + (" with a GPU each" if gpu else ""))
+    return map_with_actors(feats, SentenceEmbedder, job.embed_batch_size * 4, job.concurrency,
+                           num_gpus=1 if gpu else 0, model_path=model_path, text_column=TEXT_TMP,
+                           encode_batch_size=job.embed_batch_size, threads=threads)
+
+
 def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     """Both passes and the atomic write; returns the summary also saved in ``_vocabulary.json``.
     ``reuse``: keep an output written from the same input files with the same settings.
@@ -190,15 +212,10 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     t_start = time.perf_counter()
     src, ds = _read_documents(job)
     stamp = fingerprint(job, src, model_path)
-    if reuse:
-        from ..data.sources import find_vocabulary
-        try:
-            old = find_vocabulary(job.out)
-        except DataError:
-            old = None
-        if old is not None and old.get("dataset", {}).get("fingerprint") == stamp:
-            log(f"reusing the featurized text in {redact(str(job.out))} (same input files and settings)")
-            return old["dataset"]
+    old = _reusable(job, stamp) if reuse else None
+    if old is not None:
+        log(f"reusing the featurized text in {redact(str(job.out))} (same input files and settings)")
+        return old
     log(f"featurizing {len(src.files)} file(s) at {redact(str(job.input))} (text: {', '.join(job.text_columns)})")
     vocab = fit_vocabulary(ds, job, log)
     keep = list(dict.fromkeys([job.id_column, *job.carry]))
@@ -206,13 +223,7 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
                            fn_kwargs={"vocabulary": vocab.to_json(), "text_columns": job.text_columns,
                                       "keep": keep, "embed": job.embed})
     if job.embed:
-        import ray
-        gpu = job.use_gpu if job.use_gpu is not None else ray.cluster_resources().get("GPU", 0) >= 1
-        threads = job.threads or -job.concurrency     # negative: the actor divides its node's cores
-        log(f"embedding with {model_path} on {job.concurrency} actor(s)" + (" with a GPU each" if gpu else ""))
-        feats = map_with_actors(feats, SentenceEmbedder, job.embed_batch_size * 4, job.concurrency,
-                                num_gpus=1 if gpu else 0, model_path=model_path, text_column=TEXT_TMP,
-                                encode_batch_size=job.embed_batch_size, threads=threads)
+        feats = _embedded(feats, job, model_path, log)
     summary = {}
 
     def write(root: str, fs) -> None:
