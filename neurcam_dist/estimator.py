@@ -183,7 +183,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                                  allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
         trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
                                 cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
-                                baseline=standardized_zero(mean, scale), **levels)
+                                baseline=standardized_zero(mean, scale), cluster_sizes=init_info.get("sizes"),
+                                **levels)
         trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
         x_t = torch.from_numpy(x_std).to(device)
         xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)

@@ -111,7 +111,7 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
                         cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
                         loss_scale=float((init.kmeans or {}).get("explained", 0.0)), coding=init.coding,
-                        level_init=init.level_init)
+                        level_init=init.level_init, cluster_sizes=(init.kmeans or {}).get("sizes"))
 
 
 def training_dataset(job: ResolvedJob):

@@ -76,6 +76,7 @@ class WorkerConfig:
     loss_scale: float = 0.0         # the plateau tolerance's scale (``Schedule.loss_scale``; from the init)
     coding: object = None           # columns.ColumnCoding: categorical levels and missing cells
     level_init: np.ndarray | None = None   # the input coding's starting values
+    cluster_sizes: list | None = None      # the k-means clusters' rows on the sample: the distillation's weights
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -381,6 +382,7 @@ def _train_loop(c: WorkerConfig) -> None:
     group = _Group(device)
     trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
                             cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
+                            cluster_sizes=c.cluster_sizes,
                             allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)

@@ -118,11 +118,12 @@ class StepGraphs:
             g.rows = 0
 
     def step(self, model, centroids, optimizer, batch: Batch, stats: EpochStats, *, m: float,
-             kl_weight: float, precision: str) -> None:
+             kl_weight: float, precision: str, cluster_weight: torch.Tensor | None = None) -> None:
         """One optimiser step on ``batch``: replayed, or eager while a shape warms up (``model``:
         the bare ``NeurCAMNet``, whose gates say whether they are locked)."""
         def run(b: Batch):
-            return optimizer_step(model, centroids, optimizer, b, self.t, self.t2, m, kl_weight, precision)
+            return optimizer_step(model, centroids, optimizer, b, self.t, self.t2, m, kl_weight, precision,
+                                  cluster_weight)
 
         def eager(via=lambda f: f()) -> None:
             loss, clust, kl = via(lambda: run(batch))
@@ -133,7 +134,7 @@ class StepGraphs:
         n = batch.x.shape[0]
         with_target = batch.target is not None and kl_weight > 0
         locks = (model.single.gates.is_locked, model.pairs.gates.is_locked)
-        family = (kl_weight, with_target, m, precision, locks, id(optimizer))
+        family = (kl_weight, with_target, m, precision, locks, id(optimizer), id(cluster_weight))
         if family != self._family:  # a new phase or lock: the old graphs can never replay again
             self.reset()
             self._family = family

@@ -1,18 +1,26 @@
 """The initial centroids (and distillation target), chosen for the data: one rule for both drivers.
 
-Lloyd's k-means reaches the lower k-means inertia, but on heavy-tailed data it spends clusters on
-a few far rows, which an additive model cannot follow: distilled toward that partition, the
-network ends well above what it reaches from MiniBatchKMeans' (up to 1.14x on the heavy-tailed
-tables of ``benchmarks/defaults.py``). With ``kmeans='auto'``, when Lloyd is affordable both
-are run; if MiniBatchKMeans' inertia is within ``CLOSE`` of Lloyd's the Lloyd centroids are taken,
-otherwise each is tried: ``TRIAL_EPOCHS`` epochs of distillation on at most ``TRIAL_ROWS`` rows of
-the sample, and the target whose distilled network's own partition has the lower inertia (in the
-clustering space) is kept. The trial networks are discarded: the run distils again from the
-start, on all its rows, so a trial costs ``2 x TRIAL_EPOCHS`` epochs on the sample. ``info`` records both inertias and why. Seeded: the same data and seed choose the same.
+Lloyd's k-means reaches the lower k-means inertia; on heavy-tailed data it does so by spending
+clusters on a few far rows, which carry much of the squared distance. The distillation weighs
+each k-means cluster alike (``loss.balanced_weights`` over the init's ``sizes``), so a cluster of
+one far row pulls the network as hard as one of thousands and the network learns the one steep
+shape function that isolates it; unweighted, such clusters ended empty (2-5 of 12 on the tables
+of ``benchmarks/peers.py``). With ``kmeans='auto'``, when Lloyd is affordable both it and
+MiniBatchKMeans are run; if MiniBatchKMeans' inertia is within ``CLOSE`` of Lloyd's the Lloyd
+centroids are taken, otherwise each is tried: ``TRIAL_STEPS`` optimiser steps of distillation on at most
+``TRIAL_ROWS`` rows of the sample plus every row of a cluster smaller than ``TRIAL_ROWS / K`` (a
+far row must not be left out of its own trial), and the target whose distilled network's own
+partition has the lower inertia (in the clustering space, over at most ``EVAL_ROWS`` rows of the
+sample) is kept. The trial networks are discarded: the run distils again from the start, on all
+its rows, so a trial costs ``2 x TRIAL_STEPS`` steps (about 60 epochs of 5,000 rows). Fewer
+steps mislead: after 10 epochs of 5,000 rows a network distilled toward Lloyd's far-row clusters
+was still at 2.1-3.1x Lloyd's inertia (MiniBatchKMeans' at 1.3-1.8x), after 30 at 1.00-1.02x. ``info`` records both
+inertias and why. Seeded: the same data and seed choose the same.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import torch
@@ -27,24 +35,42 @@ from .step import shuffled_batches
 # tables 1.00-1.042x (digits the highest), heavy-tailed ones 1.099-1.385x.
 CLOSE = 1.05
 TRIAL_ROWS = 5_000    # rows of the sample a trial distils on
-TRIAL_EPOCHS = 10     # distillation epochs per trial
+TRIAL_STEPS = 300     # distillation steps per trial (30 epochs of TRIAL_ROWS rows at batch 512)
+EVAL_ROWS = 100_000   # rows of the sample a trial network's inertia is measured on
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32))
 
 
 def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray, xr: np.ndarray,
-                       allowed, baseline, coding: dict) -> float:
-    """The inertia of the partition a network distilled toward ``centroids`` reaches on (x, xr)."""
+                       rows: tuple[np.ndarray, np.ndarray], allowed, baseline, coding: dict) -> float:
+    """The inertia of the partition a network distilled toward ``centroids`` on the rows
+    ``rows[0]`` of (x, xr) (weighted as the run weighs them: by cluster) reaches on ``rows[1]``."""
+    x_t, xr_t = _tensor(x[rows[0]]), _tensor(xr[rows[0]])
+    d2 = squared_distances(xr_t, torch.from_numpy(centroids))
+    targets = fcm_log_membership(d2, spec.m)
     trial = dataclasses.replace(spec, precision="fp32", max_seconds=None)
     trainer = build_trainer(trial, centroids, precision="fp32", device="cpu", allowed=allowed, baseline=baseline,
-                            cuda_graphs=False, **coding)
-    x_t, xr_t = torch.from_numpy(np.ascontiguousarray(x, np.float32)), torch.from_numpy(
-        np.ascontiguousarray(xr, np.float32))
-    targets = fcm_log_membership(squared_distances(xr_t, torch.from_numpy(centroids)), spec.m)
+                            cuda_graphs=False, cluster_sizes=torch.bincount(d2.argmin(1), minlength=len(centroids)).tolist(),
+                            **coding)
     gen = torch.Generator().manual_seed(spec.random_state)
-    for _ in range(TRIAL_EPOCHS):  # the schedule stays in distillation: no end_epoch
+    batches = math.ceil(len(x_t) / spec.batch_size)
+    for _ in range(math.ceil(TRIAL_STEPS / batches)):  # the schedule stays in distillation: no end_epoch
         trainer.run_epoch(shuffled_batches(x_t, xr_t, targets, spec.batch_size, gen))
     with torch.no_grad():
-        labels = trainer.net(x_t).argmax(1).numpy()
-    return inertia(xr, labels)
+        labels = torch.cat([trainer.net(chunk).argmax(1) for chunk in _tensor(x[rows[1]]).split(65_536)]).numpy()
+    return inertia(xr[rows[1]], labels)
+
+
+def _trial_rows(n: int, own: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows a trial distils on, rows it is measured on) of a sample of ``n`` rows whose Lloyd
+    clusters are ``own``: seeded draws of ``TRIAL_ROWS`` and ``EVAL_ROWS`` rows, each with every
+    row of a cluster under ``TRIAL_ROWS / k`` rows added."""
+    order = np.random.default_rng(seed).permutation(n)
+    sizes = np.bincount(own, minlength=k)
+    small = np.flatnonzero(sizes[own] < TRIAL_ROWS / k)
+    return tuple(np.union1d(order[:limit], small) for limit in (TRIAL_ROWS, EVAL_ROWS))
 
 
 def initial_centroids(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str = "auto",
@@ -74,8 +100,9 @@ def _chosen(spec: TrainingSpec, x: np.ndarray, xr: np.ndarray, *, method: str, n
             "candidates": {"lloyd": info["inertia"], "minibatch": mini_info["inertia"]}}
     if mini_info["inertia"] <= CLOSE * info["inertia"] or spec.distill_epochs == 0:
         return lloyd, {**info, "chosen_by": "k-means inertia" if spec.distill_epochs else "no distillation"}
-    keep = np.sort(np.random.default_rng(seed).permutation(len(xr))[:TRIAL_ROWS])
-    reached = {name: _distilled_inertia(spec, c, x[keep], xr[keep], allowed, baseline, coding)
+    own = squared_distances(_tensor(xr), torch.from_numpy(lloyd)).argmin(1).numpy()
+    rows = _trial_rows(len(xr), own, k, seed)
+    reached = {name: _distilled_inertia(spec, c, x, xr, rows, allowed, baseline, coding)
                for name, c in (("lloyd", lloyd), ("minibatch", mini))}
     chosen = min(reached, key=reached.get)
     picked = {**(info if chosen == "lloyd" else {**mini_info, "seconds": info["seconds"]}),

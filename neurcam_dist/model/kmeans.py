@@ -25,8 +25,8 @@ def kmeans_method(n_rows: int, dim: int, n_clusters: int, method: str = "auto") 
 def kmeans_centroids(xr: np.ndarray, n_clusters: int, seed: int, *, method: str = "auto", n_init: int = 10,
                      batch_size: int = 512) -> tuple[np.ndarray, dict]:
     """``(centroids, info)``: ``info`` says which k-means ran, with how many restarts, on how many
-    rows, its mean squared distance to the nearest centroid, and how long it took (the model card
-    records it)."""
+    rows, its mean squared distance to the nearest centroid, how many rows each cluster holds
+    (``sizes``: they weight the distillation) and how long it took (the model card records it)."""
     from sklearn.cluster import KMeans, MiniBatchKMeans  # on use: sklearn.cluster is slow to import
 
     chosen = kmeans_method(len(xr), xr.shape[1], n_clusters, method)
@@ -38,5 +38,6 @@ def kmeans_centroids(xr: np.ndarray, n_clusters: int, seed: int, *, method: str 
                              n_init=n_init, random_state=seed)
     km.fit(xr)
     info = {"method": chosen, "n_init": int(n_init), "rows": int(len(xr)),
-            "inertia": float(km.inertia_) / len(xr), "seconds": round(time.perf_counter() - t0, 3)}
+            "inertia": float(km.inertia_) / len(xr), "seconds": round(time.perf_counter() - t0, 3),
+            "sizes": np.bincount(km.labels_, minlength=n_clusters).tolist()}
     return km.cluster_centers_.astype(np.float32), info

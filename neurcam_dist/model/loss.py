@@ -21,11 +21,25 @@ def fuzzy_loss(log_w: torch.Tensor, d2: torch.Tensor, m: float) -> torch.Tensor:
     return (torch.exp(m * log_w) * d2).sum(1).mean()
 
 
-def kl_to_target(target_log_w: torch.Tensor, log_w: torch.Tensor) -> torch.Tensor:
-    """Mean over rows of ``KL(w* || w)``; terms with ``w* = 0`` contribute 0."""
+def kl_to_target(target_log_w: torch.Tensor, log_w: torch.Tensor,
+                 cluster_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over rows of ``KL(w* || w)``; terms with ``w* = 0`` contribute 0. ``cluster_weight``
+    (K,): each row's KL weighted by its target's cluster, ``w* . cluster_weight`` (a soft target
+    spreads it), as ``balanced_weights`` makes them."""
     p = target_log_w.exp()
-    terms = torch.where(p > 0, p * (target_log_w - log_w), torch.zeros_like(p))
-    return terms.sum(1).mean()
+    terms = torch.where(p > 0, p * (target_log_w - log_w), torch.zeros_like(p)).sum(1)
+    if cluster_weight is not None:
+        terms = terms * (p @ cluster_weight.to(p.dtype))
+    return terms.mean()
+
+
+def balanced_weights(sizes) -> torch.Tensor:
+    """(K,) weights ``N / (K n_k)`` for clusters of ``sizes`` rows (0 for an empty one): every
+    cluster's rows together weigh ``N / K``, so a cluster of one far row pulls the network as hard
+    as a cluster of thousands; the rows' mean weight stays 1."""
+    n = torch.tensor([float(s) for s in sizes])
+    used = n > 0
+    return torch.where(used, n.sum() / (used.sum() * n.clamp_min(1.0)), torch.zeros_like(n))
 
 
 def fcm_log_membership(d2: torch.Tensor, m: float) -> torch.Tensor:

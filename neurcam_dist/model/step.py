@@ -110,16 +110,17 @@ def drop_tiny_gradients(logits: torch.Tensor) -> None:
 
 
 def batch_loss(model, centroids: torch.Tensor, batch: Batch, t, t2, m: float,
-               kl_weight: float, precision: str = "fp32"):
+               kl_weight: float, precision: str = "fp32", cluster_weight: torch.Tensor | None = None):
     """(total, clustering, kl) for one batch. ``model`` may be a DDP wrapper of ``NeurCAMNet``;
-    ``t``, ``t2``: floats, or 0-dim device tensors in a captured step."""
+    ``t``, ``t2``: floats, or 0-dim device tensors in a captured step; ``cluster_weight``: the
+    KL's weight per target cluster (``kl_to_target``; distillation only)."""
     with autocast_context(precision, batch.x.device):
         logits = model(batch.x, t, t2)
     drop_tiny_gradients(logits)
     log_w = torch.log_softmax(logits.float(), dim=1)
     clust = fuzzy_loss(log_w, squared_distances(batch.xr, centroids), m)
     if batch.target is not None and kl_weight > 0:
-        kl = kl_to_target(batch.target, log_w)
+        kl = kl_to_target(batch.target, log_w, cluster_weight)
     else:
         kl = torch.zeros((), device=log_w.device)
     return clust + kl_weight * kl, clust, kl
@@ -136,9 +137,9 @@ def kl_weight_for(phase: str, gamma: float) -> float:
 
 
 def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batch: Batch, t, t2,
-                   m: float, kl_weight: float, precision: str):
+                   m: float, kl_weight: float, precision: str, cluster_weight: torch.Tensor | None = None):
     """One optimiser step on one batch; the body of both the eager and the captured step."""
-    loss, clust, kl = batch_loss(model, centroids, batch, t, t2, m, kl_weight, precision)
+    loss, clust, kl = batch_loss(model, centroids, batch, t, t2, m, kl_weight, precision, cluster_weight)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     optimizer.step()
@@ -147,12 +148,15 @@ def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimi
 
 def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batches: Iterable[Batch],
                 *, phase: str, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
-                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None) -> EpochStats:
+                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None,
+                distill_weight: torch.Tensor | None = None) -> EpochStats:
     """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums.
     ``graphs`` (a ``graphs.StepGraphs``; ``model`` then the bare ``NeurCAMNet``): replay the
-    step from CUDA graphs."""
+    step from CUDA graphs. ``distill_weight``: (K,) the distillation KL's weight per k-means
+    cluster (``loss.balanced_weights``), used in the ``distill`` phase only."""
     stats = EpochStats()
     kl_weight = kl_weight_for(phase, gamma)
+    cw = distill_weight if phase == "distill" else None
     model.train()
     if graphs is not None:
         graphs.begin_epoch(t, t2)
@@ -162,9 +166,10 @@ def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer
                 raise ConfigError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
             batch.target = target_fn(batch)
         if graphs is not None:
-            graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision)
+            graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision,
+                        cluster_weight=cw)
             continue
-        loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, t, t2, m, kl_weight, precision)
+        loss, clust, kl = optimizer_step(model, centroids, optimizer, batch, t, t2, m, kl_weight, precision, cw)
         stats.add(loss, clust, kl, batch.x.shape[0])
     if graphs is not None:
         graphs.end_epoch(stats)

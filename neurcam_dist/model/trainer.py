@@ -1,6 +1,6 @@
 """What a training driver keeps between epochs: optimiser, learning-rate plateau, schedule, teacher.
 
-Every driver (the in-memory estimator today, a data-parallel worker tomorrow) runs the same
+Every driver (the in-memory estimator and each data-parallel Ray worker) runs the same
 sequence: ``run_epoch`` over its batches, reduce the epoch sums however it must, then
 ``end_epoch`` with the reduced means. The state round-trips through ``state_dict`` so a
 checkpoint restores phase, temperatures, locked gates, optimiser and scheduler exactly.
@@ -36,7 +36,8 @@ class Trainer:
     schedule, teacher (see the module docstring)."""
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
                  lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
-                 cuda_graphs: bool = True, graphs: StepGraphs | None = None, max_seconds: float | None = None):
+                 cuda_graphs: bool = True, graphs: StepGraphs | None = None, max_seconds: float | None = None,
+                 distill_weight: torch.Tensor | None = None):
         self.net = net
         self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
         self.schedule = schedule
@@ -52,6 +53,8 @@ class Trainer:
         self.agree = agree
         self.max_seconds = max_seconds
         self._recent: list[float] = []  # the last epochs' seconds (the time budget's rate)
+        # (K,) the distillation KL's weight per k-means cluster (``loss.balanced_weights``)
+        self.distill_weight = None if distill_weight is None else distill_weight.to(device)
 
     @property
     def finished(self) -> bool:
@@ -64,7 +67,7 @@ class Trainer:
         graphs = self.graphs if self.model is self.net else None  # DDP's all-reduce stays eager
         return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
                            m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn,
-                           graphs=graphs)
+                           graphs=graphs, distill_weight=self.distill_weight)
 
     def end_epoch(self, means: dict, seconds: float) -> tuple[dict, str | None]:
         """Advance the schedule with the (globally reduced) epoch means; returns the history record
