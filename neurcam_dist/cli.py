@@ -492,10 +492,18 @@ def _fit(args) -> int | None:
         print(f"neurcam: warning: the report could not be written ({redact(result.report_error)}); the model is "
               f"kept: retry with neurcam explain --model {args.output}/model --input {args.input} --output DIR",
               file=sys.stderr)
+        _warnings(result.metrics)
         return REPORT_FAILED
     if args.report:
         report = join(args.output, "report", "report.html")   # through the run's link: the next run's too
         print(f"open the report: {redact(report) if is_uri(report) else Path(report).absolute().as_uri()}")
+    _warnings(result.metrics)
+
+
+def _warnings(metrics: dict) -> None:
+    """A run's warnings (an empty cluster, with what to do) as its last words, on stderr."""
+    for note in metrics.get("warnings", []):
+        print(f"neurcam: warning: {note}", file=sys.stderr)
 
 
 def _explain(args) -> None:
@@ -577,6 +585,7 @@ def _train(args) -> None:
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model: {redact(result.model_path)} (load with neurcam_dist.NeurCAM.load); metrics: "
           f"{redact(join(result.output, 'metrics.json'))}")
+    _warnings(result.metrics)
 
 
 def _tune(args) -> None:

@@ -28,7 +28,8 @@ from .settings import available_memory, cuda_graphs_enabled, deterministic_algor
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
 from .columns import ColumnCoding, level_init
-from .validation import is_frame, check_matrix, constant_features_note, empty_clusters_note, refuse_lookalike_names
+from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
+                         refuse_lookalike_names)
 from .version import __version__
 
 PROBA_CHUNK = 65_536     # rows predict_proba turns into probabilities at a time
@@ -223,11 +224,15 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def _note_empty_clusters(self, arr: np.ndarray) -> None:
         """Fewer non-empty clusters than asked for (e.g. fewer distinct rows than clusters): warn and
         record it, since a caller reading ``n_clusters`` would otherwise assume all are in use."""
-        used = int(len(np.unique(self.labels_)))
-        self.history_["n_clusters_used"] = used
-        if used < self.n_clusters:
-            distinct = len(np.unique(arr, axis=0)) if arr.shape[0] <= 1_000_000 else None
-            warnings.warn(empty_clusters_note(used, self.n_clusters, distinct), UserWarning, stacklevel=3)
+        sizes = np.bincount(self.labels_, minlength=self.n_clusters)
+        used = int((sizes > 0).sum())
+        empty = empty_cluster_ids(sizes, self.cluster_ids_)
+        distinct = len(np.unique(arr, axis=0)) if used < self.n_clusters and arr.shape[0] <= 1_000_000 else None
+        note = empty_clusters_note(used, self.n_clusters, distinct, empty,
+                                   (self.history_.get("init") or {}).get("method"))
+        self.history_.update(n_clusters_used=used, empty_clusters=empty, empty_clusters_note=note)
+        if note:
+            warnings.warn(note, UserWarning, stacklevel=3)
 
     def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, spec: TrainingSpec, callback) -> list[dict]:
         """Epochs over shuffled in-memory batches until the schedule finishes (distilling toward

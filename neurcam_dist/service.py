@@ -116,6 +116,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     from .estimator import NeurCAM
     from .outputs import check_run_target, write_run
     from .params import check_params
+    from .validation import empty_clusters_record
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
@@ -127,7 +128,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     est = NeurCAM(**params).fit(X)
     result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(time.perf_counter() - t0, 2),
               "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
-              "n_clusters_used": est.history_["n_clusters_used"],
+              "n_clusters_used": est.history_["n_clusters_used"], **empty_clusters_record(est.history_),
               "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
               **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,

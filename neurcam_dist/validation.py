@@ -192,10 +192,31 @@ def constant_features_note(const: np.ndarray, names: list[str], mode: str, n_pai
     return f"{len(cols)} constant feature(s) left out (no gate may select them): {shown}"
 
 
-def empty_clusters_note(used: int, n_clusters: int, distinct_rows: int | None = None) -> str | None:
-    """The one message (in memory and on Ray) for a model that fills fewer clusters than asked."""
+def empty_clusters_note(used: int, n_clusters: int, distinct_rows: int | None = None, empty=(),
+                        kmeans: str | None = None) -> str | None:
+    """The one message (in memory, on Ray, in the report) for a model that fills fewer clusters
+    than asked: which ones (``empty``: their cluster ids) and what to do, given the k-means init
+    the model used (``kmeans``: its method)."""
     if used >= n_clusters:
         return None
-    why = (f"; X has only {distinct_rows} distinct row(s)" if distinct_rows is not None and distinct_rows < n_clusters
-           else " (fewer distinct rows than clusters, or clusters the model left empty)")
-    return f"only {used} of n_clusters={n_clusters} clusters hold training rows{why}"
+    which = f" (cluster{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} empty)" if len(empty) else ""
+    head = f"only {used} of n_clusters={n_clusters} clusters hold training rows"
+    if distinct_rows is not None and distinct_rows < n_clusters:
+        return f"{head}; X has only {distinct_rows} distinct row(s){which}: fit n_clusters={distinct_rows} at most"
+    other = {"lloyd": "minibatch", "minibatch": "lloyd"}.get(kmeans)
+    init = f", or the other k-means init (kmeans='{other}')" if other else ""
+    return f"{head}{which}: fit fewer clusters (n_clusters={used}){init}"
+
+
+def empty_clusters_record(history: dict) -> dict:
+    """What a run's metrics say of its empty clusters (from the fitted model's ``history``):
+    their count and ids, and the note in ``warnings`` when there are some."""
+    empty = list(history.get("empty_clusters") or [])
+    note = history.get("empty_clusters_note")
+    return {"n_clusters_empty": len(empty), "empty_clusters": empty, **({"warnings": [note]} if note else {})}
+
+
+def empty_cluster_ids(sizes, ids) -> list[int]:
+    """The cluster ids (``ids``: one per logit column) whose cluster holds none of the rows
+    counted in ``sizes``."""
+    return [int(i) for i, s in zip(ids, sizes) if s == 0]

@@ -4,6 +4,7 @@ In-memory and file-level checks here; the Ray ones (profile pass, predict, train
 session's local Ray and stay small.
 """
 import hashlib
+import html
 import json
 import os
 import signal
@@ -78,18 +79,29 @@ def test_a_gate_gives_an_excluded_feature_exactly_zero_weight():
         assert set(kind.gates.selected().flatten().tolist()) <= {0, 2}
 
 
-def test_more_clusters_than_distinct_rows_warns_and_is_recorded(tmp_path):
+def test_more_clusters_than_distinct_rows_warns_and_is_recorded(tmp_path, capsys):
     X = pd.DataFrame(np.repeat([[0.0, 1.0], [5.0, 2.0], [9.0, -3.0]], 20, axis=0), columns=["a", "b"])
     with pytest.warns(UserWarning, match=r"only [1-3] of n_clusters=5 clusters hold training rows; X has only 3 "
                                          r"distinct row"):
         m = est(n_clusters=5).fit(X)
     used = len(np.unique(m.labels_))
     assert m.history_["n_clusters_used"] == used <= 3
-    assert m.explain().model_card["clusters"] == {"n_clusters": 5, "n_clusters_used": used, "cluster_ids": [0, 1, 2, 3, 4]}
+    empty = sorted(set(range(5)) - set(m.labels_.tolist()))
+    card = m.explain().model_card["clusters"]
+    assert card == {"n_clusters": 5, "n_clusters_used": used, "cluster_ids": [0, 1, 2, 3, 4], "empty": empty,
+                    "note": m.history_["empty_clusters_note"]}
+    assert card["note"].endswith("fit n_clusters=3 at most") and f"{', '.join(map(str, empty))} empty" in card["note"]
     X.to_csv(tmp_path / "d.csv", index=False)
+    capsys.readouterr()
     assert main(["fit", "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "o"), "--n-clusters", "5",
-                 "--epochs", "20", "--quiet"]) == 0
-    assert json.loads((tmp_path / "o" / "metrics.json").read_text())["n_clusters_used"] <= 3
+                 "--epochs", "20", "--quiet", "--report"]) == 0
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert metrics["n_clusters_used"] <= 3 and metrics["n_clusters_empty"] == 5 - metrics["n_clusters_used"]
+    assert len(metrics["empty_clusters"]) == metrics["n_clusters_empty"] and len(metrics["warnings"]) == 1
+    last = capsys.readouterr().err.strip().splitlines()[-1]   # the run's last words say it, with what to do
+    assert last == f"neurcam: warning: {metrics['warnings'][0]}" and "n_clusters=3 at most" in last
+    page = (tmp_path / "o" / "report" / "report.html").read_text()
+    assert "id='empty-clusters'" in page and html.escape(metrics["warnings"][0]) in page
 
 
 def test_the_epoch_budget_ends_distillation_and_warm_up():

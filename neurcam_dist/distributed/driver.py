@@ -31,7 +31,7 @@ from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
 from ..uris import as_path, is_uri, join, store_did_not_answer
-from ..validation import constant_features_note, empty_clusters_note
+from ..validation import constant_features_note, empty_cluster_ids, empty_clusters_note, empty_clusters_record
 from .scoring import evaluate
 from . import events
 from .console import held_stderr, routed_logs
@@ -264,11 +264,14 @@ def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result,
     tc = job.train
     scores = evaluate(fitted, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers, log=log)
     fitted.channel_means = scores.pop("channel_means")
-    fitted.history["n_clusters_used"] = scores["n_clusters_used"]
     est = NeurCAM(**job.model.estimator_params(), device="cpu", verbose=False).adopt(fitted, teacher)
+    empty = empty_cluster_ids(scores["cluster_sizes"], est.cluster_ids_)
+    note = empty_clusters_note(scores["n_clusters_used"], job.model.n_clusters, empty=empty,
+                               kmeans=(init.kmeans or {}).get("method"))
+    fitted.history.update(n_clusters_used=scores["n_clusters_used"], empty_clusters=empty, empty_clusters_note=note)
+    scores.update(empty_clusters_record(fitted.history))
     if init.sample is not None:
         set_reference(est, init, plan, tc.reference_rows, job.model.random_state)
-    note = empty_clusters_note(scores["n_clusters_used"], job.model.n_clusters)
     if note:
         log(f"warning: {note}")
     metrics = {

@@ -386,7 +386,8 @@ def _model_card(card: dict, features: list[str] | None = None) -> list[str]:
         ("features no term reads", e(", ".join(unused)) or "none"),
         ("constant features left out", e(", ".join(constant)) or "none"),
         ("clusters (used)", f"{clusters.get('n_clusters', '?')} ({clusters.get('n_clusters_used', '?')})"),
-        ("cluster ids", _value(clusters.get("cluster_ids", [])))]) + "</table>")
+        ("cluster ids", _value(clusters.get("cluster_ids", []))),
+        ("empty clusters", _value(clusters.get("empty")) if clusters.get("empty") else "none")]) + "</table>")
     parts += _columns_table(card.get("columns") or {})
     text = card.get("text")
     if text:
@@ -760,6 +761,9 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     warn = (expl.stability or {}).get("warning")
     if warn:
         parts.append(f"<p class='warning'>Warning: {e(warn)} (see <a href='#stability'>Stability</a>).</p>")
+    empty = card.get("clusters", {}).get("note")
+    if empty:
+        parts.append(f"<p class='warning' id='empty-clusters'>Warning: {e(empty)}.</p>")
     sections = list(SECTIONS) + [s for s, present in ((("stability", "Stability"), expl.stability),
                                                        (("compare", "Compared with"), expl.comparison)) if present]
     parts.append("<nav><ul>" + "".join(f"<li><a href='#{a}'>{e(h)}</a></li>" for a, h in sections) + "</ul></nav>")

@@ -109,7 +109,7 @@ def _params(model: dict, cfg, plan) -> dict:
 
 
 HISTORY_KEYS = ("loss", "clust_loss", "kl", "T", "T2", "lr")
-FINAL_KEYS = ("inertia", "ari", "nmi", "acc", "train_seconds")
+FINAL_KEYS = ("inertia", "ari", "nmi", "acc", "train_seconds", "n_clusters_used", "n_clusters_empty")
 
 
 def _log_history(client, run_id: str, est) -> None:
