@@ -26,6 +26,26 @@ def heavy_tailed(n: int = 6000, d: int = 8, k: int = 6, outlier_rate: float = 0.
     return pd.DataFrame(x, columns=[f"f{j}" for j in range(d)]), y
 
 
+def heavy_shapes(n: int, d: int, k: int, shape: str, seed: int):
+    """Seeded Gaussian clusters given a heavy tail of one ``shape``: ``far`` (``k // 2`` rows pushed
+    20-80 standard deviations out on one feature), ``t`` (the first quarter of the features
+    Student-t with 1.5 degrees of freedom about their cluster's centre), ``lognormal`` (the first
+    third log-normal, as incomes and counts are) or ``mix`` (a t feature and far rows)."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, size=(k, d))
+    y = rng.integers(0, k, size=n)
+    x = centers[y] + rng.normal(size=(n, d))
+    heavy = max(1, d // (3 if shape == "lognormal" else 4))
+    if shape in ("t", "mix"):
+        x[:, :heavy] = centers[y, :heavy] + rng.standard_t(1.5, size=(n, heavy))
+    if shape == "lognormal":
+        x[:, :heavy] = np.exp(centers[y, :heavy] / 3 + 1.2 * rng.normal(size=(n, heavy)))
+    if shape in ("far", "mix"):
+        rows, cols = rng.choice(n, k // 2, replace=False), rng.integers(0, d, size=k // 2)
+        x[rows, cols] += rng.choice([-1, 1], size=len(rows)) * rng.uniform(20, 80, size=len(rows)) * x.std(0)[cols]
+    return pd.DataFrame(x, columns=[f"f{j}" for j in range(d)]), y
+
+
 def load_dataset(name: str, data_dir: Path = DEFAULT_DATA):
     """(features DataFrame, labels) of a UCI table in ``data_dir`` (label column split off), of
     scikit-learn's bundled ``digits``, or of the seeded ``heavytail`` table."""

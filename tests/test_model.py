@@ -473,3 +473,49 @@ def test_annealing_falls_fast_enough_to_be_one_hot_by_its_deadline_and_no_faster
     for _ in range(4):
         s2.end_epoch(1.0, lambda t: True, lambda t: t <= 0.2, None, lambda t: min(t, 0.2))
     assert s2.t == 0.25
+
+
+def test_distillation_weighs_every_kmeans_cluster_alike():
+    from neurcam_dist.model.loss import balanced_weights
+    w = balanced_weights([1, 0, 999])
+    assert w[1] == 0 and torch.isclose(w[0], torch.tensor(1000 / 2)) and torch.isclose(w[2], torch.tensor(1000 / 1998))
+    assert torch.isclose((w * torch.tensor([1.0, 0.0, 999.0])).sum() / 1000, torch.tensor(1.0))  # rows' mean: 1
+    target = torch.log(torch.tensor([[0.9, 0.0, 0.1], [0.0, 0.0, 1.0]]).clamp_min(1e-30))
+    log_w = torch.log_softmax(torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 0.0]]), 1)
+    per_row = torch.stack([kl_to_target(target[i:i + 1], log_w[i:i + 1]) for i in range(2)])
+    row_weight = target.exp() @ w                          # a soft target spreads its weight
+    assert torch.isclose(kl_to_target(target, log_w, w), (per_row * row_weight).mean())
+
+
+def _one_far_row(seed: int, n: int = 1500) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 3, size=(3, 4))
+    x = centers[rng.integers(0, 3, size=n)] + rng.normal(size=(n, 4))
+    x[7, 1] += 60 * x[:, 1].std()
+    return x
+
+
+def test_a_cluster_of_one_far_row_is_followed_as_lloyd_isolates_it():
+    """Lloyd spends a cluster on one far row; unweighted and 10 epochs long, the distillation lost
+    it (2.46x Lloyd's inertia on this table) or a large cluster (3.2x)."""
+    from sklearn.cluster import KMeans
+
+    from neurcam_dist.metrics import inertia
+    x = _one_far_row(2)
+    xs = (x - x.mean(0)) / x.std(0)
+    km = KMeans(4, n_init=10, random_state=0).fit(xs)
+    assert np.bincount(km.labels_, minlength=4).min() == 1          # the far row alone
+    est = NeurCAM(n_clusters=4, random_state=0, verbose=False).fit(x)
+    labels = est.predict(x)
+    assert est.history_["empty_clusters"] == [] and est.history_["init"]["method"] == "lloyd"
+    assert np.bincount(labels, minlength=4).min() == 1 and labels[7] != labels[8]
+    assert inertia(xs, labels) <= 1.01 * km.inertia_ / len(xs)
+
+
+def test_the_init_trial_keeps_every_row_of_a_small_cluster():
+    from neurcam_dist.model import initial
+    own = np.zeros(20_000, np.int64)
+    own[[3, 11_000, 19_999]] = 1                               # a cluster of three far rows
+    train, measured = initial._trial_rows(len(own), own, 2, seed=0)
+    assert {3, 11_000, 19_999} <= set(train.tolist()) and {3, 11_000, 19_999} <= set(measured.tolist())
+    assert initial.TRIAL_ROWS <= len(train) <= initial.TRIAL_ROWS + 3 and len(measured) == len(own)
