@@ -66,7 +66,7 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "init": Spec(str, "distill", "distill: KL toward the k-means assignment first; kmeans: centroids only",
                  choices=("distill", "kmeans")),
     "distill_epochs": Spec(int, 10, "distillation epochs before the warm-up (init='distill'); on a small table, enough "
-                           "to make 100 optimiser steps", ge=0),
+                           "to make 100 optimiser steps, up to a tenth of epochs", ge=0),
     "lr_patience": Spec(int, 10, "epochs without improvement before the learning rate halves", ge=0),
     "early_stopping": Spec(bool, True, "end the warm-up and the final phase once the loss plateaus"),
     "n_iter_no_change": Spec(int, 10, "plateau length (epochs) for early stopping", ge=1),

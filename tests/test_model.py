@@ -519,3 +519,13 @@ def test_the_init_trial_keeps_every_row_of_a_small_cluster():
     train, measured = initial._trial_rows(len(own), own, 2, seed=0)
     assert {3, 11_000, 19_999} <= set(train.tolist()) and {3, 11_000, 19_999} <= set(measured.tolist())
     assert initial.TRIAL_ROWS <= len(train) <= initial.TRIAL_ROWS + 3 and len(measured) == len(own)
+
+
+def test_distillation_lasts_100_steps_within_a_tenth_of_the_budget():
+    from neurcam_dist.model.build import distill_epochs_for
+    assert distill_epochs_for(10, 1500, 512, 1000) == 34       # 3 steps an epoch: 34 epochs make 100 steps
+    assert distill_epochs_for(10, 100_000, 512, 1000) == 10    # 196 steps an epoch: as asked
+    assert distill_epochs_for(1, 3000, 64, 8) == 1             # a short run set by hand keeps its phases
+    assert distill_epochs_for(3, 150, 512, 100) == 10 and distill_epochs_for(0, 150, 512, 1000) == 0
+    spec = TrainingSpec.for_data({"n_clusters": 3}, 150, 4)
+    assert spec.distill_epochs == 100 and TrainingSpec.for_data({"n_clusters": 3, "init": "kmeans"}, 150, 4).distill_epochs == 0

@@ -25,16 +25,18 @@ from .trainer import Trainer
 # Distillation lasts at least this many optimiser steps (``distill_epochs`` epochs, or more on a
 # small table): a cluster of one far row needs about 100 steps to be learnt. Measured on 1,500
 # rows (3 steps an epoch) with one far row, 5 seeds: 10 epochs lost a cluster on 1 seed (3.2x
-# Lloyd's inertia), 30 and 100 epochs lost none (1.000-1.002x).
+# Lloyd's inertia), 30 and 100 epochs lost none (1.000-1.002x). The raise takes at most a tenth of
+# the run's epoch budget, so a short run set by hand keeps the phases it was given.
 DISTILL_MIN_STEPS = 100
 
 
-def distill_epochs_for(epochs: int, n_rows: int, batch_size: int) -> int:
+def distill_epochs_for(epochs: int, n_rows: int, batch_size: int, budget: int) -> int:
     """``epochs`` of distillation, raised to last ``DISTILL_MIN_STEPS`` steps over ``n_rows`` rows
-    (0 stays 0: no distillation)."""
+    but not past a tenth of the run's ``budget`` of epochs (0 stays 0: no distillation)."""
     if epochs <= 0:
         return 0
-    return max(epochs, math.ceil(DISTILL_MIN_STEPS / math.ceil(max(n_rows, 1) / batch_size)))
+    needed = math.ceil(DISTILL_MIN_STEPS / math.ceil(max(n_rows, 1) / batch_size))
+    return max(epochs, min(needed, budget // 10))
 
 
 @dataclass(frozen=True)
@@ -99,12 +101,14 @@ class TrainingSpec:
     def for_data(cls, params: dict, n_rows: int, n_features: int) -> "TrainingSpec":
         """From estimator-style hyperparameters, checked against the table and the data's size
         (``params.check_params_for_data``): the one check a fit or a Ray job makes. Distillation
-        lasts at least ``DISTILL_MIN_STEPS`` steps over ``n_rows`` rows (``distill_epochs_for``). A
+        lasts at least ``DISTILL_MIN_STEPS`` steps over ``n_rows`` rows, within a tenth of
+        ``epochs`` (``distill_epochs_for``). A
         ``deterministic`` run with a ``max_seconds`` budget gets a warning: the clock decides its
         last epoch, so two runs may still differ."""
         check_params_for_data(params, n_rows, n_features)
         spec = cls._build({**DEFAULTS, **params}, n_features)
-        spec = replace(spec, distill_epochs=distill_epochs_for(spec.distill_epochs, n_rows, spec.batch_size))
+        spec = replace(spec, distill_epochs=distill_epochs_for(spec.distill_epochs, n_rows, spec.batch_size,
+                                                                     spec.epochs))
         if spec.deterministic and spec.max_seconds is not None:
             warnings.warn(f"deterministic=True with max_seconds={spec.max_seconds:g}: the clock sets the epoch "
                           f"budget, so two runs can stop at different epochs and differ; bound the run with "
