@@ -363,34 +363,49 @@ def train_loop_per_worker(config: dict) -> None:
         _train_loop(c)
 
 
-def _train_loop(c: WorkerConfig) -> None:
-    """Build, restore, then epochs until the schedule finishes.
-
-    Kept whole: Ray Train's examples keep one plain training function per worker, and its epoch
-    loop reads best in one place (set-up is in ``_caches``, the progress record in ``_say_epoch``)."""
-    import ray
-    import ray.train
+def _device(c: WorkerConfig) -> torch.device:
+    """The device Ray Train gave this worker; on a CPU, ``cpus_per_worker`` torch threads."""
     import ray.train.torch
-
-    events.attach(c.events, trial=c.trial)
     device = ray.train.torch.get_device()
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(c.cpus_per_worker)))
         keep_freed_memory()
+    return device
+
+
+def _worker_trainer(c: WorkerConfig, device: torch.device, group: "_Group", precision: str):
+    """This worker's ``Trainer``, built by the one builder the estimator uses too."""
+    return build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
+                         cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
+                         cluster_sizes=c.cluster_sizes, allowed=c.allowed,
+                         baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
+
+
+def _shard(c: WorkerConfig, group: "_Group"):
+    """This worker's rows: its Ray Data shard streamed, or its slice of the held rows."""
+    import ray
+    import ray.train
+    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)
+    if c.held is None:
+        return StreamedShard(ray.train.get_dataset_shard("train"), collate, c.shuffle_buffer)
+    return HeldShard(ray.get(c.held.table), group.rank, group.world, collate, shuffle=c.shuffle_buffer > 0)
+
+
+def _train_loop(c: WorkerConfig) -> None:
+    """Build, restore, then epochs until the schedule finishes.
+
+    Ray Train's examples keep one plain training function per worker, and its epoch loop reads
+    best in one place (set-up is in ``_worker_trainer``, ``_shard`` and ``_caches``, the progress
+    record in ``_say_epoch``)."""
+    events.attach(c.events, trial=c.trial)
+    device = _device(c)
     precision = resolve_precision(c.spec.precision, device)
     torch.manual_seed(c.spec.random_state)
     group = _Group(device)
-    trainer = build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
-                            cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
-                            cluster_sizes=c.cluster_sizes,
-                            allowed=c.allowed, baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
+    trainer = _worker_trainer(c, device, group, precision)
     records, resumes = _restore(trainer, device, group.rank)
     group.wrap(trainer)
-    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)
-    if c.held is None:
-        shard = StreamedShard(ray.train.get_dataset_shard("train"), collate, c.shuffle_buffer)
-    else:
-        shard = HeldShard(ray.get(c.held.table), group.rank, group.world, collate, shuffle=c.shuffle_buffer > 0)
+    shard = _shard(c, group)
     init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
 
     keep, rows_cache = _caches(c, device, group)

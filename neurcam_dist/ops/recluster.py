@@ -85,11 +85,31 @@ def recluster(config) -> dict:
 
 def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     """The champion, the search with the challenger's stable ids, the registration and the
-    policy's decision, filling ``record`` as it goes (steps 1-4 of the module docstring).
+    policy's decision, filling ``record`` as it goes (steps 1-4 of the module docstring). The
+    champion found at the start (``seen``) is the one the promotion's compare-and-set checks."""
+    seen, compared, champion, lineage_next = _champion(cfg, name, record)
+    record["snapshot_fingerprint"] = fingerprint = history.fingerprint(cfg.data.path)
+    if not rc.force and _already_trained(cfg, name, record, compared, fingerprint):
+        return
+    log(f"champion of {name}: " + (f"version {compared} (cluster ids {champion.cluster_ids_.tolist()})" if compared
+                                   else "none yet (this model becomes the first)"))
+    found: dict = {}
+    prepare_winner = _winner_ids(cfg, champion, compared, lineage_next, found)
+    result = runs.search(cfg, name=record["search"], prepare_winner=prepare_winner)
+    version = (result.tracking or {}).get("version")
+    record["challenger_version"] = version
+    if version:
+        with runs.mlflow_lines(cfg):
+            from mlflow import MlflowClient
+            MlflowClient().set_model_version_tag(name, version, history.FINGERPRINT_TAG, fingerprint)
+    _challenger_record(record, result, found)
+    _decide_and_promote(cfg, rc, name, version, seen, compared, record, found)
 
-    Kept whole: the champion found at the start is the one the promotion's compare-and-set
-    checks at the end; one function keeps that pair in one scope.
-    """
+
+def _champion(cfg: JobConfig, name: str, record: dict):
+    """``(seen, compared, champion, lineage_next)``: the champion's version now, the version the
+    challenger is compared with (the former champion when none holds the alias), that model, and
+    the lineage's next unused cluster id; ``record`` gets the first two."""
     with runs.mlflow_lines(cfg):   # a new local store's set-up lines, say
         tracking.use(cfg.tracking.uri, cfg.tracking.experiment, say=log)
         seen = tracking.champion_version(name)
@@ -101,54 +121,56 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
     if note:
         record["note"] = note
         log(f"warning: {note}")
-    record["snapshot_fingerprint"] = fingerprint = history.fingerprint(cfg.data.path)
-    if not rc.force:
-        with runs.mlflow_lines(cfg):
-            from mlflow import MlflowClient
-            same = sorted((int(mv.version) for mv in MlflowClient().search_model_versions(f"name = '{name}'")
-                           if mv.tags.get(history.FINGERPRINT_TAG) == fingerprint), reverse=True)
-        if same:
-            which = "the champion" if str(same[0]) == str(compared) else f"version {same[0]}"
-            record.update(outcome="skipped", reason=(
-                f"skipped: snapshot {record['snapshot']!r} has the same files as the one {which} of {name} was "
-                f"trained on: no new version (recluster.force, or --force, runs anyway)"))
-            log(record["reason"])
-            return
-    log(f"champion of {name}: " + (f"version {compared} (cluster ids {champion.cluster_ids_.tolist()})" if compared
-                                   else "none yet (this model becomes the first)"))
-    found: dict = {}
+    return seen, compared, champion, lineage_next
 
+
+def _already_trained(cfg: JobConfig, name: str, record: dict, compared, fingerprint: str) -> bool:
+    """True (and ``record`` says it is skipped) when a version of ``name`` was trained on the same
+    snapshot files."""
+    with runs.mlflow_lines(cfg):
+        from mlflow import MlflowClient
+        same = sorted((int(mv.version) for mv in MlflowClient().search_model_versions(f"name = '{name}'")
+                       if mv.tags.get(history.FINGERPRINT_TAG) == fingerprint), reverse=True)
+    if not same:
+        return False
+    which = "the champion" if str(same[0]) == str(compared) else f"version {same[0]}"
+    record.update(outcome="skipped", reason=(
+        f"skipped: snapshot {record['snapshot']!r} has the same files as the one {which} of {name} was "
+        f"trained on: no new version (recluster.force, or --force, runs anyway)"))
+    log(record["reason"])
+    return True
+
+
+def _winner_ids(cfg: JobConfig, champion, compared, lineage_next: int, found: dict):
+    """The search's ``prepare_winner``: stable ids for the challenger, from its agreement with the
+    champion on this snapshot (``found`` gets the comparison); it returns what adds the comparison
+    with the champion to the challenger's report."""
     def prepare_winner(est, plan):
-        """Stable ids for the challenger, from its agreement with the champion on this snapshot;
-        returns what adds the comparison with the champion to the challenger's report."""
         k = est.n_clusters
         if champion is None:
             est.set_cluster_ids(np.arange(k), max(k, lineage_next))
             return
+        first_new = max(lineage_next, champion.next_cluster_id_)
         try:
             cmp = compare(est.scoring_model(), champion.scoring_model(), plan,
                           batch_size=cfg.train.score_batch_size, concurrency=cfg.train.num_workers)
         except DataError as exc:
             found["unscorable"] = str(exc)
             log(f"warning: {exc}; the challenger gets new cluster ids")
-            est.set_cluster_ids(np.arange(k) + max(lineage_next, champion.next_cluster_id_),
-                                max(lineage_next, champion.next_cluster_id_) + k)
+            est.set_cluster_ids(np.arange(k) + first_new, first_new + k)
             return
-        ids, next_id = match_ids(cmp["table"], champion.cluster_ids_, max(lineage_next, champion.next_cluster_id_))
+        ids, next_id = match_ids(cmp["table"], champion.cluster_ids_, first_new)
         est.set_cluster_ids(ids, next_id)
         sizes_new = {int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n}
         sizes_old = {int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n}
         found.update(cmp=cmp, sizes_new=sizes_new, sizes_old=sizes_old)
         return lambda expl: _compare_with_champion(expl, est, champion, compared, found)
+    return prepare_winner
 
-    result = runs.search(cfg, name=record["search"], prepare_winner=prepare_winner)
+
+def _challenger_record(record: dict, result, found: dict) -> None:
+    """The challenger's ids, inertia, sizes and agreement with the champion, into ``record``."""
     est = result.estimator
-    version = (result.tracking or {}).get("version")
-    record["challenger_version"] = version
-    if version:
-        with runs.mlflow_lines(cfg):
-            from mlflow import MlflowClient
-            MlflowClient().set_model_version_tag(name, version, history.FINGERPRINT_TAG, fingerprint)
     record["mapping"] = {str(raw): int(i) for raw, i in enumerate(est.cluster_ids_)}
     record["next_cluster_id"] = int(est.next_cluster_id_)
     cmp = found.get("cmp")
@@ -167,6 +189,12 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, name: str, record: dict) -> None:
         log("the champion: " + met_line({"unseen": cmp["unseen_champion"]}))
     if cmp:
         record["improvement"] = 1.0 - record["inertia_challenger"] / record["inertia_champion"]
+
+
+def _decide_and_promote(cfg: JobConfig, rc: ReclusterConfig, name: str, version, seen, compared, record: dict,
+                        found: dict) -> None:
+    """The policy's decision and, when it promotes, the compare-and-set of the champion alias
+    against ``seen`` (the champion this run began with); ``record`` gets the outcome."""
     want, reason = decide(rc, name, version, compared, record, found.get("unscorable"))
     with runs.mlflow_lines(cfg):
         if want:
