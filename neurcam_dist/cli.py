@@ -113,14 +113,24 @@ def _params(args) -> dict:
     return p
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _n_clusters(text: str):
+    """``--n-clusters``: a whole number, or ``auto`` (``neurcam choose-k``'s proposal on the table)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number or 'auto', got {text!r}") from None
+
+
+def _add_model_args(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
     """One flag per hyperparameter of the table (``params.HYPERPARAMETERS``): its type, choices,
     description and default come from there, as the YAML config's ``model:`` section does;
     ``random_state`` is ``--seed`` (with ``--random-state`` as another spelling)."""
     g = p.add_argument_group("model", "hyperparameters (neurcam_dist.params; defaults chosen for speed at the paper's "
                                            "quality: docs/tables.md)")
     for name, spec in HYPERPARAMETERS.items():
-        if not spec.in_config:
+        if not spec.in_config or name in skip:
             continue
         flags = ["--seed", "--random-state"] if name == "random_state" else [f"--{name.replace('_', '-')}"]
         shown = " ".join(map(str, spec.default)) if spec.kind is tuple else spec.default
@@ -130,8 +140,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         elif spec.kind is tuple:
             g.add_argument(*flags, dest=name, nargs="+", action=_Widths, default=None, metavar="WIDTH", help=doc)
         else:
-            g.add_argument(*flags, dest=name, type=spec.kind, choices=spec.choices, default=None,
-                           required=name == "n_clusters", help=doc)
+            g.add_argument(*flags, dest=name, type=_n_clusters if name == "n_clusters" else spec.kind,
+                           choices=spec.choices, default=None, required=name == "n_clusters", help=doc)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -219,6 +229,29 @@ def _add_fit(sub) -> argparse.ArgumentParser:
     _encoding(fit)
     _add_model_args(fit)
     return fit
+
+
+def _add_choose_k(sub) -> argparse.ArgumentParser:
+    """``neurcam choose-k``'s flags."""
+    ck = _sub(sub, "choose-k", help="propose a number of clusters: several seeds per K, their separation, "
+                                    "stability and top terms (choice.json, choice.html)")
+    _flag(ck, "--input", "--data", required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files "
+                                                         "(read as fit reads it)")
+    _flag(ck, "--output", "--out", required=True, help="folder to receive choice.json and choice.html")
+    ck.add_argument("--k", default="2-12", help="the values of K to compare: a range (2-12) or a list (3,5,8)")
+    ck.add_argument("--seeds", type=int, default=3, help="seeds per K (2 at least: stability is their agreement)")
+    ck.add_argument("--terms", action="store_true", help="also fit the proposed K with fewer single and pair terms "
+                                                         "and report the smallest within 1.02x of the full model")
+    ck.add_argument("--features", **LIST, default=None,
+                    help="feature columns (default: every numeric column that is not id-like or the label)")
+    ck.add_argument("--label", default=None, help="ground-truth column, for evaluation only (each K's ARI)")
+    _flag(ck, "--id", default=None, help="the rows' id column (never a feature)")
+    ck.add_argument("--categorical", **LIST, default=None, metavar="COL",
+                    help="integer-coded categorical columns (text, category and boolean columns are "
+                         "categorical without it)")
+    _encoding(ck)
+    _add_model_args(ck, skip=("n_clusters",))
+    return ck
 
 
 MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NAME@champion)"
@@ -455,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="'neurcam COMMAND --help' shows a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_explain, _add_export, _add_generate,
+    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_choose_k, _add_explain, _add_export, _add_generate,
                                                  _add_sample,
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
                                                  _add_predict, _add_recluster, _add_history, _add_validate,
@@ -485,8 +518,13 @@ def _fit(args) -> int | None:
         params["categorical_features"] = args.categorical
     result = service.fit(args.input, args.output, features=args.features, label=args.label, params=params,
                          report=args.report, id_column=args.id, **_csv(args))
-    keys = ("n_rows", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
+    keys = ("n_rows", "n_clusters", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
+    choice = result.metrics.get("k_choice")
+    if choice:
+        runner = f"; runner-up K = {choice['runner_up']['k']}: {choice['runner_up']['why']}" if choice["runner_up"] else ""
+        print(f"n_clusters auto: K = {choice['k']}{'' if choice['sure'] else ' (unsure)'} ({choice['rule']}){runner}; "
+              f"the measurements: neurcam choose-k")
     print(f"model and metrics written to {args.output}/ (load with neurcam_dist.NeurCAM.load('{args.output}/model'))")
     if result.report_error:
         print(f"neurcam: warning: the report could not be written ({redact(result.report_error)}); the model is "
@@ -498,6 +536,20 @@ def _fit(args) -> int | None:
         report = join(args.output, "report", "report.html")   # through the run's link: the next run's too
         print(f"open the report: {redact(report) if is_uri(report) else Path(report).absolute().as_uri()}")
     _warnings(result.metrics)
+
+
+def _choose_k(args) -> None:
+    params = _params(args)
+    if args.categorical:
+        params["categorical_features"] = args.categorical
+    choice = service.choose_k(args.input, args.output, k=args.k, seeds=args.seeds, features=args.features,
+                              label=args.label, id_column=args.id, params=params, terms=args.terms,
+                              say=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr)),
+                              **_csv(args))
+    print("\n".join(choice.lines()))
+    page = join(args.output, "choice.html")
+    print(f"written to {redact(args.output)}/ (choice.json); open the page: "
+          f"{redact(page) if is_uri(page) else Path(page).absolute().as_uri()}")
 
 
 def _warnings(metrics: dict) -> None:
@@ -660,7 +712,7 @@ def _predict(args) -> None:
 
 
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "explain": _explain, "export": _export, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
+HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
             "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}

@@ -164,7 +164,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         arr, coding = self._validate_fit_input(X)
         names = coding.names
         n, d = arr.shape
-        spec = TrainingSpec.for_data(self.get_params(), n, d)   # the one check of the hyperparameters
+        choice = self._choose_k(X, n) if self.n_clusters == "auto" else None
+        params = {**self.get_params(), **({"n_clusters": choice.k} if choice else {})}
+        spec = TrainingSpec.for_data(params, n, d)   # the one check of the hyperparameters
         device = resolve_device(self.device)                     # ... and of the device, before any work
         spec.check_memory(n, available_memory(),
                           say=(lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None)
@@ -196,14 +198,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                         scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
                                         precision=precision, init_info=init_info, deterministic=deterministic,
                                         coding=coding)
-        # One pass over the training rows: the labels (channels sum to the logits) and the mean of
-        # every channel, the reference that centres per-row explanations.
-        labels, sums = [], 0.0
-        for c in fitted.contribution_chunks(arr):
-            labels.append(c.sum(1).argmax(1))
-            sums = sums + c.astype(np.float64).sum(0)
-        fitted.channel_means = sums / n
-        fitted.labels = np.concatenate(labels).astype(np.int64)
+        _label_pass(fitted, arr)
+        if choice is not None:
+            fitted.history["k_choice"] = choice.to_dict()
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
         keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
@@ -213,6 +210,24 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             import pandas as pd
             self.reference_ = pd.DataFrame(np.asarray(X)[keep], columns=names)
         return self
+
+    def _choose_k(self, X, n: int):
+        """``n_clusters='auto'``: ``choosing.choose_k`` over K = 2..12 (fewer on a small table) with
+        this estimator's other parameters, on a seeded sample of at most ``choosing.MAX_ROWS`` rows."""
+        import functools
+
+        from .choosing import SUBSAMPLE, MAX_ROWS, choose_k
+        top = min(12, int(SUBSAMPLE * min(n, MAX_ROWS)) - 1)
+        if top < 3:
+            raise ConfigError(f"n_clusters='auto' needs enough rows to compare K = 2 and 3 on subsamples; X has {n}")
+        say = (lambda line: print(f"NeurCAM: choosing K: {line}", file=sys.stderr)) if self.verbose else None
+        params = {**self.get_params(), "verbose": False}
+        choice = choose_k(X, functools.partial(_member, params), range(2, top + 1),
+                          random_state=int(self.random_state), say=say)
+        if say:
+            say(f"K = {choice.k} ({'sure' if choice.sure else 'unsure'}; runner-up "
+                f"{choice.runner_up['k'] if choice.runner_up else 'none'})")
+        return choice
 
     def _constant_columns(self, arr: np.ndarray, names: list[str]) -> np.ndarray:
         const = constant_columns(arr)
@@ -224,11 +239,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     def _note_empty_clusters(self, arr: np.ndarray) -> None:
         """Fewer non-empty clusters than asked for (e.g. fewer distinct rows than clusters): warn and
         record it, since a caller reading ``n_clusters`` would otherwise assume all are in use."""
-        sizes = np.bincount(self.labels_, minlength=self.n_clusters)
+        k = self.n_clusters_
+        sizes = np.bincount(self.labels_, minlength=k)
         used = int((sizes > 0).sum())
         empty = empty_cluster_ids(sizes, self.cluster_ids_)
-        distinct = len(np.unique(arr, axis=0)) if used < self.n_clusters and arr.shape[0] <= 1_000_000 else None
-        note = empty_clusters_note(used, self.n_clusters, distinct, empty,
+        distinct = len(np.unique(arr, axis=0)) if used < k and arr.shape[0] <= 1_000_000 else None
+        note = empty_clusters_note(used, k, distinct, empty,
                                    (self.history_.get("init") or {}).get("method"))
         self.history_.update(n_clusters_used=used, empty_clusters=empty, empty_clusters_note=note)
         if note:
@@ -297,6 +313,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     next_cluster_id_ = property(lambda self: self.fitted_.next_id,
                                 doc="The smallest cluster id this model's lineage never used.")
     history_ = property(lambda self: self.fitted_.history, doc="Per-epoch records, events and stop reason.")
+    n_clusters_ = property(lambda self: int(self.fitted_.n_clusters),
+                           doc="The number of clusters fitted (``n_clusters``, or the K that 'auto' chose).")
+    k_choice_ = property(lambda self: self.fitted_.history.get("k_choice"),
+                         doc="With n_clusters='auto': what choose_k measured and proposed (KChoice.to_dict()), "
+                             "saved with the model; else None.")
     n_iter_ = property(lambda self: self.fitted_.history.get("n_epochs"), doc="Epochs trained.")
     cluster_centers_ = property(lambda self: self.fitted_.net.centroids.detach().cpu().numpy(),
                                 doc="(K, repr_dim) centroids in the clustering space.")
@@ -362,7 +383,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         sizes = {int(i): int((labels == i).sum()) for i in self.cluster_ids_} if labels is not None else {}
         rows = "".join(f"<tr><td>{int(i)}</td><td>{sizes.get(int(i), '')}</td></tr>" for i in self.cluster_ids_)
         terms = list(dict.fromkeys(self.selected_features_)) + [" & ".join(p) for p in self.selected_pairs_]
-        return (out + f"<div><b>fitted</b>: {self.n_clusters} clusters, {self.n_iter_} epochs "
+        return (out + f"<div><b>fitted</b>: {self.n_clusters_} clusters, {self.n_iter_} epochs "
                 f"({html.escape(str(self.history_.get('stop_reason')))}); terms: "
                 f"{html.escape(', '.join(map(str, terms[:20])))}{' ...' if len(terms) > 20 else ''}"
                 f"<table><thead><tr><th>cluster</th><th>training rows</th></tr></thead><tbody>{rows}</tbody>"
@@ -442,8 +463,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         is the smallest id never used by this model's lineage, so retired ids are not reused."""
         check_is_fitted(self, "net_")
         ids = np.asarray(ids, dtype=np.int64)
-        if ids.shape != (self.n_clusters,) or len(np.unique(ids)) != len(ids) or (ids < 0).any():
-            raise ConfigError(f"cluster ids must be {self.n_clusters} distinct non-negative integers, got {ids.tolist()}")
+        if ids.shape != (self.n_clusters_,) or len(np.unique(ids)) != len(ids) or (ids < 0).any():
+            raise ConfigError(f"cluster ids must be {self.n_clusters_} distinct non-negative integers, got {ids.tolist()}")
         next_id = int(ids.max()) + 1 if next_id is None else int(next_id)
         if next_id <= ids.max():
             raise ConfigError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
@@ -667,3 +688,43 @@ def _progress(verbose: bool, total: int):
     if sys.stderr.isatty():
         return _Bar(total)
     return _Lines(total)
+
+
+def _label_pass(fitted: FittedNet, arr: np.ndarray) -> None:
+    """One pass over the training rows: their labels (the channels sum to the logits) and the mean
+    of every channel, the reference that centres per-row explanations."""
+    labels, sums = [], 0.0
+    for c in fitted.contribution_chunks(arr):
+        labels.append(c.sum(1).argmax(1))
+        sums = sums + c.astype(np.float64).sum(0)
+    fitted.channel_means = sums / arr.shape[0]
+    fitted.labels = np.concatenate(labels).astype(np.int64)
+
+
+def _member(params: dict, k: int, seed: int) -> NeurCAM:
+    """One of ``choose_k``'s fits for ``n_clusters='auto'`` (a module-level function: joblib's
+    workers receive it pickled)."""
+    return NeurCAM(**{**params, "n_clusters": k, "random_state": seed})
+
+
+def choose_k(X, y=None, k=range(2, 13), *, seeds: int = 3, terms: bool = False, random_state: int = 0,
+             n_jobs: int | None = None, verbose: bool = True, describe: bool = False, say=None, **params):
+    """How many clusters: fit ``NeurCAM(n_clusters=K, random_state=seed, **params)`` for every K
+    of ``k`` and ``seeds`` seeds (each on its own subsample of the rows), measure inertia,
+    silhouette, stability across seeds, agreement of top terms and the terms used, and propose a
+    K (``choosing.RULE``). Returns a ``choosing.KChoice`` (``.k``, ``.runner_up``, ``.frame()``,
+    ``.to_dict()``); ``y``: a label, for evaluation only (each K's ARI with it); ``terms=True``
+    also fits the proposed K with fewer terms; ``describe=True`` fits it on every sampled row and
+    describes its clusters (``.clusters``). ``n_jobs``: fits at once (default: one per core, up
+    to 8); ``verbose``: a line per K on stderr (or to ``say(line)`` when given)."""
+    import functools
+
+    from .choosing import choose_k as _choose
+    from .params import check_params
+    check_params(params)
+    if "n_clusters" in params:
+        raise ConfigError("choose_k sets n_clusters itself: give the values of K to compare as k=...")
+    if say is None and verbose:
+        say = lambda line: print(f"choose_k: {line}", file=sys.stderr)  # noqa: E731
+    return _choose(X, functools.partial(_member, {**params, "verbose": False}), k, y=y, seeds=seeds,
+                   random_state=random_state, n_jobs=n_jobs, terms=terms, describe=describe, say=say)

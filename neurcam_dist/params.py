@@ -32,10 +32,12 @@ class Spec:
     choices: tuple | None = None
     optional: bool = False
     in_config: bool = True
+    words: tuple = ()      # strings taken besides values of ``kind`` (the estimator's and fit's only, not a config's)
 
 
 HYPERPARAMETERS: dict[str, Spec] = {
-    "n_clusters": Spec(int, 10, "number of clusters", ge=2),
+    "n_clusters": Spec(int, 10, "number of clusters (the estimator and neurcam fit also take 'auto': K chosen "
+                       "by neurcam_dist.choose_k among 2..12 on the rows; docs/choosing-k.md)", ge=2, words=("auto",)),
     "n_single": Spec(int, None, "single-feature shape functions (None: one per feature)", ge=0, optional=True),
     "n_pairs": Spec(int, 0, "pairwise shape functions (0: NeurCAM, > 0: Neur2CAM)", ge=0),
     "m": Spec(float, 1.05, "fuzziness of the fuzzy c-means loss", ge=1.0),
@@ -96,6 +98,8 @@ def _fmt(v) -> str:
 def check_value(name: str, value) -> None:
     """Raise ``ValueError`` naming ``name`` and ``value`` when ``value`` breaks the table."""
     spec = HYPERPARAMETERS[name]
+    if isinstance(value, str) and value in spec.words:
+        return
     if value is None:
         if spec.optional:
             return
@@ -159,7 +163,7 @@ def check_params_for_data(params: dict, n_rows: int, n_features: int) -> None:
     for pairs, at least one shape function. The Ray driver calls it from the Parquet footers alone."""
     full = {**DEFAULTS, **params}
     check_params(full)
-    if full["n_clusters"] > n_rows:
+    if full["n_clusters"] != "auto" and full["n_clusters"] > n_rows:
         raise ConfigError(f"n_clusters={full['n_clusters']} is larger than the number of rows ({n_rows})")
     if full["n_pairs"] > 0 and n_features < 2:
         raise ConfigError(f"n_pairs={full['n_pairs']} needs at least 2 features, X has {n_features}")

@@ -111,26 +111,21 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     """
     import json
 
-    from . import metrics as metrics_mod
     from .data.tables import is_csv, read_table
     from .estimator import NeurCAM
     from .outputs import check_run_target, write_run
     from .params import check_params
-    from .validation import empty_clusters_record
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,), inputs=[data])
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
     X, y, ids = _fit_table(df, features, label, id_column, params)
-    _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
+    k = params.get("n_clusters", 10)
+    _check_fit_outputs(output, ids, len(X), 12 if k == "auto" else k, assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
-    result = {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(time.perf_counter() - t0, 2),
-              "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
-              "n_clusters_used": est.history_["n_clusters_used"], **empty_clusters_record(est.history_),
-              "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
-              **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
+    result = _fit_metrics(est, X, y, time.perf_counter() - t0)
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": {k: v for k, v in est.get_params().items()}}
     try:
@@ -140,6 +135,21 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     except OSError as exc:
         raise _unwritten(exc, est, output) from None
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _fit_metrics(est, X, y, seconds: float) -> dict:
+    """``metrics.json`` of a fit: its size, time and end, the clusters used (and chosen, with
+    ``n_clusters='auto'``), the selected terms and the scores (with a label, against it)."""
+    from . import metrics as metrics_mod
+    from .validation import empty_clusters_record
+    chosen = {"k_choice": {key: est.k_choice_[key] for key in ("k", "sure", "runner_up", "rule")}} \
+        if est.k_choice_ else {}
+    return {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
+            "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
+            "n_clusters": est.n_clusters_, "n_clusters_used": est.history_["n_clusters_used"],
+            **empty_clusters_record(est.history_), **chosen,
+            "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
+            **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
 
 
 def _fit_table(df, features, label, id_column, params: dict):
@@ -232,6 +242,65 @@ def _assignments(est, X, ids, name: str) -> bytes:
     else:
         frame.to_parquet(buf, index=False)
     return buf.getvalue()
+
+
+def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
+             label: str | None = None, id_column: str | None = None, params: dict | None = None, terms: bool = False,
+             encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None, say=print):
+    """Propose a number of clusters for a CSV or Parquet table (``neurcam_dist.choosing``), read
+    as ``fit`` reads it, and write ``OUTPUT/choice.json`` and ``OUTPUT/choice.html`` in one swap.
+
+    Parameters
+    ----------
+    data, output : str
+        The table (as ``fit`` takes it) and the folder to write (replaced whole when an earlier
+        ``choose-k`` wrote it; refused when it holds anything else).
+    k : str or iterable of int
+        The values of K: ``"2-12"``, ``"3,5,8"`` or a list.
+    seeds : int
+        Seeds per K (2 at least: stability is their agreement).
+    features, label, id_column, encoding, delimiter, decimal
+        As for ``fit``; the label is for evaluation only (each K's ARI with it).
+    params : dict, optional
+        Other hyperparameters of every fit (``n_clusters`` is what is chosen).
+    terms : bool
+        Also fit the proposed K with fewer terms (the smallest within 1.02x of the full model).
+    say : callable
+        Where the progress goes, K by K.
+
+    Returns
+    -------
+    choosing.KChoice
+    """
+    import json
+
+    from .choosing import check_request, choice_html, k_range
+    from .data.tables import read_table
+    from .estimator import choose_k as fit_each
+    from .params import check_params
+    from .storage import atomic_directory, check_room, check_writable, refuse_overwrite
+    params = {key: v for key, v in (params or {}).items() if key != "verbose"}
+    check_params(params)
+    if "n_clusters" in params:
+        raise ConfigError("--n-clusters is what choose-k chooses: give the values to compare as --k (2-12)")
+    ks = k_range(k)
+    check_request(ks, seeds, 10**9)
+    refuse_overwrite(output, inputs=[data])
+    check_writable(output, "--output")
+    check_room(output, 16 * 2**20)
+    df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
+    X, y, _ = _fit_table(df, features, label, id_column, params)
+    check_request(ks, seeds, len(X))
+    say(f"choosing K among {ks[0]}..{ks[-1]} on {min(len(X), 5000):,} rows, {seeds} seeds per K")
+    choice = fit_each(X, y, ks, seeds=seeds, terms=terms, describe=True, say=say, **params)
+    record = {"data": redact(str(data)), "features": list(map(str, X.columns)), "label": label, **choice.to_dict()}
+    text = json.dumps(record, indent=1, default=float)
+
+    def write(tmp: Path) -> None:
+        (tmp / "choice.json").write_text(text + "\n")
+        (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {Path(str(data)).name}"))
+    atomic_directory(output, write, marker="choice.json")
+    return choice
 
 
 @dataclass

@@ -1,15 +1,31 @@
 import json
+import re
 import socket
 import subprocess
 import sys
 import time
+import textwrap
 import urllib.request
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from neurcam_dist import NeurCAM
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def doc_blocks(page: str, lang: str = "python") -> list[str]:
+    """The fenced ``lang`` blocks of ``page`` (README.md or docs/...), indented ones (inside a list
+    item) included and dedented, in page order. Every test that runs a page's blocks unpacks the
+    whole list (``(a,) = ...``, ``a, b = ...``), so a block added to a page fails its test until it
+    is run too (``test_docs.py`` checks that every page with Python blocks has such a test)."""
+    text = (ROOT / page).read_text()
+    return [textwrap.dedent(m.group(2)) for m in
+            re.finditer(rf"^([ \t]*)```{lang}\n(.*?)^\1```", text, re.S | re.M)]
+
 
 SMALL = dict(hidden=(32, 32), n_bases=8, warmup_epochs=8, epochs=30, distill_epochs=3, batch_size=32,
              verbose=False, device="cpu")

@@ -6,10 +6,14 @@ import os
 import subprocess
 import sys
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from neurcam_dist import cli
+
+from .conftest import ROOT, doc_blocks
 
 FAST = ["--hidden", "16", "--n-bases", "8", "--epochs", "12", "--warmup-epochs", "4"]
 
@@ -157,6 +161,34 @@ def test_the_report_reads_clean_pushes_above_noise_numbers_short_moves_whole(tmp
     assert not long_numbers, long_numbers[:5]
 
 
+def test_the_report_carries_plotlys_partial_bundle_with_every_trace_it_draws(fitted, data, tmp_path):
+    import base64
+    import fnmatch
+    import gzip
+    import re
+    import tomllib
+
+    from neurcam_dist.explain.report import PLOTLY_BUNDLE, write_report
+    from neurcam_dist.explain.report_script import SCRIPT
+    bundle = PLOTLY_BUNDLE.read_bytes()
+    registered = set(re.findall(rb'moduleType:"trace",name:"(\w+)"', bundle))
+    drawn = {t.encode() for t in re.findall(r"\{type: '(\w+)'", SCRIPT)} | {b"scatter"}   # traces with a mode
+    assert drawn >= {b"bar", b"heatmap", b"scatter"} and drawn <= registered, drawn - registered
+    assert b"cartesian" in bundle[:200]                          # the partial bundle, not the full one
+    page = write_report(fitted.explain(data[0]), tmp_path / "r").read_text()
+    packed = re.search(r"id='neurcam-plotly'>([^<]+)</script>", page).group(1)
+    assert gzip.decompress(base64.b64decode(packed)) == bundle   # carried whole, nothing fetched
+    assert len(page) < 1_500_000, len(page)                      # the full bundle alone packs to 1.96 MB
+    # and every file the package reads that is not Python is declared, so a wheel carries it
+    repo = PLOTLY_BUNDLE.parents[3]
+    declared = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for f in (repo / "neurcam_dist").rglob("*"):
+        if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts:
+            rel = f.relative_to(repo)
+            assert any(rel.is_relative_to(Path(*package.split("."))) and fnmatch.fnmatch(
+                str(rel.relative_to(Path(*package.split(".")))), g) for package, gs in declared.items() for g in gs), rel
+
+
 def test_sample_all_turns_a_csv_into_parquet_shards_with_every_row_in_order(wine, tmp_path, capsys):
     for flags in (["--all"], ["--rows", "0"]):
         out = tmp_path / flags[-1].strip("-")
@@ -169,12 +201,6 @@ def test_sample_all_turns_a_csv_into_parquet_shards_with_every_row_in_order(wine
 
 
 # ------------------------------------------------------------------ the docs, run as written
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
-
-
-def _blocks(page: str, lang: str = "python") -> list[str]:
-    import re
-    return re.findall(rf"```{lang}\n(.*?)```", (ROOT / page).read_text(), re.S)
 
 
 def test_the_getting_started_steps_on_your_own_csv_run_as_written(tmp_path):
@@ -207,13 +233,13 @@ def test_the_python_blocks_of_the_table_explanation_and_tracking_pages_run_as_wr
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     load_wine(as_frame=True).frame.drop(columns="target").to_csv("my_table.csv", index=False)
     space: dict = {}
-    (tables,) = _blocks("docs/tables.md")
+    (tables,) = doc_blocks("docs/tables.md")
     exec(compile(tables.replace("random_state=0)", "random_state=0, verbose=False)"), "tables.md", "exec"), space)
     assert space["est"].n_features_in_ == 13
-    (explanations,) = _blocks("docs/explanations.md")
+    (explanations,) = doc_blocks("docs/explanations.md")
     exec(compile(explanations, "explanations.md", "exec"), space)
     assert (tmp_path / "report" / "report.html").is_file() and (tmp_path / "e.json").is_file()
-    first, second = _blocks("docs/tracking.md")
+    first, second = doc_blocks("docs/tracking.md")
     exec(compile(first, "tracking.md", "exec"), space)
     from neurcam_dist import service
     service.promote("segments", "1", "champion")

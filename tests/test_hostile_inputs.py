@@ -365,7 +365,7 @@ def _neurcam(args, env, timeout=120):
 def test_a_tracking_server_that_never_answers_is_a_clear_error_in_seconds(model_dir, tmp_path, table):
     table.to_csv(tmp_path / "d.csv", index=False)
     with _Silent() as server:
-        env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{server.port}"}
+        env = {"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{server.port}", "NEURCAM_TRACKING_PROBE_S": "2"}
         for args in (["promote", "m", "1"],
                      ["predict", "--model", "models:/m@champion", "--input", tmp_path / "d.csv", "--output",
                       tmp_path / "p", "--no-id"],
@@ -373,7 +373,19 @@ def test_a_tracking_server_that_never_answers_is_a_clear_error_in_seconds(model_
                       tmp_path / "e"]):
             done = _neurcam(args, env, timeout=90)
             assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-            assert f"127.0.0.1:{server.port} is unreachable (no answer within" in done.stderr, done.stderr[-2000:]
+            assert f"127.0.0.1:{server.port} is unreachable (no answer within 2 s)" in done.stderr, done.stderr[-2000:]
+
+
+def test_the_tracking_probe_time_is_a_positive_number_of_seconds(monkeypatch):
+    from neurcam_dist.tracking.uri import PROBE_SECONDS, probe_seconds
+    monkeypatch.delenv("NEURCAM_TRACKING_PROBE_S", raising=False)
+    assert probe_seconds() == PROBE_SECONDS
+    monkeypatch.setenv("NEURCAM_TRACKING_PROBE_S", "2.5")
+    assert probe_seconds() == 2.5
+    for bad in ("soon", "0"):
+        monkeypatch.setenv("NEURCAM_TRACKING_PROBE_S", bad)
+        with pytest.raises(ConfigError, match="NEURCAM_TRACKING_PROBE_S"):
+            probe_seconds()
 
 
 def test_a_job_server_that_never_answers_is_a_clear_error_in_bounded_time(tmp_path):

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from .conftest import SMALL, blobs, checkpoint_registered, free_port
+from .conftest import SMALL, blobs, checkpoint_registered, doc_blocks, free_port
 from neurcam_dist import NeurCAM
 from neurcam_dist.storage import atomic_directory, published
 from neurcam_dist.uris import filesystem
@@ -145,23 +145,28 @@ def _upload_blobs(prefix: str, n_files: int = 2) -> pd.DataFrame:
 
 
 def _read_plainly(uri: str) -> dict:
-    """What a user's own tools read at ``uri``, with no neurcam code: pyarrow's dataset (Hive
-    partitions; names starting with '.' or '_' skipped) and DuckDB's ``read_parquet`` over
-    ``URI/**/*.parquet``. DuckDB reaches the bucket through fsspec (its httpfs extension is a
-    download, which this machine cannot make); the glob and the reader are DuckDB's own."""
+    """What a user's own tools read at ``uri``, with no neurcam code: object-storage.md's blocks as
+    written (pyarrow's dataset with Hive partitions, names starting with '.' or '_' skipped; DuckDB's
+    ``read_parquet`` over ``URI/**/*.parquet``), their bucket swapped for ``uri``. DuckDB reaches the
+    bucket through fsspec (its httpfs extension is a download, which this machine cannot make); the
+    glob and the reader are DuckDB's own."""
     import duckdb
-    import pyarrow.dataset as pads
     from fsspec.implementations.arrow import ArrowFSWrapper
     from pyarrow.fs import FileSystem
-    fs, path = FileSystem.from_uri(uri)
-    table = pads.dataset(path, filesystem=fs, partitioning="hive").to_table()
+    (python,) = doc_blocks("docs/object-storage.md")
+    (sql,) = doc_blocks("docs/object-storage.md", "sql")
+    space: dict = {}
+    exec(compile(python.replace("s3://bucket/scored", uri), "object-storage.md", "exec"), space)
+    table = space["scored"]
 
     class S3(ArrowFSWrapper):
         protocol = "s3"
     con = duckdb.connect()
-    con.register_filesystem(S3(fs))
+    con.register_filesystem(S3(FileSystem.from_uri(uri)[0]))
+    per_cluster = con.sql(sql.replace("s3://bucket/scored", uri)).fetchall()
     rows, ids, runs = con.sql(f"SELECT count(*), count(DISTINCT id), count(DISTINCT run) FROM "
                               f"read_parquet('{uri}/**/*.parquet', hive_partitioning = true)").fetchall()[0]
+    assert sum(n for _, n in per_cluster) == rows and len(per_cluster) == len(set(table["cluster"].to_pylist()))
     return {"pyarrow": (table.num_rows, len(set(table["id"].to_pylist())), len(set(table["run"].to_pylist()))),
             "duckdb": (rows, ids, runs)}
 

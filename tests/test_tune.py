@@ -192,3 +192,36 @@ def test_concurrent_trials_that_would_starve_ray_data_are_refused(shards, tmp_pa
                                          r"the cluster's 4 CPUs"):
         tune_mod.search(j)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_training_and_search_pages_python_blocks_run_as_written_on_the_digits_config(ray_cluster, tmp_path,
+                                                                                          monkeypatch, capsys):
+    """distributed.md's and search.md's Python blocks, as a user runs them after the page's first
+    step (``neurcam generate digits``): on configs/digits.yaml, kept whole but for a short model and
+    one worker, one seed (the test's budget)."""
+    import pandas as pd
+    import yaml
+
+    from .conftest import ROOT, doc_blocks
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert main(["generate", "digits", "--output", "data/digits"]) == 0
+    config = yaml.safe_load((ROOT / "configs" / "digits.yaml").read_text())
+    config["model"].update({**SMALL_MODEL, "n_clusters": 10, "n_pairs": 2, "precision": "fp32"})
+    config["train"].update({"num_workers": 1, "kmeans_sample": 800})
+    config["search"]["seeds"] = [3]
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "digits.yaml").write_text(yaml.safe_dump(config))
+    (training,) = doc_blocks("docs/distributed.md")
+    space: dict = {}
+    exec(compile(training, "distributed.md", "exec"), space)
+    result = space["result"]
+    assert result.tracking is None and (tmp_path / "runs" / "digits" / "model").is_dir()
+    X = pd.read_parquet("data/digits").drop(columns=["id", "label"])
+    assert result.estimator.n_features_in_ == 64 and result.estimator.predict(X).shape == (1797,)
+    assert result.metrics["inertia"] > 0 and "ari" in result.metrics
+    (searching,) = doc_blocks("docs/search.md")
+    exec(compile(searching, "search.md", "exec"), space)
+    res = space["res"]
+    assert [t.params["random_state"] for t in res.trials] in ([3], ["3"]) and res.best.inertia == res.trials[0].inertia
+    assert res.estimator.predict(X).shape == (1797,) and res.tracking is None

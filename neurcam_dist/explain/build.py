@@ -361,7 +361,7 @@ def model_card(est, arr: np.ndarray) -> dict:
         "selected_features": list(est.selected_features_),
         "selected_pairs": [list(p) for p in est.selected_pairs_],
         "kmeans_init": h.get("init"),
-        "clusters": {"n_clusters": int(est.n_clusters), "n_clusters_used": h.get("n_clusters_used"),
+        "clusters": {"n_clusters": int(est.n_clusters_), "n_clusters_used": h.get("n_clusters_used"),
                      "cluster_ids": [int(v) for v in est.cluster_ids_],
                      "empty": list(h.get("empty_clusters") or []), "note": h.get("empty_clusters_note")},
         "text": _text_card(est),

@@ -146,7 +146,7 @@ def _winner_ids(cfg: JobConfig, champion, compared, lineage_next: int, found: di
     champion on this snapshot (``found`` gets the comparison); it returns what adds the comparison
     with the champion to the challenger's report."""
     def prepare_winner(est, plan):
-        k = est.n_clusters
+        k = est.n_clusters_
         if champion is None:
             est.set_cluster_ids(np.arange(k), max(k, lineage_next))
             return

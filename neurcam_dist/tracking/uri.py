@@ -104,7 +104,8 @@ def connect(uri: str) -> str:
 # is tried 3 times more, 1-4 s apart: a call ends within about 90 s.
 HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "20", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
-PROBE_SECONDS = 10.0   # the first answer an http server must give (``check_reachable``)
+PROBE_SECONDS = 10.0   # the first answer an http server must give (``check_reachable``) ...
+PROBE_ENV = "NEURCAM_TRACKING_PROBE_S"   # ... unless this variable says otherwise
 WAIT_ENV = "NEURCAM_TRACKING_WAIT_S"   # how long a finished run waits for a server that is down
 WAIT_DEFAULT_S = 300.0                 # a server restarting (a pod rescheduled, an upgrade) is back by then
 
@@ -173,12 +174,27 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
         return None
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
-def check_reachable(uri: str, timeout: float = PROBE_SECONDS) -> None:
+def probe_seconds() -> float:
+    """How long an http tracking server's first answer may take: ``NEURCAM_TRACKING_PROBE_S``,
+    else ``PROBE_SECONDS``."""
+    raw = os.environ.get(PROBE_ENV)
+    try:
+        value = float(raw) if raw else PROBE_SECONDS
+    except ValueError:
+        raise ConfigError(f"{PROBE_ENV}={raw!r} is not a number of seconds") from None
+    if not value > 0:
+        raise ConfigError(f"{PROBE_ENV} must be more than 0 seconds, got {raw!r}")
+    return value
+
+
+def check_reachable(uri: str, timeout: float | None = None) -> None:
     """Fail in seconds, not after MLflow's minutes of HTTP retries, when the server is down,
-    refuses, or accepts the connection and never answers (``ConnectionError`` naming it)."""
+    refuses, or accepts the connection and never answers (``ConnectionError`` naming it);
+    ``timeout``: ``probe_seconds()`` when None."""
     import base64
     import urllib.error
     import urllib.request
+    timeout = probe_seconds() if timeout is None else timeout
     uri = connect(uri)
     request = urllib.request.Request(f"{uri.rstrip('/')}/health")
     user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
@@ -237,7 +253,7 @@ def wait_reachable(configured: str | None, log, budget_s: float | None = None, p
     while True:
         time.sleep(poll_s)
         try:
-            check_reachable(uri, timeout=min(PROBE_SECONDS, max(1.0, budget - (time.monotonic() - t0))))
+            check_reachable(uri, timeout=min(probe_seconds(), max(1.0, budget - (time.monotonic() - t0))))
         except ConnectionError as exc:
             if time.monotonic() - t0 >= budget or isinstance(exc, CredentialsRefused):
                 raise
