@@ -138,3 +138,14 @@ def test_fit_n_clusters_auto_fits_the_proposed_k_and_the_model_keeps_the_choice(
     assert adjusted_rand_score(y, est.predict(X)) == 1.0
     with pytest.raises(ConfigError, match="n_clusters must be an integer"):
         NeurCAM(n_clusters="many").fit(X)
+
+
+def test_the_choosing_k_page_python_block_runs_as_written(capsys):
+    from .conftest import doc_blocks
+    (block,) = doc_blocks("docs/choosing-k.md")
+    space: dict = {}
+    exec(compile(block, "choosing-k.md", "exec"), space)
+    choice, est = space["choice"], space["est"]
+    assert 2 <= choice.k <= 6 and [r["k"] for r in choice.table] == [2, 3, 4, 5, 6]
+    assert est.n_clusters_ == est.k_choice_["k"] and 2 <= est.n_clusters_ <= 12
+    assert "silhouette" in capsys.readouterr().out
