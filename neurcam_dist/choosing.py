@@ -33,8 +33,9 @@ SILHOUETTE_ROWS = 2000  # rows silhouette is measured on (a seeded sample)
 TERMS_WITHIN = 1.02   # --terms: the smallest model within this factor of the full model's inertia
 TOP_TERMS = 5         # the top terms whose agreement between seeds is measured
 RULE = (f"the largest K whose every seed uses all K clusters and whose partition is stable (mean ARI between "
-        f"{{seeds}} seeds on {SUBSAMPLE:.0%} subsamples >= {STABLE}) and separated (silhouette >= {SEPARATED} x the "
-        f"best silhouette); else the best silhouette of the K that use all their clusters")
+        f"{{seeds}} seeds {{how}} >= {STABLE}) and separated (silhouette >= {SEPARATED} x the best silhouette); else "
+        f"the best silhouette of the K that use all their clusters")
+ON_SUBSAMPLES = f"on {SUBSAMPLE:.0%} subsamples"
 
 
 @dataclass(frozen=True)
@@ -190,13 +191,12 @@ def choose_k(X, make: Callable[[int, int], object], k=range(2, 13), *, y=None, s
         res.pop("space", None)
         results[kk].append(res)
         if len(results[kk]) == seeds:
-            table.append(_row(kk, results[kk], space, sil_rows, ys))
+            table.append(measure(kk, results[kk], space, sil_rows, ys))
             if say:
                 r = table[-1]
                 say(f"K={kk}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, "
                     f"inertia {r['inertia']:.4g} ({r['seconds']:.1f} s)")
-    chosen, runner_up, sure = propose(table, seeds)
-    rule = RULE.format(seeds=seeds)
+    chosen = propose(table, seeds)[0]
     sparse = smallest = None
     if terms:
         sparse, smallest = _sparser(make, chosen, Xs, space, X_cols=getattr(Xs, "shape", (0, 0))[1], say=say)
@@ -205,8 +205,16 @@ def choose_k(X, make: Callable[[int, int], object], k=range(2, 13), *, y=None, s
         est = make(chosen, 0)
         est.fit(Xs)
         clusters = describe_clusters(est, Xs)
-    return KChoice(k=chosen, rule=rule, runner_up=runner_up, sure=sure, table=table, rows=m, seeds=seeds,
-                   seconds=time.perf_counter() - started, terms=sparse, smallest=smallest, clusters=clusters)
+    return decide(table, seeds, m, time.perf_counter() - started, terms=sparse, smallest=smallest,
+                  clusters=clusters)
+
+
+def decide(table: list[dict], seeds: int, rows: int, seconds: float, how: str = ON_SUBSAMPLES, **extra) -> KChoice:
+    """The ``KChoice`` of a measured table (``measure``'s rows, one per K): the rule's proposal,
+    runner-up and sureness; ``how``: how the seeds saw the rows, for the rule's wording."""
+    chosen, runner_up, sure = propose(table, seeds)
+    return KChoice(k=chosen, rule=RULE.format(seeds=seeds, how=how), runner_up=runner_up, sure=sure, table=table,
+                   rows=rows, seeds=seeds, seconds=seconds, **extra)
 
 
 def _rows(X, idx):
@@ -246,7 +254,10 @@ def _fit_one(make, k: int, seed: int, Xs, sub, first: bool, threads: int | None)
             "space": est.clustering_space(Xs) if first else None}
 
 
-def _row(k: int, fits: list[dict], space: np.ndarray, sil_rows: np.ndarray, y=None) -> dict:
+def measure(k: int, fits: list[dict], space: np.ndarray, sil_rows: np.ndarray, y=None) -> dict:
+    """One K's row of the table from its seeds' ``fits`` (each: ``labels`` of the same rows,
+    ``top`` terms, ``terms_used``, ``seconds``), in the clustering ``space`` of those rows;
+    silhouette on ``sil_rows``; with a label ``y``, each seed's ARI with it (mean)."""
     from sklearn.metrics import adjusted_rand_score, silhouette_score
 
     from .metrics import inertia
@@ -310,8 +321,10 @@ def describe_clusters(est, X) -> list[dict]:
     its rows look like and the terms that push rows in (from ``est.explain(X)``)."""
     from .explain.explanation import cluster_summary
     expl = est.explain(X)
-    return [{"cluster": int(p["cluster"]), "rows": int(p.get("size") or 0), "share": float(p.get("share") or 0.0),
-             "summary": cluster_summary(p), "into": [q["term"] for q in p.get("into", [])[:3]]}
+    total = sum(int(p.get("size") or 0) for p in expl.profiles) or 1
+    short = lambda v: f"{v:.3g}" if abs(v) >= 1e-9 else "0"  # noqa: E731 - a standardized mean is 1e-16, not news
+    return [{"cluster": int(p["cluster"]), "rows": int(p.get("size") or 0), "share": int(p.get("size") or 0) / total,
+             "summary": cluster_summary(p, digits=short), "into": [q["term"] for q in p.get("into", [])[:3]]}
             for p in expl.profiles]
 
 
@@ -365,7 +378,7 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
              "body{font-family:system-ui,sans-serif;margin:24px;max-width:1200px}table{border-collapse:collapse}"
              "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}"
-             "tr.chosen td{background:#fdecea;font-weight:600}td.text{text-align:left}</style></head><body>",
+             "tr.chosen td{background:#fdecea;font-weight:600}td.text,th.text{text-align:left}</style></head><body>",
              f"<h1>{e(title)}</h1>",
              f"<p id='proposal'><b>Proposed K = {choice.k}</b>{'' if choice.sure else ' (unsure)'}: {e(choice.rule)}.</p>"]
     if choice.runner_up:
@@ -386,7 +399,8 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
                       f"<td class='text'>{e(c['summary'])}</td><td class='text'>{e(', '.join(c['into']))}</td></tr>"
                       for c in choice.clusters)
         parts.append(f"<h2>The {choice.k} clusters (seed 0, every sampled row)</h2><table><tr><th>cluster</th>"
-                     f"<th>rows</th><th>share</th><th>what its rows look like</th><th>pushed in by</th></tr>{trs}"
+                     f"<th>rows</th><th>share</th><th class='text'>what its rows look like</th><th class='text'>pushed in by</th>"
+                     f"</tr>{trs}"
                      f"</table>")
     parts.append("</body></html>")
     return "\n".join(parts)

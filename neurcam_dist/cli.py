@@ -235,9 +235,14 @@ def _add_choose_k(sub) -> argparse.ArgumentParser:
     """``neurcam choose-k``'s flags."""
     ck = _sub(sub, "choose-k", help="propose a number of clusters: several seeds per K, their separation, "
                                     "stability and top terms (choice.json, choice.html)")
-    _flag(ck, "--input", "--data", required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files "
-                                                         "(read as fit reads it)")
-    _flag(ck, "--output", "--out", required=True, help="folder to receive choice.json and choice.html")
+    _flag(ck, "--input", "--data", default=None, help="CSV(.gz) or Parquet file, or a folder of Parquet files "
+                                                          "(read as fit reads it; required without --config)")
+    _flag(ck, "--output", "--out", default=None, help="folder to receive choice.json and choice.html (required "
+                                                      "without --config)")
+    _flag(ck, "--config", default=None, help="data on Ray, as a job config says: a Ray Tune search with one trial "
+                                             "per (K, seed) on every row; writes OUTPUT/choice/ (--input, --output "
+                                             "and the model flags are the config's)")
+    _sets(ck)
     ck.add_argument("--k", default="2-12", help="the values of K to compare: a range (2-12) or a list (3,5,8)")
     ck.add_argument("--seeds", type=int, default=3, help="seeds per K (2 at least: stability is their agreement)")
     ck.add_argument("--terms", action="store_true", help="also fit the proposed K with fewer single and pair terms "
@@ -493,7 +498,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
                                                  _add_predict, _add_recluster, _add_history, _add_validate,
                                                  _add_submit)}
-    for name in ("_add_demo", "_add_train", "_add_tune", "_add_recluster", "_add_predict",
+    for name in ("_add_demo", "_add_train", "_add_tune", "_add_choose_k", "_add_recluster", "_add_predict",
                  "_add_featurize_text"):   # the commands on Ray
         added[name].add_argument("--verbose", action="store_true",
                                  help="show Ray's, Tune's and the workers' own log lines here (default: in "
@@ -539,6 +544,19 @@ def _fit(args) -> int | None:
 
 
 def _choose_k(args) -> None:
+    if args.config:
+        given = [f for f in ("input", "output", "features", "label", "id", "categorical") if getattr(args, f, None)]
+        if given:
+            raise ConfigError(f"--config says where the data and the output are: leave out --{given[0]}")
+        flags = sorted(k for k in _params(args) if k != "verbose")
+        if flags:
+            raise ConfigError(f"--config's model: section holds the hyperparameters: write --set model.{flags[0]}=... "
+                              f"instead of --{flags[0].replace('_', '-')}")
+        choice = service.choose_k_on_ray(_load_config(args), k=args.k, seeds=args.seeds)
+        print("\n".join(choice.lines()))
+        return
+    if not (args.input and args.output):
+        raise ConfigError("choose-k needs --input and --output (or --config for data on Ray)")
     params = _params(args)
     if args.categorical:
         params["categorical_features"] = args.categorical

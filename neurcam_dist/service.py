@@ -303,6 +303,16 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     return choice
 
 
+def choose_k_on_ray(config, *, k="2-12", seeds: int = 3, name: str | None = None):
+    """``choose_k`` for data on Ray, as a job config (a ``JobConfig``, a dict or a YAML path) says:
+    a Ray Tune search with one trial per (K, seed) on every row, then the same measurements and
+    rule (``distributed.tuner.choose_k``); writes ``OUTPUT/choice/`` and returns the ``KChoice``."""
+    from .choosing import k_range
+    from .distributed import tuner
+    k_range(k)                     # a bad range is refused before Ray starts
+    return tuner.choose_k(config, k, seeds, name=name)
+
+
 @dataclass
 class ExplainResult:
     """An explanation written to ``output`` (``report`` is its HTML file) over ``n_rows`` rows."""

@@ -302,7 +302,7 @@ def test_the_cli_is_a_thin_layer_over_the_front_door():
     # the service offers every command the CLI has
     from neurcam_dist import service
     for name in ("fit", "explain", "predict", "train", "search", "recluster", "validate", "promote", "submit",
-                 "featurize_text", "generate", "sample", "demo"):
+                 "featurize_text", "generate", "sample", "demo", "choose_k", "choose_k_on_ray"):
         assert callable(getattr(service, name)), name
 
 

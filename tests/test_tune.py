@@ -225,3 +225,26 @@ def test_the_training_and_search_pages_python_blocks_run_as_written_on_the_digit
     res = space["res"]
     assert [t.params["random_state"] for t in res.trials] in ([3], ["3"]) and res.best.inertia == res.trials[0].inertia
     assert res.estimator.predict(X).shape == (1797,) and res.tracking is None
+
+
+def test_choose_k_on_ray_runs_one_trial_per_k_and_seed_and_writes_the_choice(shards, tmp_path, ray_cluster, capsys):
+    """``neurcam choose-k --config``: a Tune search over (K, seed) on every row, the K measured on
+    the driver and one proposed; the choice beside the trials in the config's output."""
+    import yaml
+    config = job(shards, tmp_path / "out", {"seeds": 7, "m": [1.05, 1.1]})   # search: gives nothing but concurrency
+    config["model"].update(early_stopping=True, epochs=40, warmup_epochs=10)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
+    assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--k", "2-3", "--seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    choice = json.loads((tmp_path / "out" / "choice" / "choice.json").read_text())
+    assert [r["k"] for r in choice["table"]] == [2, 3] and choice["seeds"] == 2 and "on every row" in choice["rule"]
+    from neurcam_dist.choosing import propose
+    assert choice["k"] == propose([dict(r) for r in choice["table"]], 2)[0] and f"proposed K = {choice['k']}" in out
+    assert {r["k"]: r["silhouette"] for r in choice["table"]}[choice["k"]] == max(r["silhouette"] for r in choice["table"])
+    assert all(r["clusters_used"] == r["k"] and 0 <= r["stability"] <= 1 for r in choice["table"])
+    trials = [p for p in (tmp_path / "out" / "trials").glob("*/*") if (p / "model").exists()]
+    assert len(trials) == 4                                 # 2 K x 2 seeds, nothing of search: m
+    assert f"Proposed K = {choice['k']}" in (tmp_path / "out" / "choice" / "choice.html").read_text()
+    assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--seeds", "1"]) == 2
+    assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--n-pairs", "2"]) == 2
+    assert "--set model.n_pairs=" in capsys.readouterr().err

@@ -108,7 +108,8 @@ class ResolvedJob:
 def trial_model(model: ModelConfig, params: dict) -> ModelConfig:
     """``model`` with a trial's hyperparameters (Tune hands numbers as numpy scalars and floats),
     validated as a ``model:`` section."""
-    clean = {k: (int(v) if k in ("n_single", "n_pairs", "random_state") else float(v)) for k, v in params.items()}
+    clean = {k: (int(v) if k in ("n_single", "n_pairs", "random_state", "n_clusters") else float(v))
+             for k, v in params.items()}
     return ModelConfig.model_validate({**model.model_dump(), **clean})
 
 

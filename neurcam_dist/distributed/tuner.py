@@ -13,6 +13,7 @@ measures how consistent the best runs' explanations are. It returns what trackin
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -121,7 +122,7 @@ def _trial(params: dict, shared: dict) -> None:
     out = as_path(join(shared["trials_dir"], trial_id))
     # the trial's values, checked as a model: section and against the data: a clear failure of this trial
     job: ResolvedJob = shared["job"].for_trial(trial_id, params, str(out))
-    init = shared["inits"][job.model.random_state]
+    init = shared["inits"][(job.model.n_clusters, job.model.random_state)]
     wcfg = worker_config(job, init)   # tagged with the trial; records to the channel attached above
     run_name = f"{shared['name']}-{trial_id}"
     t0 = time.perf_counter()
@@ -193,7 +194,7 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
     s, tc = job.config.search, job.train
     plan, prof = prepare(job)
     with unchanged_input(plan):
-        inits = {seed: initial_state(job.with_seed(seed), prof) for seed in s.seeds}
+        inits = {(job.model.n_clusters, seed): initial_state(job.with_seed(seed), prof) for seed in s.seeds}
         t_search = time.perf_counter()
         trials = run_trials(job, inits, name)
         search_seconds = time.perf_counter() - t_search
@@ -203,7 +204,7 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
     def load(t: Trial) -> NeurCAM:
         est = NeurCAM.load(join(t.output, "model"))
         seed = int(t.params["random_state"])
-        set_reference(est, inits[seed], plan, tc.reference_rows, seed)
+        set_reference(est, inits[(job.model.n_clusters, seed)], plan, tc.reference_rows, seed)
         return est
 
     est = load(best)
@@ -237,8 +238,11 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
                         search_config=job.effective_config())
 
 
-def run_trials(job: ResolvedJob, inits: dict[int, InitialState], name: str) -> list[Trial]:
-    """The Tune run: one ``_trial`` per grid point and sample; every trial's outcome, failed ones included."""
+def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], name: str,
+               space: dict | None = None) -> list[Trial]:
+    """The Tune run: one ``_trial`` per grid point and sample; every trial's outcome, failed ones
+    included. ``inits``: the k-means init of each (n_clusters, seed); ``space``: more of Tune's
+    ``param_space`` (``choose_k``'s grid over ``n_clusters``)."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -252,7 +256,7 @@ def run_trials(job: ResolvedJob, inits: dict[int, InitialState], name: str) -> l
               "events": events.current_channel()}
     trainable = tune.with_resources(tune.with_parameters(_trial, shared=shared), {"CPU": s.trial_cpus})
     tuner = tune.Tuner(
-        trainable, param_space=param_space(s),
+        trainable, param_space={**param_space(s), **(space or {})},
         # the generator limits concurrency (TuneConfig's max_concurrent_trials would only warn that it
         # ignores itself beside a SearchGenerator)
         tune_config=tune.TuneConfig(num_samples=s.num_samples,
@@ -262,7 +266,8 @@ def run_trials(job: ResolvedJob, inits: dict[int, InitialState], name: str) -> l
         # TorchTrainer, with the same run name and storage, resumes from the trial's last checkpoint
         run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=cfg.train.max_failures),
-                                  callbacks=[_Progress(n_trials(s))]))
+                                  callbacks=[_Progress(n_trials(s) * int(np.prod(
+                                      [len(v["grid_search"]) for v in (space or {}).values()] or [1])))]))
     trials = collect(tuner.fit(), job.model)
     for t in trials:
         log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
@@ -318,3 +323,94 @@ def error_summary(text: str | None) -> str:
         if "Error" in ln or "error" in ln:
             return ln[:500]
     return (lines[-1] if lines else "unknown error")[:500]
+
+
+# ---------------------------------------------------------------------------- choosing K on Ray
+def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
+    """``neurcam choose-k --config``: a Ray Tune search with one trial per (K, seed), each a Ray
+    Train run on every row like ``neurcam train``; then each K is measured on the driver
+    (``choosing.measure``: every trial's model scores the same sample of the first seed's k-means
+    sample) and one K proposed (``choosing.decide``). Writes ``OUTPUT/choice/`` (``choice.json``,
+    ``choice.html``) and each trial's model under ``OUTPUT/trials/NAME/``. Returns the
+    ``KChoice``. The config's ``search:`` section gives only ``max_concurrent_trials``."""
+    from ..choosing import k_range
+    ks = k_range(k)
+    if seeds < 2:
+        raise ConfigError(f"seeds must be 2 or more: stability is the agreement between seeds, got {seeds}")
+    cfg = coerce_config(config)
+    concurrent = cfg.search.max_concurrent_trials if cfg.search else 1
+    s = SearchConfig(seeds=list(range(seeds)), max_concurrent_trials=concurrent)
+    cfg = cfg.model_copy(update={"search": s})
+    t_start = time.perf_counter()
+    tc = cfg.train
+    early = resolve_early(cfg)
+    with held_stderr() as start:
+        ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
+        check_resources(cfg, search=True)
+    name = name or f"choose-k-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    log(f"choose-k {name}: K = {ks[0]}..{ks[-1]} x {seeds} seeds = {len(ks) * seeds} trial(s), at most "
+        f"{s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
+    with routed_logs(cfg.output, log, earlier=start.text):
+        return _choose_k(resolve(cfg, early), ks, name, t_start)
+
+
+def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
+    from ray import tune
+
+    from ..choosing import MAX_ROWS, SILHOUETTE_ROWS, choice_html, decide, describe_clusters, measure
+    from ..storage import atomic_directory
+    s, tc = job.config.search, job.train
+    plan, prof = prepare(job)
+    if ks[-1] >= min(tc.kmeans_sample, plan.n_rows):
+        raise ConfigError(f"k goes up to {ks[-1]}, but the k-means sample has {min(tc.kmeans_sample, plan.n_rows)} "
+                          f"rows: use K below that, or raise train.kmeans_sample")
+    with unchanged_input(plan):
+        inits = {(kk, seed): initial_state(job.with_params({"n_clusters": kk, "random_state": seed}), prof)
+                 for kk in ks for seed in s.seeds}
+        trials = run_trials(job, inits, name, space={"n_clusters": tune.grid_search(list(ks))})
+    failed = [t for t in trials if t.status != "ok"]
+    if failed:
+        raise SearchError(f"{len(failed)} of the {len(trials)} trial(s) of {name} failed, so their K cannot be "
+                          f"measured:\n" + "\n".join(f"  {t.trial_id} {t.params}: {t.failure()}" for t in failed))
+    first = inits[(ks[0], s.seeds[0])]
+    sample = first.sample
+    keep = np.sort(np.random.default_rng(0).permutation(sample.num_rows)[:MAX_ROWS])
+    rows = sample.take(keep)
+    X = rows.select(plan.features).to_pandas()
+    fits: dict[int, list[dict]] = {kk: [] for kk in ks}
+    space = None
+    for t in sorted(trials, key=lambda t: (int(t.params["n_clusters"]), int(t.params["random_state"]))):
+        est = NeurCAM.load(join(t.output, "model"))
+        set_reference(est, first, plan, tc.reference_rows, 0)
+        if space is None:
+            space = est.clustering_space(X) if plan.repr_kind == "features" else data_embedding(rows, plan)
+        imp = est.importance_
+        fits[int(t.params["n_clusters"])].append(
+            {"labels": np.asarray(est.predict(X)), "top": list(imp["term"].iloc[:5]),
+             "terms_used": int((imp["importance"] > 0).sum()), "seconds": float(t.metrics.get("train_seconds", 0.0))})
+    sil_rows = np.sort(np.random.default_rng(0).permutation(len(X))[:SILHOUETTE_ROWS])
+    table = [measure(kk, fits[kk], space, sil_rows) for kk in ks]
+    for r in table:
+        log(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {r['inertia']:.4g}")
+    proposal = decide(table, len(s.seeds), len(X), 0.0, how="on every row")
+    chosen = next(t for t in trials if int(t.params["n_clusters"]) == proposal.k
+                  and int(t.params["random_state"]) == s.seeds[0])
+    est = NeurCAM.load(join(chosen.output, "model"))
+    set_reference(est, first, plan, tc.reference_rows, 0)
+    choice = dataclasses.replace(proposal, seconds=time.perf_counter() - t_start, clusters=describe_clusters(est, X))
+    record = json.dumps({"config": str(job.config.output), "trials": f"trials/{name}", **choice.to_dict()},
+                        indent=1, default=float)
+
+    def write(tmp: Path) -> None:
+        (tmp / "choice.json").write_text(record + "\n")
+        (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {name}"))
+    out = join(job.output, "choice")
+    atomic_directory(out if is_uri(out) else Path(out), write, marker="choice.json")
+    log(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
+    return choice
+
+
+def data_embedding(table, plan):
+    """The representation columns of sampled rows (a run clustering in ``data.embedding``)."""
+    from ..data import embedding
+    return embedding(table, plan)
