@@ -164,6 +164,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         arr, coding = self._validate_fit_input(X)
         names = coding.names
         n, d = arr.shape
+        if self.n_clusters == "auto" and X_repr is not None:
+            raise ConfigError("n_clusters='auto' chooses K in the features' clustering space; with X_repr, measure "
+                              "K in your representation and pass it as n_clusters")
         choice = self._choose_k(X, n) if self.n_clusters == "auto" else None
         params = {**self.get_params(), **({"n_clusters": choice.k} if choice else {})}
         spec = TrainingSpec.for_data(params, n, d)   # the one check of the hyperparameters

@@ -105,6 +105,7 @@ def test_the_cli_writes_choice_json_and_page_and_reruns_in_place(three, tmp_path
     assert choice["k"] == 3 and choice["rule"].startswith("the largest K") and choice["runner_up"]["k"] in (2, 4)
     assert [r["k"] for r in choice["table"]] == [2, 3, 4] and all("seconds" in r and "ari" in r for r in choice["table"])
     assert choice["features"] == ["a", "b", "c", "d", "tier"] and len(choice["clusters"]) == 3
+    assert sum(c["share"] for c in choice["clusters"]) == pytest.approx(1.0)
     page = (tmp_path / "k" / "choice.html").read_text()
     assert "Proposed K = 3" in page and "data:image/png;base64," in page and "<h2>The 3 clusters" in page
     assert "http" not in page.replace("http-equiv", "")       # one offline page
@@ -138,6 +139,8 @@ def test_fit_n_clusters_auto_fits_the_proposed_k_and_the_model_keeps_the_choice(
     assert adjusted_rand_score(y, est.predict(X)) == 1.0
     with pytest.raises(ConfigError, match="n_clusters must be an integer"):
         NeurCAM(n_clusters="many").fit(X)
+    with pytest.raises(ConfigError, match="with X_repr"):
+        NeurCAM(n_clusters="auto").fit(X, X_repr=np.zeros((len(X), 2)))
 
 
 def test_the_choosing_k_page_python_block_runs_as_written(capsys):

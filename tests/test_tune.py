@@ -231,7 +231,8 @@ def test_choose_k_on_ray_runs_one_trial_per_k_and_seed_and_writes_the_choice(sha
     """``neurcam choose-k --config``: a Tune search over (K, seed) on every row, the K measured on
     the driver and one proposed; the choice beside the trials in the config's output."""
     import yaml
-    config = job(shards, tmp_path / "out", {"seeds": 7, "m": [1.05, 1.1]})   # search: gives nothing but concurrency
+    # search: gives nothing but its concurrency (two trials at once, each on 1 of the session's 4 CPUs)
+    config = job(shards, tmp_path / "out", {"seeds": 7, "m": [1.05, 1.1], "max_concurrent_trials": 2})
     config["model"].update(early_stopping=True, epochs=40, warmup_epochs=10)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
     assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--k", "2-3", "--seeds", "2"]) == 0
