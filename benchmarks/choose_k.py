@@ -23,6 +23,7 @@ gap statistic on the mixtures; K = 2..12 on the 3,000 x 8 table within 3 minutes
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,9 @@ def design(n_tables: int = 40) -> list[dict]:
     return out
 
 
+TABLES: list[dict] = []   # choose_k's per-K table of every row, written beside the results
+
+
 def compare(name: str, X: pd.DataFrame, y, ks, truth: int) -> dict:
     x = X.select_dtypes("number").to_numpy(np.float64)
     x = (x - x.mean(0)) / np.where(x.std(0) > 0, x.std(0), 1)
@@ -139,6 +143,7 @@ def compare(name: str, X: pd.DataFrame, y, ks, truth: int) -> dict:
     seconds = time.perf_counter() - t0
     fits = lloyd(x, list(ks))
     sil, gap = best_silhouette(x, fits, rows), gap_statistic(x, fits)
+    TABLES.append({"table": name, "true K": truth, "per K": choice.table})
     row = {"table": name, "rows": len(X), "true K": truth, "NeurCAM choose_k": choice.k,
            "runner-up": choice.runner_up["k"] if choice.runner_up else "", "sure": "yes" if choice.sure else "no",
            "best silhouette (Lloyd)": sil, "gap statistic (Lloyd)": gap, "choose_k seconds": round(seconds, 1)}
@@ -151,8 +156,20 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="the generated mixtures only")
     ap.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="folder with pendigits.csv.gz, letters.csv.gz")
     ap.add_argument("--design", action="store_true", help="only the rule's design grid (40 other mixtures, KMeans)")
+    ap.add_argument("--design-tables", type=int, default=0, metavar="N",
+                    help="only choose_k's per-K tables on the first N design mixtures (NeurCAM's own figures)")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "choose_k.md")
     args = ap.parse_args()
+    if args.design_tables:
+        rng = np.random.default_rng(12345)
+        drawn = [(int(rng.integers(2, 13)), float(rng.uniform(1.0, 3.0))) for _ in range(40)]
+        for i, (k, sep) in list(enumerate(drawn))[:args.design_tables]:
+            X, y = mixture(k, sep, seed=1000 + i)
+            choice = choose_k(X, y, k=range(2, 13), verbose=False)
+            TABLES.append({"table": f"design {i}: K={k}, separation {sep:.2f}", "true K": k, "per K": choice.table})
+            print(TABLES[-1]["table"], "->", choice.k, flush=True)
+        write_atomic(args.out.with_name("choose_k_design_tables.json"), json.dumps(TABLES, indent=1, default=float))
+        return
     if args.design:
         rows = design()
         text = "\n".join(["# Choosing K: the rule's design grid (benchmarks/choose_k.py --design)", "", machine(), "",
@@ -182,6 +199,7 @@ def main() -> None:
         lines += ["## Labelled public tables (proposed K against the number of classes)", "",
                   markdown_table(public), ""]
     write_atomic(args.out, "\n".join(lines))
+    write_atomic(args.out.with_suffix(".json"), json.dumps(TABLES, indent=1, default=float))
     print("\n".join(lines))
 
 

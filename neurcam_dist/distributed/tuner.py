@@ -173,21 +173,28 @@ def search(config, *, name: str | None = None, prepare_winner=None) -> SearchRes
     re-clustering gives it its stable cluster ids there), while the input is still checked; what
     it returns, when callable, is given the winner's explanation before the report is written
     (the re-clustering adds its comparison with the champion there)."""
-    cfg = coerce_config(config)
-    s = cfg.search or SearchConfig()
-    cfg = cfg.model_copy(update={"search": s})
-    t_start = time.perf_counter()
-    tc = cfg.train
-    early = resolve_early(cfg)
-    with held_stderr() as start:
-        ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
-        check_resources(cfg, search=True)
+    cfg, early, held, t_start = _begin(config, lambda c: c.search or SearchConfig())
+    s, tc = cfg.search, cfg.train
     name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, log, earlier=start.text):
+    with routed_logs(cfg.output, log, earlier=held):
         return _search(resolve(cfg, early), name, t_start, prepare_winner)
+
+
+def _begin(config, search_of) -> tuple:
+    """A search's start: the config with its ``search_of(config)`` section, the checks made before
+    Ray, Ray up with room for the concurrent trials: ``(config, early, held stderr, start time)``."""
+    cfg = coerce_config(config)
+    cfg = cfg.model_copy(update={"search": search_of(cfg)})
+    s, tc = cfg.search, cfg.train
+    t_start = time.perf_counter()
+    early = resolve_early(cfg)
+    with held_stderr() as start:
+        ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
+        check_resources(cfg, search=True)
+    return cfg, early, start.text, t_start
 
 
 def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> SearchResult:
@@ -337,20 +344,13 @@ def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
     ks = k_range(k)
     if seeds < 2:
         raise ConfigError(f"seeds must be 2 or more: stability is the agreement between seeds, got {seeds}")
-    cfg = coerce_config(config)
-    concurrent = cfg.search.max_concurrent_trials if cfg.search else 1
-    s = SearchConfig(seeds=list(range(seeds)), max_concurrent_trials=concurrent)
-    cfg = cfg.model_copy(update={"search": s})
-    t_start = time.perf_counter()
-    tc = cfg.train
-    early = resolve_early(cfg)
-    with held_stderr() as start:
-        ensure_ray(min_cpus=s.max_concurrent_trials * (tc.num_workers * tc.cpus_per_worker + s.trial_cpus) + 1)
-        check_resources(cfg, search=True)
+    cfg, early, held, t_start = _begin(config, lambda c: SearchConfig(
+        seeds=list(range(seeds)), max_concurrent_trials=c.search.max_concurrent_trials if c.search else 1))
+    s, tc = cfg.search, cfg.train
     name = name or f"choose-k-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     log(f"choose-k {name}: K = {ks[0]}..{ks[-1]} x {seeds} seeds = {len(ks) * seeds} trial(s), at most "
         f"{s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, log, earlier=start.text):
+    with routed_logs(cfg.output, log, earlier=held):
         return _choose_k(resolve(cfg, early), ks, name, t_start)
 
 
