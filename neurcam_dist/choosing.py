@@ -230,10 +230,15 @@ def _run(tasks, make, Xs, subs, n_jobs):
         for kk, s in tasks:
             yield _fit_one(make, kk, s, Xs, subs[s], first=(kk, s) == tasks[0], threads=None)
         return
+    import warnings
+
     from joblib import Parallel, delayed
     threads = max(1, cores // jobs)
-    yield from Parallel(n_jobs=jobs, return_as="generator")(
-        delayed(_fit_one)(make, kk, s, Xs, subs[s], first=(kk, s) == tasks[0], threads=threads) for kk, s in tasks)
+    with warnings.catch_warnings():   # loky's note that it replaced a worker it had let go when idle
+        warnings.filterwarnings("ignore", message="A worker stopped while some jobs were given")
+        yield from Parallel(n_jobs=jobs, return_as="generator")(
+            delayed(_fit_one)(make, kk, s, Xs, subs[s], first=(kk, s) == tasks[0], threads=threads)
+            for kk, s in tasks)
 
 
 def _fit_one(make, k: int, seed: int, Xs, sub, first: bool, threads: int | None) -> dict:
