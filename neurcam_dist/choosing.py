@@ -15,6 +15,7 @@ The estimator is passed in (``make(k, seed)`` returns an unfitted one), so this 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -118,10 +119,13 @@ def k_range(spec) -> list[int]:
     return ks
 
 
-def check_request(ks: list[int], seeds: int, n_rows: int) -> None:
-    """Refuse before any fit: one seed (stability needs two), a K that a seed's subsample cannot hold."""
+def check_request(ks: list[int], seeds: int, n_rows: int | None = None) -> None:
+    """Refuse before any fit: one seed (stability needs two) and, once the rows are counted, a K
+    that a seed's subsample cannot hold."""
     if seeds < 2:
         raise ConfigError(f"seeds must be 2 or more: stability is the agreement between seeds, got {seeds}")
+    if n_rows is None:
+        return
     fit_rows = int(SUBSAMPLE * min(n_rows, MAX_ROWS))
     if ks[-1] >= fit_rows:
         raise ConfigError(f"k goes up to {ks[-1]}, but each seed is fitted on {fit_rows} rows "
@@ -196,17 +200,15 @@ def choose_k(X, make: Callable[[int, int], object], k=range(2, 13), *, y=None, s
                 r = table[-1]
                 say(f"K={kk}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, "
                     f"inertia {r['inertia']:.4g} ({r['seconds']:.1f} s)")
-    chosen = propose(table, seeds)[0]
-    sparse = smallest = None
-    if terms:
-        sparse, smallest = _sparser(make, chosen, Xs, space, X_cols=getattr(Xs, "shape", (0, 0))[1], say=say)
-    clusters = []
+    choice = decide(table, seeds, m, 0.0)
+    extra, full = {}, None
+    if terms:            # its first model is the proposed K on every sampled row, seed 0: the one describe needs
+        extra["terms"], extra["smallest"], full = _sparser(make, choice.k, Xs, space, say=say)
     if describe:
-        est = make(chosen, 0)
-        est.fit(Xs)
-        clusters = describe_clusters(est, Xs)
-    return decide(table, seeds, m, time.perf_counter() - started, terms=sparse, smallest=smallest,
-                  clusters=clusters)
+        if full is None:
+            full = make(choice.k, 0).fit(Xs)
+        extra["clusters"] = describe_clusters(full, Xs)
+    return dataclasses.replace(choice, seconds=time.perf_counter() - started, **extra)
 
 
 def decide(table: list[dict], seeds: int, rows: int, seconds: float, how: str = ON_SUBSAMPLES, **extra) -> KChoice:
@@ -253,10 +255,15 @@ def _fit_one(make, k: int, seed: int, Xs, sub, first: bool, threads: int | None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)     # empty clusters show in the table as inertia
         est.fit(_rows(Xs, sub))
+    return {**fit_record(est, Xs, time.perf_counter() - t0), "space": est.clustering_space(Xs) if first else None}
+
+
+def fit_record(est, X, seconds: float) -> dict:
+    """What ``measure`` needs of one fitted seed: its ``labels`` of the rows ``X``, its ``top``
+    terms, the ``terms_used`` (non-zero importance) and its ``seconds``."""
     imp = est.importance_
-    return {"labels": np.asarray(est.predict(Xs)), "top": list(imp["term"].iloc[:TOP_TERMS]),
-            "terms_used": int((imp["importance"] > 0).sum()), "seconds": time.perf_counter() - t0,
-            "space": est.clustering_space(Xs) if first else None}
+    return {"labels": np.asarray(est.predict(X)), "top": list(imp["term"].iloc[:TOP_TERMS]),
+            "terms_used": int((imp["importance"] > 0).sum()), "seconds": float(seconds)}
 
 
 def measure(k: int, fits: list[dict], space: np.ndarray, sil_rows: np.ndarray, y=None) -> dict:
@@ -283,22 +290,28 @@ def measure(k: int, fits: list[dict], space: np.ndarray, sil_rows: np.ndarray, y
     return row
 
 
-def _sparser(make, k: int, Xs, space, X_cols: int, say) -> tuple[list[dict], dict]:
+def _sparser(make, k: int, Xs, space, say) -> tuple[list[dict], dict, object]:
     """The proposed K with fewer terms (the paper's sparsity figure): the full model (a single
     term per feature), then 1, 2, 4, ... single terms, and pair terms only (2, 4); each on every
-    sampled row with seed 0. The smallest within ``TERMS_WITHIN`` of the full model's inertia."""
+    sampled row with seed 0. Returns the rows, the smallest within ``TERMS_WITHIN`` of the full
+    model's inertia, and the full model when it is ``make(k, 0)`` itself (its terms not set
+    otherwise), else None."""
+    import warnings
+
     from .metrics import inertia
-    d = X_cols
+    d = Xs.shape[1]
     grid = [(None, 0)] + [(c, 0) for c in _powers(d)] + [(0, p) for p in (2, 4) if d >= 2]
-    rows = []
+    rows, full = [], None
+    own = make(k, 0).get_params()
     for n_single, n_pairs in grid:
         t0 = time.perf_counter()
         est = make(k, 0)
         est.set_params(n_single=n_single, n_pairs=n_pairs)
-        import warnings
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             est.fit(Xs)
+        if full is None and (n_single, n_pairs) == (own["n_single"], own["n_pairs"]) == (None, 0):
+            full = est
         rows.append({"n_single": d if n_single is None else n_single, "n_pairs": n_pairs,
                      "terms": (d if n_single is None else n_single) + n_pairs,
                      "inertia": float(inertia(space, np.asarray(est.predict(Xs)))),
@@ -310,7 +323,7 @@ def _sparser(make, k: int, Xs, space, X_cols: int, say) -> tuple[list[dict], dic
     for r in rows:
         r["ratio"] = r["inertia"] / full if full > 0 else 1.0
     within = [r for r in rows if r["ratio"] <= TERMS_WITHIN]
-    return rows, min(within, key=lambda r: (r["terms"], r["ratio"]))
+    return rows, min(within, key=lambda r: (r["terms"], r["ratio"])), full
 
 
 def _powers(d: int) -> list[int]:

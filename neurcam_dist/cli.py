@@ -113,14 +113,19 @@ def _params(args) -> dict:
     return p
 
 
-def _n_clusters(text: str):
-    """``--n-clusters``: a whole number, or ``auto`` (``neurcam choose-k``'s proposal on the table)."""
-    if text.strip().lower() == "auto":
-        return "auto"
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number or 'auto', got {text!r}") from None
+def _kind_or_words(spec):
+    """A flag's type from its table entry: the entry's kind, or one of its ``words`` (``--n-clusters
+    auto``)."""
+    def parse(text: str):
+        if text.strip().lower() in spec.words:
+            return text.strip().lower()
+        try:
+            return spec.kind(text)
+        except ValueError:
+            what = {"int": "a whole number", "float": "a number"}.get(spec.kind.__name__, spec.kind.__name__)
+            raise argparse.ArgumentTypeError(f"{what} or {' or '.join(map(repr, spec.words))}, got {text!r}") from None
+    parse.__name__ = spec.kind.__name__
+    return parse
 
 
 def _add_model_args(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
@@ -140,7 +145,7 @@ def _add_model_args(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
         elif spec.kind is tuple:
             g.add_argument(*flags, dest=name, nargs="+", action=_Widths, default=None, metavar="WIDTH", help=doc)
         else:
-            g.add_argument(*flags, dest=name, type=_n_clusters if name == "n_clusters" else spec.kind,
+            g.add_argument(*flags, dest=name, type=_kind_or_words(spec) if spec.words else spec.kind,
                            choices=spec.choices, default=None, required=name == "n_clusters", help=doc)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -545,9 +550,11 @@ def _fit(args) -> int | None:
 
 def _choose_k(args) -> None:
     if args.config:
-        given = [f for f in ("input", "output", "features", "label", "id", "categorical") if getattr(args, f, None)]
+        given = [f for f in ("input", "output", "features", "label", "id", "categorical", "terms")
+                 if getattr(args, f, None)]
         if given:
-            raise ConfigError(f"--config says where the data and the output are: leave out --{given[0]}")
+            raise ConfigError(f"--config says where the data and the output are (and --terms is for a table "
+                              f"in this process): leave out --{given[0]}")
         flags = sorted(k for k in _params(args) if k != "verbose")
         if flags:
             raise ConfigError(f"--config's model: section holds the hyperparameters: write --set model.{flags[0]}=... "

@@ -284,7 +284,7 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     if "n_clusters" in params:
         raise ConfigError("--n-clusters is what choose-k chooses: give the values to compare as --k (2-12)")
     ks = k_range(k)
-    check_request(ks, seeds, 10**9)
+    check_request(ks, seeds)          # seeds, before the data is read
     refuse_overwrite(output, inputs=[data])
     check_writable(output, "--output")
     check_room(output, 16 * 2**20)

@@ -340,10 +340,9 @@ def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
     sample) and one K proposed (``choosing.decide``). Writes ``OUTPUT/choice/`` (``choice.json``,
     ``choice.html``) and each trial's model under ``OUTPUT/trials/NAME/``. Returns the
     ``KChoice``. The config's ``search:`` section gives only ``max_concurrent_trials``."""
-    from ..choosing import k_range
+    from ..choosing import check_request, k_range
     ks = k_range(k)
-    if seeds < 2:
-        raise ConfigError(f"seeds must be 2 or more: stability is the agreement between seeds, got {seeds}")
+    check_request(ks, seeds)
     cfg, early, held, t_start = _begin(config, lambda c: SearchConfig(
         seeds=list(range(seeds)), max_concurrent_trials=c.search.max_concurrent_trials if c.search else 1))
     s, tc = cfg.search, cfg.train
@@ -357,7 +356,8 @@ def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
 def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     from ray import tune
 
-    from ..choosing import MAX_ROWS, SILHOUETTE_ROWS, choice_html, decide, describe_clusters, measure
+    from ..choosing import MAX_ROWS, SILHOUETTE_ROWS, choice_html, decide, describe_clusters, fit_record, measure
+    from ..data import embedding
     from ..storage import atomic_directory
     s, tc = job.config.search, job.train
     plan, prof = prepare(job)
@@ -378,26 +378,23 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     rows = sample.take(keep)
     X = rows.select(plan.features).to_pandas()
     fits: dict[int, list[dict]] = {kk: [] for kk in ks}
+    first_seed: dict[int, NeurCAM] = {}          # each K's first seed: the proposal's is described
     space = None
     for t in sorted(trials, key=lambda t: (int(t.params["n_clusters"]), int(t.params["random_state"]))):
         est = NeurCAM.load(join(t.output, "model"))
         set_reference(est, first, plan, tc.reference_rows, 0)
         if space is None:
-            space = est.clustering_space(X) if plan.repr_kind == "features" else data_embedding(rows, plan)
-        imp = est.importance_
-        fits[int(t.params["n_clusters"])].append(
-            {"labels": np.asarray(est.predict(X)), "top": list(imp["term"].iloc[:5]),
-             "terms_used": int((imp["importance"] > 0).sum()), "seconds": float(t.metrics.get("train_seconds", 0.0))})
+            space = est.clustering_space(X) if plan.repr_kind == "features" else embedding(rows, plan)
+        kk = int(t.params["n_clusters"])
+        fits[kk].append(fit_record(est, X, t.metrics.get("train_seconds", 0.0)))
+        first_seed.setdefault(kk, est)
     sil_rows = np.sort(np.random.default_rng(0).permutation(len(X))[:SILHOUETTE_ROWS])
     table = [measure(kk, fits[kk], space, sil_rows) for kk in ks]
     for r in table:
         log(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {r['inertia']:.4g}")
     proposal = decide(table, len(s.seeds), len(X), 0.0, how="on every row")
-    chosen = next(t for t in trials if int(t.params["n_clusters"]) == proposal.k
-                  and int(t.params["random_state"]) == s.seeds[0])
-    est = NeurCAM.load(join(chosen.output, "model"))
-    set_reference(est, first, plan, tc.reference_rows, 0)
-    choice = dataclasses.replace(proposal, seconds=time.perf_counter() - t_start, clusters=describe_clusters(est, X))
+    choice = dataclasses.replace(proposal, seconds=time.perf_counter() - t_start,
+                                 clusters=describe_clusters(first_seed[proposal.k], X))
     record = json.dumps({"config": str(job.config.output), "trials": f"trials/{name}", **choice.to_dict()},
                         indent=1, default=float)
 
@@ -408,9 +405,3 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     atomic_directory(out if is_uri(out) else Path(out), write, marker="choice.json")
     log(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
     return choice
-
-
-def data_embedding(table, plan):
-    """The representation columns of sampled rows (a run clustering in ``data.embedding``)."""
-    from ..data import embedding
-    return embedding(table, plan)
