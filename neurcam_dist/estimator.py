@@ -17,12 +17,10 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .errors import ConfigError, DataError, ModelFileError
 from . import metrics
-from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, log_assignment
+from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, loop
 from .model.device import resolve_device, resolve_precision
 from .model.initial import initial_centroids
-from .model.loss import fcm_log_membership, squared_distances
 from .model.perf import keep_freed_memory
-from .model.step import shuffled_batches
 from .params import HYPERPARAMETERS
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms
 from .storage import jsonable, read_model_dir, write_model_dir
@@ -254,28 +252,21 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             warnings.warn(note, UserWarning, stacklevel=3)
 
     def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, spec: TrainingSpec, callback) -> list[dict]:
-        """Epochs over shuffled in-memory batches until the schedule finishes (distilling toward
-        the k-means assignment first, when ``init='distill'``); the history records."""
-        net = trainer.net
-        targets = (fcm_log_membership(squared_distances(xr_t, net.centroids.detach()), spec.m)
-                   if spec.distill_epochs > 0 else None)
-        gen = torch.Generator().manual_seed(spec.random_state)
-        records = []
+        """The epoch loop (``model.loop``) over the rows in memory, reshuffled every epoch, with a
+        progress bar and the caller's ``callback``; the history records."""
+        feed = loop.Rows(x_t, xr_t, spec.batch_size, torch.Generator().manual_seed(spec.random_state),
+                         loop.Targets(trainer.net.centroids, spec.m))
         bar = _progress(self.verbose, spec.epochs)
-        while not trainer.finished:
-            te = time.perf_counter()
-            batches = shuffled_batches(x_t, xr_t, targets if trainer.schedule.uses_teacher else None, spec.batch_size, gen)
-            stats = trainer.run_epoch(batches)
-            rec, action = trainer.end_epoch(stats.means(), time.perf_counter() - te)
-            records.append(rec)
-            if action == "freeze_teacher":  # the teacher's assignment is fixed per row: cache it once
-                targets = log_assignment(trainer.teacher, x_t, 1.0, 1.0)
+
+        def after_epoch(rec: dict, action) -> None:
             s = trainer.schedule
             bar.update(1)
-            bar.set_postfix(phase=s.phase, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}", T2=f"{s.t2:.3g}")
+            bar.set_postfix(phase=s.phase.value, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}", T2=f"{s.t2:.3g}")
             if callback is not None:
-                callback({"record": rec, "schedule": s, "net": net, "teacher": trainer.teacher,
-                          "targets": targets, "x": x_t, "xr": xr_t, "action": action})
+                callback({"record": rec, "schedule": s, "net": trainer.net, "teacher": trainer.teacher,
+                          "targets": feed.current_targets(trainer), "x": x_t, "xr": xr_t, "action": action})
+
+        records = loop.run(trainer, feed, after_epoch=after_epoch)
         bar.close()
         return records
 

@@ -255,25 +255,28 @@ def test_a_held_shard_is_one_slice_of_every_row_in_batches():
 def test_a_held_slice_is_let_go_once_its_rows_are_resident_and_kept_when_they_are_not():
     from types import SimpleNamespace
 
-    from neurcam_dist.distributed.worker import HeldShard, _batches, _Resident
+    from neurcam_dist.distributed.worker import HeldShard, ShardFeed, _Resident
+    from neurcam_dist.model.loop import Targets
+    from neurcam_dist.model.schedule import Phase
     table = pa.table({"key": np.arange(10, dtype=np.int64), "v": np.arange(10, dtype=np.float32)})
 
     def collate(t):
         v = torch.from_numpy(np.array(t["v"]))
         return v[:, None], v[:, None] * 2, torch.from_numpy(np.array(t["key"]))
 
-    c = SimpleNamespace(spec=SimpleNamespace(batch_size=4, random_state=0))
-    trainer = SimpleNamespace(schedule=SimpleNamespace(epoch=0, annealing=False, uses_teacher=False, phase="warmup"),
-                              teacher=None)
+    trainer = SimpleNamespace(schedule=SimpleNamespace(epoch=0, annealing=False, uses_teacher=False,
+                                                       phase=Phase.WARMUP), teacher=None)
     group = SimpleNamespace(world=1, rank=0, device=torch.device("cpu"))
     for budget, resident in ((2**20, True), (60, False)):
         said = []
         shard, keep = HeldShard(table, 0, 1, collate), _Resident(True, budget, seed=0, rank=0, say=said.append)
+        feed = ShardFeed(shard, 4, 0, group, keep, None, Targets(torch.zeros(2, 1), 1.05))
         epochs = []
         for epoch in range(2):
             trainer.schedule.epoch = epoch
-            epochs.append(sorted(int(v) for b in _batches(shard, c, trainer, group, keep, None) for v in b.x[:, 0]))
+            epochs.append(sorted(int(v) for b in feed.batches(trainer) for v in b.x[:, 0]))
         assert epochs == [list(range(10))] * 2 and keep.ready is resident
+        assert feed.source == ("resident" if resident else "held")
         # resident: the host slice is a second copy and is let go; past the budget it is the feed and stays
         assert (shard.x is None) is resident and (shard.keys is None) is resident
         assert resident or "passed the resident budget" in said[0]

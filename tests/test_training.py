@@ -3,8 +3,8 @@ import copy
 
 import torch
 
+from neurcam_dist.model.loop import Targets
 from neurcam_dist.model.step import Batch
-from neurcam_dist.model.loss import fcm_log_membership, squared_distances
 from neurcam_dist.model.network import NeurCAMNet
 from neurcam_dist.model.schedule import Schedule
 from neurcam_dist.model.trainer import Trainer
@@ -16,21 +16,17 @@ def _setup(x):
     return Trainer(net, sched, m=1.05, gamma=1.0, lr=2e-3, lr_patience=2)
 
 
-def _target_fn(trainer, init_centroids):
-    def fn(batch):
-        if trainer.schedule.phase == "distill":
-            return fcm_log_membership(squared_distances(batch.xr, init_centroids), 1.05)
-        with torch.no_grad():
-            return torch.log_softmax(trainer.teacher(batch.x, 1.0, 1.0), 1)
-    return fn
+def _batch(trainer, x, init_centroids):
+    """Rows ``x`` with the KL term's target in the trainer's phase."""
+    return Batch(x, x, Targets(init_centroids, 1.05).of(trainer, x, x))
 
 
 def _epochs(trainer, x, gen, n, init_centroids):
     actions = []
     for _ in range(n):
         perm = torch.randperm(len(x), generator=gen)
-        batches = (Batch(x[perm[i:i + 16]], x[perm[i:i + 16]]) for i in range(0, len(x), 16))
-        stats = trainer.run_epoch(batches, target_fn=_target_fn(trainer, init_centroids))
+        batches = (_batch(trainer, x[perm[i:i + 16]], init_centroids) for i in range(0, len(x), 16))
+        stats = trainer.run_epoch(batches)
         actions.append(trainer.end_epoch(stats.means(), 0.0)[1])
     return actions
 
@@ -66,7 +62,7 @@ def test_max_seconds_lowers_the_budget_to_what_fits_and_ends_with_locked_gates()
     sched.seconds = 4.0  # spent before training (k-means)
     n = 0
     while not trainer.finished:
-        stats = trainer.run_epoch([Batch(x, x)], target_fn=_target_fn(trainer, x[:3]))
+        stats = trainer.run_epoch([_batch(trainer, x, x[:3])])
         trainer.end_epoch(stats.means(), 1.0)  # every epoch "takes" one second
         n += 1
         assert n < 100

@@ -1,14 +1,14 @@
-"""One Ray Train worker: stream this worker's shard every epoch through the shared ``Trainer``.
+"""One Ray Train worker: its set-up around the epoch loop the estimator runs too (``model.loop``).
 
 The worker builds its trainer with ``model.build_trainer`` from the same ``TrainingSpec`` the
-in-memory estimator uses; only the reductions differ: epoch sums and the one-hot test of the gates
-are all-reduced, so every worker takes the same schedule decisions. Checkpoints hold the whole
-``Trainer`` state, so a restarted worker group resumes mid-phase with the same temperatures and
-optimiser moments.
+in-memory estimator uses, with its group (``_Group``: epoch sums and the one-hot test of the gates
+are all-reduced, so every worker takes the same schedule decisions; the network is wrapped in DDP)
+and its feed (``ShardFeed``). Checkpoints hold the whole ``Trainer`` state, so a restarted worker
+group resumes mid-phase with the same temperatures and optimiser moments.
 
 Device-resident shards (``train.cache: device``, or ``auto`` when the shard fits): the first epoch
 streams the shard and keeps its rows on the worker's device; later epochs reshuffle them there
-with the estimator's own ``shuffled_batches``, and the frozen warm-up model's assignment is
+through the estimator's own feed (``loop.Rows``), and the frozen warm-up model's assignment is
 computed once per row when warm-up ends (no second forward per batch), as in memory. A shard that
 streams every epoch keeps that assignment per row key (``teacher.RowTargets``).
 
@@ -18,6 +18,7 @@ resident, takes them from there every epoch.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -27,15 +28,12 @@ import numpy as np
 import torch
 from ray.data.collate_fn import ArrowBatchCollateFn
 
-from ..errors import TrainingError
 from ..data import ROW_KEY, Plan, embedding
 from ..data.reading import HeldRows, feature_matrix
-from ..model import TrainingSpec, build_trainer
+from ..model import TrainingSpec, build_trainer, loop
 from ..model.device import resolve_precision
-from ..model.loss import fcm_log_membership, squared_distances
 from ..model.perf import keep_freed_memory
-from ..model.fitted import log_assignment
-from ..model.step import Batch, EpochStats, batch_indices, shuffled_batches
+from ..model.step import Batch, batch_indices
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
 from ..settings import deterministic_algorithms
@@ -135,14 +133,19 @@ class _Group:
         dist.all_reduce(sums)
         return sums.cpu()
 
-    def wrap(self, trainer: Trainer) -> None:
-        """(Re)wrap the network in DDP over the parameters that train now: rebuilt after a gate
-        lock, since DDP fixes its set of synchronised parameters at construction."""
+    def wrap(self, net: torch.nn.Module) -> torch.nn.Module:
+        """The module the steps run: ``net`` wrapped in DDP over the parameters that train now
+        (the trainer wraps it again after a gate lock, since DDP fixes its set of synchronised
+        parameters at construction)."""
         if not self.distributed:
-            return
+            return net
         from torch.nn.parallel import DistributedDataParallel
         ids = [self.device.index] if self.device.type == "cuda" else None
-        trainer.model = DistributedDataParallel(trainer.net, device_ids=ids)
+        return DistributedDataParallel(net, device_ids=ids)
+
+    def joined(self, model: torch.nn.Module):
+        """DDP's join context, for shards that end after different numbers of batches."""
+        return model.join() if self.distributed else contextlib.nullcontext()
 
 
 class HeldShard:
@@ -207,31 +210,52 @@ def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, sh
                                     local_shuffle_seed=seed if shuffle_buffer else None)
 
 
-def _batches(shard: HeldShard | StreamedShard, c: WorkerConfig, trainer: Trainer, group: _Group, keep: "_Resident",
-             rows_cache: RowTargets):
-    """One epoch of this worker's shard as ``Batch``es (the global batch split across workers),
-    from the device when the shard is resident, else streamed or taken from the held rows (and
-    kept, on the first epoch of a resident run) with the teacher's assignment from
-    ``rows_cache``; a heartbeat line on long epochs."""
-    bs = max(1, c.spec.batch_size // group.world)
-    if keep.ready:
-        yield from shuffled_batches(keep.x, keep.xr, keep.targets if trainer.schedule.uses_teacher else None,
-                                    bs, keep.gen)
-        return
-    seed = c.spec.random_state * 1_000_003 + trainer.schedule.epoch * 997 + group.rank
-    rows, start, last = 0, time.perf_counter(), time.perf_counter()
-    teacher = trainer.teacher if trainer.schedule.annealing else None
-    for x, xr, key in shard.batches(bs, group.device, seed):
-        keep.add(x, xr)
-        yield Batch(x, xr, None if teacher is None else rows_cache.targets(teacher, x, key))
-        rows += x.shape[0]
-        if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
-            last = time.perf_counter()
-            say(f"epoch {trainer.schedule.epoch + 1} ({trainer.schedule.phase}): {rows * group.world:,} "
-                       f"rows so far, {rows * group.world / (last - start):,.0f} rows/s")
-    keep.seal()
-    if keep.ready:
-        shard.release()
+class ShardFeed:
+    """A worker's feed (``model.loop``): its shard streamed, or taken from the held rows, in
+    batches of its part of the global batch, each with the KL term's target (distillation's
+    computed per batch, the teacher's from ``rows_cache``); kept on the device as the first epoch
+    goes when ``keep`` is active, and from then on a ``loop.Rows`` that reshuffles the rows there.
+    A heartbeat line on long epochs."""
+
+    def __init__(self, shard: HeldShard | StreamedShard, batch_size: int, seed: int, group, keep: "_Resident",
+                 rows_cache: RowTargets | None, aims: loop.Targets):
+        self.shard, self.batch_size, self.seed, self.group = shard, batch_size, seed, group
+        self.keep, self.rows_cache, self.aims = keep, rows_cache, aims
+        self.resident: loop.Rows | None = None
+
+    @property
+    def source(self) -> str:
+        """Where this epoch's rows come from: resident, held or stream."""
+        return self.resident.source if self.resident is not None else self.shard.source
+
+    def batches(self, trainer: Trainer):
+        """One epoch of this worker's rows."""
+        if self.resident is not None:
+            return self.resident.batches(trainer)
+        return self._read(trainer)
+
+    def counted(self) -> dict:
+        """This worker's teacher forwards in the epoch (``teacher_rows``)."""
+        return {"teacher_rows": self.rows_cache.take_computed() if self.rows_cache is not None else 0}
+
+    def _read(self, trainer: Trainer):
+        s, group = trainer.schedule, self.group
+        seed = self.seed * 1_000_003 + s.epoch * 997 + group.rank
+        rows, start, last = 0, time.perf_counter(), time.perf_counter()
+        for x, xr, key in self.shard.batches(self.batch_size, group.device, seed):
+            self.keep.add(x, xr)
+            target = (self.rows_cache.targets(trainer.teacher, x, key) if s.annealing
+                      else self.aims.of(trainer, x, xr))
+            yield Batch(x, xr, target)
+            rows += x.shape[0]
+            if group.rank == 0 and time.perf_counter() - last > PROGRESS_SECONDS:
+                last = time.perf_counter()
+                say(f"epoch {s.epoch + 1} ({s.phase}): {rows * group.world:,} rows so far, "
+                    f"{rows * group.world / (last - start):,.0f} rows/s")
+        if self.keep.seal():
+            self.resident = loop.Rows(self.keep.x, self.keep.xr, self.batch_size, self.keep.gen, self.aims,
+                                      source="resident")
+            self.shard.release()
 
 
 def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> int:
@@ -260,7 +284,7 @@ class _Resident:
         self.expected_rows = expected_rows
         self.rows, self.bytes, self.ready = 0, 0, False
         self._x = self._xr = None
-        self.x = self.xr = self.targets = None
+        self.x = self.xr = None
         self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * rank + 1)
 
     def add(self, x: torch.Tensor, xr: torch.Tensor) -> None:
@@ -292,19 +316,15 @@ class _Resident:
         self._x = bigger(self._x, x)
         self._xr = None if self.repr_is_x else bigger(self._xr, xr)
 
-    def seal(self) -> None:
+    def seal(self) -> bool:
+        """After the first epoch: the rows kept, if every one was; True when they are resident."""
         if self.active and not self.ready and self.rows:
             self.x = self._x[:self.rows]
             self.xr = self.x if self.repr_is_x else self._xr[:self.rows]
             self.ready = True
             self.say(f"{self.rows:,} rows resident on {self.x.device} ({self.bytes / 2**20:,.1f} MiB): "
                      f"later epochs train from there")
-
-    def teacher_targets(self, trainer: Trainer) -> None:
-        """The frozen model's log-assignment of every resident row, once (``freeze_teacher``, or
-        on a restart in a phase that needs it)."""
-        if self.ready and self.targets is None and trainer.teacher is not None:
-            self.targets = log_assignment(trainer.teacher, self.x, 1.0, 1.0)
+        return self.ready
 
 
 def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
@@ -330,16 +350,39 @@ def expected_shard_bytes(c: WorkerConfig, world: int) -> int:
     return int(p.n_rows / max(world, 1) * width * 4 * 1.25)
 
 
-def _say_epoch(s, phase_before: str, rec: dict) -> None:
+def _say_epoch(s, rec: dict) -> None:
     """The epoch's progress record: epoch, phase (``warmup->anneal`` when it moved), loss, rate."""
-    moved = phase_before + (f"->{s.phase}" if s.phase != phase_before else "")
+    moved = rec["phase"] + (f"->{s.phase}" if s.phase != rec["phase"] else "")
     say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s",
         epoch=s.epoch, phase=moved, loss=rec["loss"], rows_per_s=rec["rows_per_s"])
 
 
-def _caches(c: WorkerConfig, device: torch.device, group: _Group) -> tuple["_Resident", RowTargets]:
-    """This worker's resident shard (``train.cache``, within its budget) and its cache of the
-    frozen model's per-row assignments (for a shard that streams every epoch)."""
+class _AfterEpoch:
+    """What a worker does between epochs: keep the history, say a progress line (rank 0; at most
+    every ``LOG_SECONDS``, and at a phase change and the end), report with a checkpoint every
+    ``checkpoint_every`` epochs, at the end and when ``max_epochs`` cuts the run short."""
+
+    def __init__(self, trainer: Trainer, c: WorkerConfig, group: "_Group", state: dict):
+        self.trainer, self.c, self.group, self.state = trainer, c, group, state
+        self.epochs_run, self.last_line = 0, 0.0
+
+    def __call__(self, rec: dict, action) -> None:
+        self.epochs_run += 1
+        self.state["records"].append(rec)
+        trainer, s = self.trainer, self.trainer.schedule
+        if self.group.rank == 0 and (time.monotonic() - self.last_line >= LOG_SECONDS or s.phase != rec["phase"]
+                                     or trainer.finished):
+            self.last_line = time.monotonic()
+            _say_epoch(s, rec)
+        cut_short = self.c.max_epochs is not None and self.epochs_run >= self.c.max_epochs
+        if trainer.finished or cut_short or s.epoch % self.c.checkpoint_every == 0:
+            _report(trainer, rec, self.state, self.group)
+
+
+def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
+    """This worker's feed: its shard, kept resident when ``train.cache`` allows and it fits its
+    budget, and its cache of the frozen model's per-row assignments (for a shard that streams
+    every epoch)."""
     import ray.train
     budget = resident_budget(c, device, ray.train.get_context().get_local_world_size())
     expected = expected_shard_bytes(c, group.world)
@@ -353,7 +396,9 @@ def _caches(c: WorkerConfig, device: torch.device, group: _Group) -> tuple["_Res
                      expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
     rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
                             lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
-    return keep, rows_cache
+    aims = loop.Targets(torch.tensor(np.asarray(c.centroids, np.float32), device=device), c.spec.m)
+    return ShardFeed(_shard(c, group), max(1, c.spec.batch_size // group.world), c.spec.random_state, group, keep,
+                     rows_cache, aims)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -375,7 +420,7 @@ def _device(c: WorkerConfig) -> torch.device:
 
 def _worker_trainer(c: WorkerConfig, device: torch.device, group: "_Group", precision: str):
     """This worker's ``Trainer``, built by the one builder the estimator uses too."""
-    return build_trainer(c.spec, c.centroids, precision=precision, device=device, agree=group.agree,
+    return build_trainer(c.spec, c.centroids, precision=precision, device=device, group=group,
                          cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
                          cluster_sizes=c.cluster_sizes, allowed=c.allowed,
                          baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
@@ -392,11 +437,10 @@ def _shard(c: WorkerConfig, group: "_Group"):
 
 
 def _train_loop(c: WorkerConfig) -> None:
-    """Build, restore, then epochs until the schedule finishes.
+    """Build, restore, then the epoch loop (``model.loop.run``) until the schedule finishes.
 
-    Ray Train's examples keep one plain training function per worker, and its epoch loop reads
-    best in one place (set-up is in ``_worker_trainer``, ``_shard`` and ``_caches``, the progress
-    record in ``_say_epoch``)."""
+    Ray Train's examples keep one plain training function per worker; its set-up is in
+    ``_worker_trainer``, ``_feed`` and ``_AfterEpoch``, its epochs are the estimator's."""
     events.attach(c.events, trial=c.trial)
     device = _device(c)
     precision = resolve_precision(c.spec.precision, device)
@@ -404,46 +448,7 @@ def _train_loop(c: WorkerConfig) -> None:
     group = _Group(device)
     trainer = _worker_trainer(c, device, group, precision)
     records, resumes = _restore(trainer, device, group.rank)
-    group.wrap(trainer)
-    shard = _shard(c, group)
-    init_centroids = torch.tensor(np.asarray(c.centroids, np.float32), device=device)
-
-    keep, rows_cache = _caches(c, device, group)
-
-    def target_fn(batch: Batch) -> torch.Tensor:
-        """The k-means assignment while distilling (the teacher's comes with the batch)."""
-        with torch.no_grad():
-            if trainer.schedule.phase == "distill":
-                return fcm_log_membership(squared_distances(batch.xr, init_centroids), c.spec.m)
-            raise TrainingError(f"phase {trainer.schedule.phase!r}: a batch came without the frozen model's assignment")
-
-    epochs_run, last_line = 0, 0.0
-    while not trainer.finished and (c.max_epochs is None or epochs_run < c.max_epochs):
-        epochs_run += 1
-        t0 = time.perf_counter()
-        phase_before = trainer.schedule.phase
-        source = "resident" if keep.ready else shard.source
-        keep.teacher_targets(trainer)  # once, in the first epoch after warm-up (or after a restart)
-        if group.distributed:
-            with trainer.model.join():
-                stats = trainer.run_epoch(_batches(shard, c, trainer, group, keep, rows_cache), target_fn)
-        else:
-            stats = trainer.run_epoch(_batches(shard, c, trainer, group, keep, rows_cache), target_fn)
-        means = EpochStats.means_of(group.reduce(stats.sums()))
-        seconds = group.slowest(time.perf_counter() - t0)
-        rec, action = trainer.end_epoch(means, seconds)
-        rec["rows"], rec["rows_per_s"] = means["rows"], means["rows"] / max(seconds, 1e-9)
-        rec["source"], rec["teacher_rows"] = source, rows_cache.take_computed()  # this worker's teacher forwards
-        records.append(rec)
-        if action in ("lock_pairs", "lock_single"):
-            group.wrap(trainer)
-        s = trainer.schedule
-        if group.rank == 0 and (time.monotonic() - last_line >= LOG_SECONDS or s.phase != phase_before
-                                or trainer.finished):
-            last_line = time.monotonic()
-            _say_epoch(s, phase_before, rec)
-        cut_short = c.max_epochs is not None and epochs_run >= c.max_epochs
-        if trainer.finished or cut_short or s.epoch % c.checkpoint_every == 0:
-            _report(trainer, rec, {"records": records, "resumes": resumes, "precision": precision,
-                                   "world_size": group.world,
-                                   "deterministic": torch.are_deterministic_algorithms_enabled()}, group)
+    state = {"records": records, "resumes": resumes, "precision": precision, "world_size": group.world,
+             "deterministic": torch.are_deterministic_algorithms_enabled()}
+    loop.run(trainer, _feed(c, device, group), group, after_epoch=_AfterEpoch(trainer, c, group, state),
+             max_epochs=c.max_epochs)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -16,6 +15,7 @@ import torch
 
 from ..errors import ConfigError
 from ..params import DEFAULTS, check_params, check_params_for_data, resolved_n_single
+from .loop import ALONE, Group
 from .loss import balanced_weights
 from .network import NeurCAMNet
 from .schedule import Schedule
@@ -172,11 +172,12 @@ def build_schedule(spec: TrainingSpec, loss_scale: float = 0.0) -> Schedule:
 
 
 def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torch.device | str = "cpu",
-                  agree: Callable[[bool], bool] = bool, allowed=None, baseline=None,
+                  group: Group = ALONE, allowed=None, baseline=None,
                   cuda_graphs: bool = True, loss_scale: float = 0.0, coding=None, level_init=None,
                   cluster_sizes=None) -> Trainer:
     """Network (on ``device``; unused kinds frozen) + schedule + optimiser, ready for epoch 1.
-    ``precision`` is the resolved one (fp32 or bf16); ``agree`` is the workers' all-reduce;
+    ``precision`` is the resolved one (fp32 or bf16); ``group``: the processes training together
+    (``loop.ALONE``, or a Ray worker's group: its all-reduce and DDP wrapper);
     ``cuda_graphs``: replay the step from CUDA graphs on a GPU (``settings.cuda_graphs_enabled``);
     ``loss_scale``: the init's ``explained`` (``model.initial``), the plateau tolerance's scale;
     ``coding`` / ``level_init``: as ``build_network``; ``cluster_sizes``: the k-means clusters'
@@ -188,5 +189,5 @@ def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torc
             for p in kind.parameters():
                 p.requires_grad_(False)
     return Trainer(net, build_schedule(spec, loss_scale), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
-                   precision=precision, agree=agree, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds,
+                   precision=precision, group=group, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds,
                    distill_weight=None if cluster_sizes is None else balanced_weights(cluster_sizes))

@@ -28,8 +28,8 @@ import torch
 from ..metrics import inertia
 from .build import TrainingSpec, build_trainer
 from .kmeans import kmeans_centroids, kmeans_method
-from .loss import fcm_log_membership, squared_distances
-from .step import shuffled_batches
+from . import loop
+from .loss import squared_distances
 
 # MiniBatchKMeans' inertia within 5% of Lloyd's: no trial, Lloyd's centroids. Measured: clean
 # tables 1.00-1.042x (digits the highest), heavy-tailed ones 1.099-1.385x.
@@ -48,16 +48,15 @@ def _distilled_inertia(spec: TrainingSpec, centroids: np.ndarray, x: np.ndarray,
     """The inertia of the partition a network distilled toward ``centroids`` on the rows
     ``rows[0]`` of (x, xr) (weighted as the run weighs them: by cluster) reaches on ``rows[1]``."""
     x_t, xr_t = _tensor(x[rows[0]]), _tensor(xr[rows[0]])
-    d2 = squared_distances(xr_t, torch.from_numpy(centroids))
-    targets = fcm_log_membership(d2, spec.m)
+    target = torch.from_numpy(centroids)
+    d2 = squared_distances(xr_t, target)
     trial = dataclasses.replace(spec, precision="fp32", max_seconds=None)
     trainer = build_trainer(trial, centroids, precision="fp32", device="cpu", allowed=allowed, baseline=baseline,
                             cuda_graphs=False, cluster_sizes=torch.bincount(d2.argmin(1), minlength=len(centroids)).tolist(),
                             **coding)
-    gen = torch.Generator().manual_seed(spec.random_state)
-    batches = math.ceil(len(x_t) / spec.batch_size)
-    for _ in range(math.ceil(TRIAL_STEPS / batches)):  # the schedule stays in distillation: no end_epoch
-        trainer.run_epoch(shuffled_batches(x_t, xr_t, targets, spec.batch_size, gen))
+    feed = loop.Rows(x_t, xr_t, spec.batch_size, torch.Generator().manual_seed(spec.random_state),
+                     loop.Targets(target, spec.m))
+    loop.steps_only(trainer, feed, math.ceil(TRIAL_STEPS / math.ceil(len(x_t) / spec.batch_size)))
     with torch.no_grad():
         labels = torch.cat([trainer.net(chunk).argmax(1) for chunk in _tensor(x[rows[1]]).split(65_536)]).numpy()
     return inertia(xr[rows[1]], labels)

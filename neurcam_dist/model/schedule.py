@@ -22,13 +22,42 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 
 from ..params import DEFAULTS
 
-PHASES = ("distill", "warmup", "anneal_pairs", "anneal_single", "final")
+
+class Phase(StrEnum):
+    """Algorithm 1's phases, in order (a ``StrEnum``: records and checkpoints hold the plain names)."""
+
+    DISTILL = "distill"
+    WARMUP = "warmup"
+    ANNEAL_PAIRS = "anneal_pairs"
+    ANNEAL_SINGLE = "anneal_single"
+    FINAL = "final"
+
+    @property
+    def annealing(self) -> bool:
+        """True from the first annealing phase on: the frozen warm-up model is the KL's target."""
+        return self in (Phase.ANNEAL_PAIRS, Phase.ANNEAL_SINGLE, Phase.FINAL)
+
+
+class Action(StrEnum):
+    """What the trainer does when ``Schedule.end_epoch`` moves on."""
+
+    FREEZE_TEACHER = "freeze_teacher"   # warm-up ended: freeze the model as the KL's target
+    LOCK_PAIRS = "lock_pairs"           # the pairwise gates are one-hot: lock them
+    LOCK_SINGLE = "lock_single"         # the single-feature gates likewise
+
+    @property
+    def locks(self) -> bool:
+        """True for a gate lock (the set of trained parameters changes)."""
+        return self is not Action.FREEZE_TEACHER
+
+
 # annealing phase -> (temperature attribute, its name, which gates, next phase, action once one-hot)
-ANNEALING = {"anneal_pairs": ("t2", "T2", "pairwise", "anneal_single", "lock_pairs"),
-             "anneal_single": ("t", "T", "single-feature", "final", "lock_single")}
+ANNEALING = {Phase.ANNEAL_PAIRS: ("t2", "T2", "pairwise", Phase.ANNEAL_SINGLE, Action.LOCK_PAIRS),
+             Phase.ANNEAL_SINGLE: ("t", "T", "single-feature", Phase.FINAL, Action.LOCK_SINGLE)}
 
 
 @dataclass
@@ -75,7 +104,7 @@ class Schedule:
     loss_scale: float = 0.0
     min_temperature: float = 1e-8
     epoch: int = 0
-    phase: str = "warmup"
+    phase: Phase = Phase.WARMUP
     t: float = 1.0
     t2: float = 1.0
     phase_start: int = 0
@@ -87,23 +116,24 @@ class Schedule:
     seconds: float = 0.0       # seconds spent so far (the driver adds each epoch's; ``max_seconds``)
 
     def __post_init__(self) -> None:
-        if self.epoch == 0 and self.phase == "warmup" and self.distill_epochs > 0:
-            self.phase = "distill"
+        self.phase = Phase(self.phase)   # a checkpoint holds the plain name
+        if self.epoch == 0 and self.phase == Phase.WARMUP and self.distill_epochs > 0:
+            self.phase = Phase.DISTILL
         self.plateau.tol, self.plateau.scale = self.tol, self.loss_scale
 
     @property
     def annealing(self) -> bool:
         """True once annealing began (the teacher's assignment is the KL target)."""
-        return self.phase in ("anneal_pairs", "anneal_single", "final")
+        return self.phase.annealing
 
     @property
-    def _first_anneal(self) -> str:
-        return "anneal_pairs" if self.has_pairs else "anneal_single"
+    def _first_anneal(self) -> Phase:
+        return Phase.ANNEAL_PAIRS if self.has_pairs else Phase.ANNEAL_SINGLE
 
     @property
     def uses_teacher(self) -> bool:
         """True when the loss carries the KL term (toward k-means in distill, toward w* after warm-up)."""
-        return self.phase == "distill" or self.annealing
+        return self.phase == Phase.DISTILL or self.annealing
 
     @property
     def limit(self) -> int:
@@ -141,17 +171,17 @@ class Schedule:
         """The epoch by which the current annealing phase locks its gates."""
         own = self.phase_start + max(1, self.anneal_epochs)
         room = self.limit - self._final_reserve - self.phase_start
-        if self.phase == "anneal_pairs":
+        if self.phase == Phase.ANNEAL_PAIRS:
             room = room // 2  # half the room left: the single-feature gates anneal after these
         return min(own, self.phase_start + max(1, room))
 
-    def _enter(self, phase: str, reason: str) -> None:
-        self.events.append({"epoch": self.epoch, "phase": phase, "reason": reason})
+    def _enter(self, phase: Phase, reason: str) -> None:
+        self.events.append({"epoch": self.epoch, "phase": phase.value, "reason": reason})
         self.phase, self.phase_start = phase, self.epoch
-        self.plateau = Plateau(self.tol, scale=self.loss_scale if phase == "warmup" else 0.0)
+        self.plateau = Plateau(self.tol, scale=self.loss_scale if phase == Phase.WARMUP else 0.0)
 
     def end_epoch(self, loss: float, pairs_one_hot, single_one_hot,
-                  pairs_hot_at=None, single_hot_at=None) -> str | None:
+                  pairs_hot_at=None, single_hot_at=None) -> Action | None:
         """Advance after an epoch with (globally reduced) ``loss``. ``*_one_hot(t)`` say whether
         the gates are exactly one-hot at a temperature; ``*_hot_at(t)`` (optional) give the largest
         temperature up to ``t`` at which they are, which a deadline lock records. Returns the
@@ -165,15 +195,15 @@ class Schedule:
                 f" at epoch {self.epoch}" if self.limit < self.epochs else "")
         spent = self.epoch >= self._warm_deadline  # distillation and warm-up must end to leave annealing room
         budget = self._limit_text
-        if self.phase == "distill":
+        if self.phase == Phase.DISTILL:
             if self.epoch - self.phase_start >= self.distill_epochs or spent:
-                self._enter("warmup", f"distillation done after {self.epoch - self.phase_start} epochs"
+                self._enter(Phase.WARMUP, f"distillation done after {self.epoch - self.phase_start} epochs"
                             + (f" (cut to leave annealing room within {budget})" if spent else ""))
                 if self.warmup_epochs == 0 or spent:  # no warm-up: the distilled model is the teacher
                     self._enter(self._first_anneal, "warm-up ended: " + (
                         f"cut to leave annealing room within {budget}" if spent else "warmup_epochs=0"))
-                    action = "freeze_teacher"
-        elif self.phase == "warmup":
+                    action = Action.FREEZE_TEACHER
+        elif self.phase == Phase.WARMUP:
             plateaued = self.early_stopping and self.plateau.stale >= self.n_iter_no_change
             done = self.epoch - self.phase_start >= self.warmup_epochs
             if done or plateaued or spent:
@@ -181,11 +211,11 @@ class Schedule:
                        f"loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
                        if plateaued and not done else f"warmup_epochs={self.warmup_epochs}")
                 self._enter(self._first_anneal, f"warm-up ended: {why}")
-                action = "freeze_teacher"
+                action = Action.FREEZE_TEACHER
         elif self.phase in ANNEALING:
             attr, label, gates, after, lock = ANNEALING[self.phase]
             temperature = getattr(self, attr)
-            one_hot, hot_at = ((pairs_one_hot, pairs_hot_at) if self.phase == "anneal_pairs"
+            one_hot, hot_at = ((pairs_one_hot, pairs_hot_at) if self.phase == Phase.ANNEAL_PAIRS
                                else (single_one_hot, single_hot_at))
             deadline = self._anneal_deadline()
             if one_hot(temperature):
@@ -205,12 +235,12 @@ class Schedule:
                 if hot_at is not None:  # no slower than epsilon, fast enough to be one-hot by the deadline
                     factor = min(factor, (hot_at(temperature) / temperature) ** (1.0 / (deadline - self.epoch)))
                 setattr(self, attr, max(temperature * factor, self.min_temperature))
-        elif self.phase == "final":
+        elif self.phase == Phase.FINAL:
             if self.early_stopping and self.plateau.stale >= self.n_iter_no_change:
                 self.stop_reason = f"early stop: loss improved < tol={self.tol:g} for {self.n_iter_no_change} epochs"
         return action
 
-    def lock_remaining(self, pairs_hot_at=None, single_hot_at=None) -> list[str]:
+    def lock_remaining(self, pairs_hot_at=None, single_hot_at=None) -> list[Action]:
         """At the end of the budget with gates still annealing (a budget of fewer epochs than the
         phases, ``epochs=1``): lock them now, pairs then single features, each at the largest
         temperature at which the relaxed gates equal the lock, so the run ends one-hot within its
@@ -218,7 +248,7 @@ class Schedule:
         actions = []
         while self.phase in ANNEALING and self.epoch >= self.limit:
             attr, label, gates, _, lock = ANNEALING[self.phase]
-            hot_at = pairs_hot_at if self.phase == "anneal_pairs" else single_hot_at
+            hot_at = pairs_hot_at if self.phase == Phase.ANNEAL_PAIRS else single_hot_at
             if hot_at is not None:
                 setattr(self, attr, hot_at(getattr(self, attr)))
             self._enter(ANNEALING[self.phase][3], f"{gates} gates locked to their argmax, one-hot at "
@@ -229,12 +259,11 @@ class Schedule:
     @property
     def finished(self) -> bool:
         """Done once the final phase stops, or the epoch budget is spent with every gate locked."""
-        return self.phase == "final" and bool(self.stop_reason)
+        return self.phase == Phase.FINAL and bool(self.stop_reason)
 
     def state_dict(self) -> dict:
-        """The schedule as plain values (checkpoints)."""
-        d = asdict(self)
-        return d
+        """The schedule as plain values (checkpoints load them with ``weights_only``)."""
+        return {**asdict(self), "phase": self.phase.value}
 
     @classmethod
     def from_state_dict(cls, d: dict) -> "Schedule":

@@ -1,20 +1,20 @@
 """One training epoch: the single implementation of the math that every driver calls.
 
-The in-memory estimator feeds it slices of tensors it holds; the Ray Train worker feeds it the
-batches of its dataset shard and wraps the network in DDP. Both hand in the teacher's log
-assignment per batch (cached per row, or computed by ``target_fn``) so the KL term costs no
-second forward pass when a cache is available.
+The epoch loop (``model.loop``) feeds it the batches of rows held in memory or of a worker's
+shard, each with the KL term's target when the phase has one (cached per row where the rows are
+kept, so the KL term costs no second forward pass), and a DDP wrapper when data-parallel.
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
 
-from ..errors import ConfigError
+from ..errors import TrainingError
 from .loss import fuzzy_loss, kl_to_target, squared_distances
+from .schedule import Phase
 
 DISTILL_WEIGHT = 1.0  # weight of the KL toward the k-means assignment during ``init='distill'``
 # Logit-gradient entries smaller than this are dropped on CPU (``drop_tiny_gradients``).
@@ -126,14 +126,13 @@ def batch_loss(model, centroids: torch.Tensor, batch: Batch, t, t2, m: float,
     return clust + kl_weight * kl, clust, kl
 
 
-def kl_weight_for(phase: str, gamma: float) -> float:
+def kl_weight_for(phase: Phase | str, gamma: float) -> float:
     """The KL term's weight in ``phase``: the distillation weight, ``gamma`` while annealing,
     0 in warm-up."""
-    if phase == "distill":
+    phase = Phase(phase)
+    if phase == Phase.DISTILL:
         return DISTILL_WEIGHT
-    if phase in ("anneal_pairs", "anneal_single", "final"):
-        return gamma
-    return 0.0
+    return gamma if phase.annealing else 0.0
 
 
 def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batch: Batch, t, t2,
@@ -147,24 +146,22 @@ def optimizer_step(model, centroids: torch.Tensor, optimizer: torch.optim.Optimi
 
 
 def train_epoch(model, centroids: torch.Tensor, optimizer: torch.optim.Optimizer, batches: Iterable[Batch],
-                *, phase: str, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
-                target_fn: Callable[[Batch], torch.Tensor] | None = None, graphs=None,
-                distill_weight: torch.Tensor | None = None) -> EpochStats:
+                *, phase: Phase, t: float, t2: float, m: float, gamma: float, precision: str = "fp32",
+                graphs=None, distill_weight: torch.Tensor | None = None) -> EpochStats:
     """Run the optimiser over ``batches`` once. Returns this process's (un-reduced) sums.
     ``graphs`` (a ``graphs.StepGraphs``; ``model`` then the bare ``NeurCAMNet``): replay the
     step from CUDA graphs. ``distill_weight``: (K,) the distillation KL's weight per k-means
     cluster (``loss.balanced_weights``), used in the ``distill`` phase only."""
-    stats = EpochStats()
+    stats, phase = EpochStats(), Phase(phase)
     kl_weight = kl_weight_for(phase, gamma)
-    cw = distill_weight if phase == "distill" else None
+    cw = distill_weight if phase == Phase.DISTILL else None
     model.train()
     if graphs is not None:
         graphs.begin_epoch(t, t2)
     for batch in batches:
         if kl_weight > 0 and batch.target is None:
-            if target_fn is None:
-                raise ConfigError(f"phase {phase!r} needs a teacher assignment: pass batch.target or target_fn")
-            batch.target = target_fn(batch)
+            raise TrainingError(f"phase {phase.value!r}: a batch came without the KL term's target (the feed "
+                                f"gives it: model.loop.Targets)")
         if graphs is not None:
             graphs.step(model, centroids, optimizer, batch, stats, m=m, kl_weight=kl_weight, precision=precision,
                         cluster_weight=cw)

@@ -1,21 +1,22 @@
 """What a training driver keeps between epochs: optimiser, learning-rate plateau, schedule, teacher.
 
-Every driver (the in-memory estimator and each data-parallel Ray worker) runs the same
-sequence: ``run_epoch`` over its batches, reduce the epoch sums however it must, then
-``end_epoch`` with the reduced means. The state round-trips through ``state_dict`` so a
+Every driver (the in-memory estimator and each data-parallel Ray worker) runs the same loop
+(``model.loop``): ``run_epoch`` over its feed's batches, the epoch sums reduced over its group,
+then ``end_epoch`` with the reduced means. The state round-trips through ``state_dict`` so a
 checkpoint restores phase, temperatures, locked gates, optimiser and scheduler exactly.
 """
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 
 from .graphs import StepGraphs
+from .loop import ALONE, Group
 from .step import Batch, EpochStats, train_epoch
 from .network import NeurCAMNet
-from .schedule import Schedule
+from .schedule import Action, Schedule
 
 
 def make_optimizer(params, lr: float, device: torch.device) -> torch.optim.Adam:
@@ -35,11 +36,15 @@ class Trainer:
     """What a training driver keeps between epochs: optimizer, learning-rate plateau,
     schedule, teacher (see the module docstring)."""
     def __init__(self, net: NeurCAMNet, schedule: Schedule, *, m: float, gamma: float, lr: float,
-                 lr_patience: int, precision: str = "fp32", model=None, agree: Callable[[bool], bool] = bool,
+                 lr_patience: int, precision: str = "fp32", group: Group = ALONE,
                  cuda_graphs: bool = True, graphs: StepGraphs | None = None, max_seconds: float | None = None,
                  distill_weight: torch.Tensor | None = None):
         self.net = net
-        self.model = model if model is not None else net  # a DDP wrapper, when data-parallel
+        # The processes training together: their all-reduce takes the schedule's decisions alike on
+        # every worker, and ``group.wrap`` gives the module the steps run (a DDP wrapper, when
+        # data-parallel), wrapped again whenever the set of trained parameters changes.
+        self.group = group
+        self.model = group.wrap(net)
         self.schedule = schedule
         self.m, self.gamma, self.lr_patience, self.precision = m, gamma, lr_patience, precision
         device = net.centroids.device
@@ -49,8 +54,6 @@ class Trainer:
             StepGraphs(device) if cuda_graphs and device.type == "cuda" else None)
         self.plateau = make_plateau(self.optimizer, lr_patience)
         self.teacher: NeurCAMNet | None = None
-        # Data-parallel drivers pass an all-reduce here so every worker takes the same decision.
-        self.agree = agree
         self.max_seconds = max_seconds
         self._recent: list[float] = []  # the last epochs' seconds (the time budget's rate)
         # (K,) the distillation KL's weight per k-means cluster (``loss.balanced_weights``)
@@ -61,38 +64,40 @@ class Trainer:
         """True once the schedule has ended (every gate one-hot)."""
         return self.schedule.finished
 
-    def run_epoch(self, batches: Iterable[Batch], target_fn: Callable[[Batch], torch.Tensor] | None = None) -> EpochStats:
-        """One epoch of optimizer steps over ``batches``; returns the epoch's loss sums."""
+    def run_epoch(self, batches: Iterable[Batch]) -> EpochStats:
+        """One epoch of optimizer steps over ``batches`` (each with its KL target when the phase
+        has a KL term); returns the epoch's loss sums."""
         s = self.schedule
         graphs = self.graphs if self.model is self.net else None  # DDP's all-reduce stays eager
         return train_epoch(self.model, self.net.centroids, self.optimizer, batches, phase=s.phase, t=s.t, t2=s.t2,
-                           m=self.m, gamma=self.gamma, precision=self.precision, target_fn=target_fn,
-                           graphs=graphs, distill_weight=self.distill_weight)
+                           m=self.m, gamma=self.gamma, precision=self.precision, graphs=graphs,
+                           distill_weight=self.distill_weight)
 
-    def end_epoch(self, means: dict, seconds: float) -> tuple[dict, str | None]:
+    def end_epoch(self, means: dict, seconds: float) -> tuple[dict, Action | None]:
         """Advance the schedule with the (globally reduced) epoch means; returns the history record
-        and the action taken (``freeze_teacher``, ``lock_pairs``, ``lock_single`` or None)."""
+        and the first action taken (``Action``, or None)."""
         s = self.schedule
         phase = s.phase
-        record = {"epoch": s.epoch + 1, "phase": phase, "loss": means["loss"], "clust_loss": means["clust_loss"],
+        record = {"epoch": s.epoch + 1, "phase": phase.value, "loss": means["loss"], "clust_loss": means["clust_loss"],
                   "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": float(self.optimizer.param_groups[0]["lr"]),
                   "seconds": seconds}
         self.plateau.step(means["loss"])
         self._spend(seconds)
         hot_at = (self.net.pairs.gates.one_hot_temperature, self.net.single.gates.one_hot_temperature)
-        action = s.end_epoch(means["loss"], lambda t: self.agree(self.net.pairs.gates.one_hot_at(t)),
-                             lambda t: self.agree(self.net.single.gates.one_hot_at(t)), *hot_at)
+        agree = self.group.agree
+        action = s.end_epoch(means["loss"], lambda t: agree(self.net.pairs.gates.one_hot_at(t)),
+                             lambda t: agree(self.net.single.gates.one_hot_at(t)), *hot_at)
         # a budget shorter than the phases ends here all the same, with its gates locked
         actions = ([action] if action else []) + s.lock_remaining(*hot_at)
         for a in actions:
-            if a == "freeze_teacher":
-                self.teacher = copy.deepcopy(self.net).eval()
-                for p in self.teacher.parameters():
-                    p.requires_grad_(False)
-            elif a == "lock_pairs":
+            if a == Action.FREEZE_TEACHER:
+                self.teacher = _frozen(self.net)
+            elif a == Action.LOCK_PAIRS:
                 self.net.pairs.gates.lock()
-            elif a == "lock_single":
+            elif a == Action.LOCK_SINGLE:
                 self.net.single.gates.lock()
+        if any(a.locks for a in actions):
+            self.model = self.group.wrap(self.net)   # DDP fixes its parameters when it is built
         if s.phase != phase:
             self.plateau = make_plateau(self.optimizer, self.lr_patience)  # the loss changes meaning
         return record, (actions[0] if actions else None)
@@ -133,7 +138,14 @@ class Trainer:
         self.plateau = make_plateau(self.optimizer, self.lr_patience)
         self.plateau.load_state_dict(state["plateau"])
         if state.get("teacher") is not None:
-            self.teacher = copy.deepcopy(self.net).eval()
+            self.teacher = _frozen(self.net)
             self.teacher.load_state_dict(state["teacher"])
-            for p in self.teacher.parameters():
-                p.requires_grad_(False)
+        self.model = self.group.wrap(self.net)   # the restored gates may be locked
+
+
+def _frozen(net: NeurCAMNet) -> NeurCAMNet:
+    """A copy of ``net`` in eval mode without gradients (the teacher)."""
+    teacher = copy.deepcopy(net).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
