@@ -32,7 +32,7 @@ SUBSAMPLE = 0.8       # share of the (sampled) rows each seed is fitted on
 MAX_ROWS = 5000       # rows the fits see (a seeded sample of a larger table)
 SILHOUETTE_ROWS = 2000  # rows silhouette is measured on (a seeded sample)
 TERMS_WITHIN = 1.02   # --terms: the smallest model within this factor of the full model's inertia
-TOP_TERMS = 5         # the top terms whose agreement between seeds is measured
+AGREEMENT_TERMS = 5         # the top terms whose agreement between seeds is measured
 RULE = (f"the largest K whose every seed uses all K clusters and whose partition is stable (mean ARI between "
         f"{{seeds}} seeds {{how}} >= {STABLE}) and separated (silhouette >= {SEPARATED} x the best silhouette); else "
         f"the best silhouette of the K that use all their clusters")
@@ -262,7 +262,7 @@ def fit_record(est, X, seconds: float) -> dict:
     """What ``measure`` needs of one fitted seed: its ``labels`` of the rows ``X``, its ``top``
     terms, the ``terms_used`` (non-zero importance) and its ``seconds``."""
     imp = est.importance_
-    return {"labels": np.asarray(est.predict(X)), "top": list(imp["term"].iloc[:TOP_TERMS]),
+    return {"labels": np.asarray(est.predict(X)), "top": list(imp["term"].iloc[:AGREEMENT_TERMS]),
             "terms_used": int((imp["importance"] > 0).sum()), "seconds": float(seconds)}
 
 
@@ -386,7 +386,7 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
     e = html.escape
     cols = ["k", "inertia", "silhouette", "stability", "stability_sd", "term_agreement", "terms_used", "clusters_used",
             "stable", "separated", "seconds"] + (["ari"] if choice.table and "ari" in choice.table[0] else [])
-    names = {"k": "K", "stability_sd": "stability sd", "term_agreement": f"top-{TOP_TERMS} terms shared",
+    names = {"k": "K", "stability_sd": "stability sd", "term_agreement": f"top-{AGREEMENT_TERMS} terms shared",
              "terms_used": "terms used", "clusters_used": "clusters used", "ari": "ARI with the label"}
 
     def cell(v):

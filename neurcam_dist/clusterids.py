@@ -41,7 +41,10 @@ def size_shift(sizes_a: dict, sizes_b: dict) -> float:
     return 0.5 * float(sum(abs(sizes_a.get(k, 0) / na - sizes_b.get(k, 0) / nb) for k in keys))
 
 
-def top_terms_overlap(terms_a: list[str], terms_b: list[str], k: int = 10) -> float:
+OVERLAP_TERMS = 10   # the top terms two models' overlap counts (a re-clustering's record)
+
+
+def top_terms_overlap(terms_a: list[str], terms_b: list[str], k: int = OVERLAP_TERMS) -> float:
     """Share of the top-``k`` terms (by importance) the two models have in common."""
     a, b = set(terms_a[:k]), set(terms_b[:k])
     n = min(k, max(len(a), len(b)))

@@ -76,6 +76,11 @@ class LeaseTimeout(NeurcamError, RuntimeError):
     """Another process held the promotion lease for longer than we were willing to wait."""
 
 
+class Unreachable(NeurcamError, ConnectionError):
+    """A server the service needs (the Ray cluster, its job server, the MLflow tracking server)
+    did not answer, or not in time."""
+
+
 class CredentialsRefused(NeurcamError, ConnectionError):
     """A server that answers but refuses the credentials (HTTP 401/403): waiting will not help."""
 

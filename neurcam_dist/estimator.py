@@ -9,6 +9,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +30,9 @@ from .columns import ColumnCoding, level_init
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
                          refuse_lookalike_names)
 from .version import __version__
+
+if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is made
+    import pandas as pd
 
 PROBA_CHUNK = 65_536     # rows predict_proba turns into probabilities at a time
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
@@ -291,9 +295,6 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.feature_names_in_ = np.asarray(fitted.feature_names, dtype=object)
         self.n_features_in_ = len(fitted.feature_names)
         self.warmup_net_ = teacher
-        if fitted.cluster_ids is None:
-            fitted.cluster_ids = np.arange(fitted.n_clusters, dtype=np.int64)
-        fitted.next_cluster_id = fitted.next_id
         return self
 
     # The learned attributes, read from the fitted state (scikit-learn's trailing underscore).
@@ -303,8 +304,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     temperatures_ = property(lambda self: tuple(self.fitted_.temperatures), doc="Final gate temperatures.")
     channel_means_ = property(lambda self: self.fitted_.channel_means,
                               doc="(C + P, K) mean contribution of each channel over the training rows.")
-    cluster_ids_ = property(lambda self: self.fitted_.ids, doc="Stable cluster id of each logit column.")
-    next_cluster_id_ = property(lambda self: self.fitted_.next_id,
+    cluster_ids_ = property(lambda self: self.fitted_.cluster_ids, doc="Stable cluster id of each logit column.")
+    next_cluster_id_ = property(lambda self: self.fitted_.next_cluster_id,
                                 doc="The smallest cluster id this model's lineage never used.")
     history_ = property(lambda self: self.fitted_.history, doc="Per-epoch records, events and stop reason.")
     n_clusters_ = property(lambda self: int(self.fitted_.n_clusters),
@@ -353,8 +354,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return profiles_table(self._summary()["profiles"], self.cluster_ids_)
 
     def _summary(self) -> dict:
-        """Importance and profiles over the reference rows, computed once (``explain``) and kept
-        in the fitted state, which saves them."""
+        """Importance and profiles over the reference rows, computed once (an explanation without
+        typical rows or counterfactuals) and kept in the fitted state, which saves them."""
         fitted = self.fitted_
         if fitted.summary is None:
             ref = getattr(self, "reference_", None)
@@ -362,7 +363,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 raise AttributeError("importance_ and profiles_ come from the training rows, which this model "
                                      "does not carry (saved by a release before model format 2): use "
                                      "explain(X).importance_frame() / .profiles_frame() on rows of its data")
-            self.explain()            # over the reference rows: fills fitted.summary
+            from .explain import build_explanation
+            from .explain.explanation import summary_of
+            fitted.summary = summary_of(build_explanation(self, ref, typical=0))
         return fitted.summary
 
     # ------------------------------------------------------------------ inference
@@ -405,7 +408,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ``cluster_ids_[k]``."""
         fitted = self._validated_state()   # fitted-ness first, then X
         arr = self._validated(X)
-        out = np.empty((arr.shape[0], len(fitted.ids)))
+        out = np.empty((arr.shape[0], len(fitted.cluster_ids)))
         for i in range(0, arr.shape[0], PROBA_CHUNK):   # memory: the output and one chunk
             out[i:i + PROBA_CHUNK] = softmax(fitted.logits(arr[i:i + PROBA_CHUNK]))
         return out
@@ -427,8 +430,6 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         DataFrame
             One row per input row, with ``X``'s index when it is a DataFrame.
         """
-        from .explain.assignments import assignments
-        import pandas as pd
         return self.score_frame_counted(X, top_terms)[0]
 
     def score_frame_counted(self, X, top_terms: int = 0, **layout) -> tuple["pd.DataFrame", dict]:
@@ -492,24 +493,18 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         if X_repr is None and not self.uses_features_as_repr_:
             raise ConfigError("this model was fitted with X_repr: pass the same representation to inertia()")
         rep = self.fitted_.clustering_space(arr) if X_repr is None else _representation(X_repr, arr.shape[0])
-        return metrics.inertia(rep, self.fitted_.ids[self.fitted_.logits(arr).argmax(1)])
+        return metrics.inertia(rep, self.fitted_.cluster_ids[self.fitted_.logits(arr).argmax(1)])
 
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
         (default: ``reference_``, up to 20,000 training rows kept since ``fit``)."""
         from .explain import build_explanation
         check_is_fitted(self, "net_")
-        if X is not None:
-            return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
-        X = getattr(self, "reference_", None)
+        X = getattr(self, "reference_", None) if X is None else X
         if X is None:
             raise DataError("explain() needs data: this model was loaded from disk, pass X "
                              "(rows from the data it clusters)")
-        expl = build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
-        if self.fitted_.summary is None and (grid_size, pair_grid_size) == (128, 32):
-            from .explain.explanation import summary_of
-            self.fitted_.summary = summary_of(expl)   # importance_ / profiles_, kept by save
-        return expl
+        return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
 
     def explain_rows(self, X):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),
@@ -522,7 +517,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         fitted = self._validated_state()
         arr = self._validated(X)
         rows = rows_from_contributions(fitted, fitted.contributions(arr))
-        return dataclasses.replace(rows, cluster_ids=fitted.ids, assigned=fitted.ids[rows.logits.argmax(1)],
+        return dataclasses.replace(rows, cluster_ids=fitted.cluster_ids, assigned=fitted.cluster_ids[rows.logits.argmax(1)],
                                    features=pd.DataFrame(arr, columns=list(self.feature_names_in_)))
 
     def counterfactuals(self, X, target: int | None = None, grid_size: int = 64, pairs: bool = True):

@@ -209,23 +209,14 @@ def _unwritten(exc: OSError, est, output):
 
 
 def _explanation_or_error(est, X, y=None, label: str | None = None):
-    """``est.explain(X)`` (with the clusters against ``y`` when there is a label column), or the
-    exception it raised: a report is never worth the model (``outputs.write_run`` writes the
-    error as ``report/error.txt``)."""
+    """``est``'s explanation of ``X`` (with the clusters against ``y`` when there is a label
+    column), or the exception it raised: a report is never worth the model (``outputs.write_run``
+    writes the error as ``report/error.txt``)."""
+    from .explain import build_explanation
     try:
-        return _with_labels(est.explain(X), est, X, y, label)
+        return build_explanation(est, X, labels=y, label_name=label)
     except Exception as exc:   # noqa: BLE001
         return exc
-
-
-def _with_labels(expl, est, X, y, name: str | None, assigned=None):
-    """``expl`` with the clusters of ``X`` (``assigned``, when the caller has them) against the
-    labels ``y`` in its model card (``explain.evaluation.label_summary``), when there are labels."""
-    if y is not None:
-        from .explain.evaluation import label_summary
-        expl.model_card["labels"] = label_summary(y, est.predict(X) if assigned is None else assigned,
-                                                  est.cluster_ids_, name)
-    return expl
 
 
 def _assignments(est, X, ids, name: str) -> bytes:
@@ -336,9 +327,6 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
     rows of ``data``, written to ``output``.
 
-    Kept whole: the body is 27 lines (check, read, pick rows, explain, write); the length is this
-    parameter reference.
-
     Parameters
     ----------
     model : str
@@ -383,12 +371,30 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         df = df.sample(sample, random_state=0).sort_index()
     if id_column:
         df = df.set_index(id_column, drop=False)
-    # each row's cluster, once for the label table and the comparison
-    assigned = est.predict(df[features]) if (label or old is not None) else None
-    expl = _with_labels(est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size), est,
-                        df[features], df[label] if label else None, label, assigned)
-    _rows_and_comparison(expl, est, df, chosen, old, compare, model, say, assigned)
+    compared = None
+    if old is not None:
+        from .explain.build import Compared
+        compared = Compared(old, df[[str(c) for c in old.feature_names_in_]], old_name=redact(compare),
+                            new_name=redact(model))
+    expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,
+                      grid_size=grid_size, pair_grid_size=pair_grid_size)
     return ExplainResult(explanation=expl, report=str(write_report(expl, output)), output=output, n_rows=len(df))
+
+
+def _explained(est, df, label: str | None, chosen, compared, say, **grids):
+    """``est``'s explanation of ``df``'s rows, complete (labels, the chosen rows' views, the
+    comparison), with the chosen rows and the comparison said."""
+    from .explain.build import build_explanation
+    from .explain.compare import comparison_text
+    from .explain.examples import row_text
+    features = [str(c) for c in est.feature_names_in_]
+    expl = build_explanation(est, df[features], labels=df[label] if label else None, label_name=label, rows=chosen,
+                             compared=compared, **grids)
+    for record in (expl.examples or {}).get("rows", []):
+        say(row_text(record))
+    if expl.comparison is not None:
+        say(comparison_text(expl.comparison))
+    return expl
 
 
 def _check_explain(data, output, model, compare, sample: int, grid_size: int, pair_grid_size: int,
@@ -455,34 +461,6 @@ def _chosen_rows(df, rows: list, id_column: str | None, data: str):
     if bad:
         raise DataError(f"--rows {bad} out of range: {data} has {len(df):,} rows (positions 0 to {len(df) - 1:,})")
     return df.iloc[positions].set_axis(positions)
-
-
-def _rows_and_comparison(expl, est, df, chosen, old, old_name: str | None, new_name: str, say,
-                         assigned=None) -> None:
-    """The chosen rows' views (``explain.build.add_rows``) and the comparison with ``old`` added to
-    ``expl`` and said, when asked for; ``assigned``: ``est``'s clusters of ``df``'s rows."""
-    from .explain.build import add_rows
-    from .explain.compare import comparison_text
-    from .explain.examples import row_text
-    features = [str(c) for c in est.feature_names_in_]
-    if chosen is not None:
-        for record in add_rows(expl, est, chosen[features], span=df[features]):
-            say(row_text(record))
-    if old is not None:
-        expl.comparison = _comparison(expl, est, old, df, old_name, new_name, assigned)
-        say(comparison_text(expl.comparison))
-
-
-def _comparison(expl, est, old, df, old_name: str, new_name: str, assigned=None) -> dict:
-    """How the rows of ``df`` moved from ``old``'s cluster ids to ``est``'s (``assigned``, when
-    the caller has them), and the new drivers."""
-    from .explain.build import build_explanation
-    from .explain.compare import comparison
-    old_cols = [str(c) for c in old.feature_names_in_]
-    before = build_explanation(old, df[old_cols], typical=0)
-    now = est.predict(df[[str(c) for c in est.feature_names_in_]]) if assigned is None else assigned
-    return comparison(expl, before, now, old.predict(df[old_cols]), new_name=redact(new_name),
-                      old_name=redact(old_name))
 
 
 @dataclass(frozen=True)
@@ -705,14 +683,14 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
-    from .explain.assignments import TOP_TERMS, file_layout, met_line, refuse_collisions, scored_columns
+    from .explain.assignments import ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns
     layout = file_layout(est.cluster_ids_)   # the columns fit's assignments have
     refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
-                      scored_columns(est.cluster_ids_, TOP_TERMS, **layout))
+                      scored_columns(est.cluster_ids_, ROW_TERMS, **layout))
     from .storage import check_room
-    check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * TOP_TERMS + 2))
+    check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * ROW_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=TOP_TERMS, **layout)
+    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=ROW_TERMS, **layout)
     scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):
@@ -748,11 +726,11 @@ def train(config, *, name: str | None = None):
     return runs.train(config, name=name)
 
 
-def search(config, *, name: str | None = None, prepare_winner=None):
+def search(config, *, name: str | None = None):
     """The Ray Tune search ``config`` describes, the winner written and (with ``tracking:``)
     logged and registered (``ops.runs.search``). Returns a ``SearchResult``."""
     from .ops import runs
-    return runs.search(config, name=name, prepare_winner=prepare_winner)
+    return runs.search(config, name=name)
 
 
 def recluster(config) -> dict:

@@ -120,3 +120,63 @@ def filesystem(uri: str):
     import fsspec
     fs, path = fsspec.core.url_to_fs(uri)
     return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
+
+
+class Location(os.PathLike):
+    """A folder or file the service reads or writes, resolved once where it comes in: local or an
+    object-store URI (``is_uri``), ``location / "name"`` below it, and its pyarrow file system with
+    the path inside it, opened on first use and shared with what lies below. Anything that takes a
+    path takes it (``os.fspath`` gives the text, query options kept at the end of a URI).
+
+    A small class over pyarrow's file systems rather than ``universal-pathlib`` (fsspec): every
+    reader and writer here already speaks pyarrow's ``FileSystem`` (Parquet datasets, the atomic
+    publication, the bounded S3 client of ``filesystem``), which fsspec's paths would wrap again."""
+
+    __slots__ = ("text", "_opened")
+
+    def __init__(self, where):
+        self.text = where.text if isinstance(where, Location) else os.fspath(expand(where))
+        self._opened = where._opened if isinstance(where, Location) else None
+
+    def __truediv__(self, part: str) -> "Location":
+        child = Location(join(self.text, part))
+        if self._opened is not None:
+            fs, root = self._opened
+            child._opened = (fs, f"{root.rstrip('/')}/{part.strip('/')}" if self.is_uri else os.path.join(root, part))
+        return child
+
+    def __fspath__(self) -> str:
+        return self.text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Location({self.text!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Location) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    @property
+    def is_uri(self) -> bool:
+        """An object-store URI (not a local path)."""
+        return is_uri(self.text)
+
+    @property
+    def path(self):
+        """A ``Path`` for a local location; the URI text for an object store (``as_path``)."""
+        return as_path(self.text)
+
+    def filesystem(self):
+        """``(pyarrow FileSystem, path inside it)``: ``filesystem`` for a URI, the local file system
+        otherwise; opened once."""
+        if self._opened is None:
+            if self.is_uri:
+                self._opened = filesystem(self.text)
+            else:
+                from pyarrow import fs as pafs
+                self._opened = (pafs.LocalFileSystem(), os.path.abspath(local(self.text)))
+        return self._opened

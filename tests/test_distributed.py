@@ -115,7 +115,7 @@ def test_row_targets_are_the_teachers_and_computed_once_per_row():
     from neurcam_dist.distributed.teacher import RowTargets
     from neurcam_dist.model import TrainingSpec, build_trainer
     from neurcam_dist.model.fitted import log_assignment
-    spec = TrainingSpec.from_params({**MODEL, "hidden": (16, 16)}, 4)
+    spec = TrainingSpec.for_data({**MODEL, "hidden": (16, 16)}, N_ROWS, 4)
     teacher = build_trainer(spec, np.random.default_rng(0).normal(size=(3, 6)).astype(np.float32),
                             precision="fp32").net.eval()
     x = torch.randn(100, 4, generator=torch.Generator().manual_seed(1))

@@ -12,7 +12,7 @@ from neurcam_dist.cli import main
 from neurcam_dist.explain import Explanation
 from neurcam_dist.explain.explanation import fmt
 from neurcam_dist.explain.grids import interp_pair, purify
-from neurcam_dist.explain.report import write_plots, write_report
+from neurcam_dist.explain.report import render_figures, write_report
 
 
 @pytest.fixture(scope="module")
@@ -159,10 +159,10 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     drawn = [i for i in by_importance(explanation) if i not in left_out]
     thumbs = [thumbnail_name(p["cluster"], i, explanation.terms[i])
               for p in explanation.profiles for i in cluster_terms(explanation, p)]
-    paths = write_plots(explanation, tmp_path / "plots")
-    assert len(paths) == len(drawn) + 1 + len(thumbs) and drawn and len(thumbs) >= explanation.n_clusters
-    for p in paths:
-        Image.open(p).verify()
+    figures = render_figures(explanation)
+    assert len(figures) == len(drawn) + 1 + len(thumbs) and drawn and len(thumbs) >= explanation.n_clusters
+    for data in figures.values():
+        Image.open(io.BytesIO(data)).verify()
     report = write_report(explanation, tmp_path / "report")
     page = report.read_text()
     parser = _Collect()
@@ -172,13 +172,13 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     assert "table" in parser.tags and len(parser.imgs) == 1 + len(thumbs)
     data = json.loads(page.split("id='neurcam-data'>")[1].split("</script>")[0])
     assert [t["name"] for t in data["terms"]] == [explanation.terms[i].name for i in drawn]
-    assert data["ids"] == explanation.ids and len(set(data["colours"])) == explanation.n_clusters
+    assert data["ids"] == explanation.cluster_ids and len(set(data["colours"])) == explanation.n_clusters
     for t, i in zip(data["terms"], drawn):
         term = explanation.terms[i]
         assert np.allclose(t["values"], term.values, rtol=1e-3, atol=1e-3 * np.abs(term.values).max())
     # most important first; every term either drawn or listed with its reason; then the thumbnails
     names = [figure_name(i, explanation.terms[i]) for i in drawn]
-    assert [p.name for p in paths[1:len(drawn) + 1]] == names and [p.name for p in paths[len(drawn) + 1:]] == thumbs
+    assert list(figures)[1:len(drawn) + 1] == names and list(figures)[len(drawn) + 1:] == thumbs
     # a section per cluster, before the importance section, each with its summary
     head = page.split("<h2 id='importance'>")[0]
     for p in explanation.profiles:
@@ -252,7 +252,7 @@ def test_cluster_profiles_compare_members_with_all_rows(explanation, fitted_pair
     labels = fitted_pairs.predict(X)
     used = {f for t in explanation.terms for f in t.features}
     for c, p in enumerate(explanation.profiles):
-        members = X[labels == explanation.ids[c]]
+        members = X[labels == explanation.cluster_ids[c]]
         feats = {f["feature"]: f for f in p["features"]}
         assert set(feats) <= used and {f for q in p["into"] + p["out_of"] for f in q["features"]} <= set(feats)
         z = [abs(f["z"]) for f in p["features"]]
@@ -433,7 +433,7 @@ def test_cluster_colours_never_use_the_others_grey_and_axes_name_their_unit(expl
         assert len(set(colours)) == n                                   # one colour per cluster
         assert not any(abs(r - g) < 0.02 and abs(g - b) < 0.02 for r, g, b, _ in colours), n   # no grey
     term = next(t for t in explanation.terms if t.kind == "main")
-    fig = thumbnail(term, 0, explanation.n_clusters, explanation.ids)
+    fig = thumbnail(term, 0, explanation.n_clusters, explanation.cluster_ids)
     assert fig.axes[0].get_ylabel() == "logit contribution"
     plt.close(fig)
 

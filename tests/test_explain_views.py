@@ -1,6 +1,7 @@
 """What the report shows beyond the shape graphs: typical and borderline rows, one row's view,
 stability across runs, and two versions compared; and ``neurcam explain --rows/--id/--compare``."""
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from neurcam_dist import NeurCAM
 from neurcam_dist.cli import main
 from neurcam_dist.explain import Explanation
-from neurcam_dist.explain.build import add_rows, build_explanation
+from neurcam_dist.explain.build import build_explanation
 from neurcam_dist.explain.compare import comparison, comparison_text
 from neurcam_dist.explain.examples import CONFIDENT, NEAREST, row_text
 from neurcam_dist.explain.stability import match_clusters, stability, topk_intersections, warning
@@ -31,7 +32,7 @@ def test_typical_rows_are_the_members_nearest_their_centroid(five):
     z = fitted.standardize(X.to_numpy()).astype(np.float64)
     centroids = fitted.net.centroids.detach().double().numpy()
     labels = est.predict(X)
-    for k, cid in enumerate(expl.ids):
+    for k, cid in enumerate(expl.cluster_ids):
         members = np.flatnonzero(labels == cid)
         dist = ((z[members] - centroids[k]) ** 2).sum(1)
         want = members[np.argsort(dist, kind="stable")[:3]].tolist()
@@ -48,9 +49,9 @@ def test_typical_rows_are_the_members_nearest_their_centroid(five):
 
 def test_a_rows_change_moves_it_and_its_bars_are_its_pushes(five):
     est, X, _ = five
-    expl = build_explanation(est, X)
-    records = add_rows(expl, est, X.iloc[[0, 5, 9]])
-    assert expl.examples["rows"] == records and [r["row"] for r in records] == [0, 5, 9]
+    expl = build_explanation(est, X, rows=X.iloc[[0, 5, 9]])
+    records = expl.examples["rows"]
+    assert [r["row"] for r in records] == [0, 5, 9] and expl.examples["borderline"]
     rows = est.explain_rows(X.iloc[[0, 5, 9]])
     for n, r in enumerate(records):
         k = list(est.cluster_ids_).index(r["cluster"])
@@ -90,12 +91,10 @@ def test_without_the_clustering_space_typical_means_most_confident():
 def permuted(expl: Explanation, perm: list[int]) -> Explanation:
     """The same explanation with its cluster columns in another order (another run's numbering)."""
     other = copy.deepcopy(expl)
-    other.intercept = expl.intercept[perm]
     for t in other.terms:
         t.values = t.values[..., perm]
         t.importance = t.importance[perm]
-    other.cluster_ids = [expl.ids[p] for p in perm]
-    return other
+    return dataclasses.replace(other, intercept=expl.intercept[perm], cluster_ids=[expl.cluster_ids[p] for p in perm])
 
 
 def test_stability_matches_clusters_by_their_rows(five):
@@ -115,9 +114,8 @@ def test_stability_matches_clusters_by_their_rows(five):
 def test_a_term_another_run_does_not_use_is_flagged_and_widens_the_band(five):
     est, X, _ = five
     expl = build_explanation(est, X, typical=0)
-    other = copy.deepcopy(expl)
     top = expl.importance[0]["term"]
-    other.terms = [t for t in other.terms if t.name != top]
+    other = dataclasses.replace(copy.deepcopy(expl), terms=[t for t in copy.deepcopy(expl.terms) if t.name != top])
     st = stability(expl, [other], X, top=3)
     assert top in st["flagged"] and st["recurrence"][top] == 0.0
     t = expl.term(top)
@@ -220,5 +218,5 @@ def test_row_ids_of_any_index_are_json_values(five, tmp_path):
     expl = build_explanation(est, stamped)
     expl.to_json(tmp_path / "e.json")
     back = Explanation.from_json(tmp_path / "e.json")
-    first = back.examples["typical"][str(expl.ids[0])][0]["row"]
+    first = back.examples["typical"][str(expl.cluster_ids[0])][0]["row"]
     assert isinstance(first, str) and pd.Timestamp(first) in stamped.index

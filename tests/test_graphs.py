@@ -7,7 +7,7 @@ import torch
 
 from neurcam_dist.model import TrainingSpec, build_trainer, log_assignment
 from neurcam_dist.model import graphs as graphs_mod
-from neurcam_dist.model.graphs import RerunRecorder, StepGraphs
+from neurcam_dist.model.graphs import StepGraphs
 from neurcam_dist.settings import CUDA_GRAPHS, cuda_graphs_enabled
 from neurcam_dist.model.step import Batch, shuffled_batches, train_epoch
 
@@ -17,10 +17,10 @@ ROWS, BATCH = 200, 48   # 4 full batches and a short one of 8 rows per epoch
 def _trainer(precision="fp32", distill_epochs=3):
     # 4 single channels over 5 features: random gate logits (no lean toward a feature each), so both
     # annealing phases take several epochs
-    spec = TrainingSpec.from_params({"n_clusters": 3, "n_single": 4, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
-                                     "random_state": 0,
-                                     "distill_epochs": distill_epochs, "warmup_epochs": 3, "epsilon": 0.3, "epochs": 30,
-                                     "batch_size": BATCH, "lr_patience": 0, "lr": 0.05}, 5)
+    spec = TrainingSpec.for_data({"n_clusters": 3, "n_single": 4, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
+                                  "random_state": 0,
+                                  "distill_epochs": distill_epochs, "warmup_epochs": 3, "epsilon": 0.3, "epochs": 30,
+                                  "batch_size": BATCH, "lr_patience": 0, "lr": 0.05}, ROWS, 5)
     return build_trainer(spec, np.random.default_rng(0).normal(size=(3, 5)), precision=precision), spec
 
 
@@ -47,7 +47,7 @@ def test_captured_steps_train_the_same_model_as_eager_steps(precision):
     eager, _ = _trainer(precision)
     assert eager.graphs is None   # no graphs on a CPU unless asked for
     captured, _ = _trainer(precision)
-    captured.graphs = StepGraphs("cpu", RerunRecorder())
+    captured.graphs = StepGraphs("cpu")
     h_eager, h_graph = _fit(eager, x), _fit(captured, x)
 
     phases = [h[0] for h in h_graph]
@@ -73,7 +73,7 @@ def test_captured_steps_train_the_same_model_as_eager_steps(precision):
 
 def test_a_restored_checkpoint_or_a_gate_lock_drops_the_graphs():
     trainer, _ = _trainer(distill_epochs=0)
-    trainer.graphs = StepGraphs("cpu", RerunRecorder())
+    trainer.graphs = StepGraphs("cpu")
     x = torch.randn(ROWS, 5, generator=torch.Generator().manual_seed(1))
     gen = torch.Generator().manual_seed(0)
     for _ in range(3):
@@ -95,7 +95,7 @@ def test_a_restored_checkpoint_or_a_gate_lock_drops_the_graphs():
 
 def test_odd_batch_sizes_beyond_the_cap_run_eagerly():
     trainer, _ = _trainer(distill_epochs=0)
-    graphs = trainer.graphs = StepGraphs("cpu", RerunRecorder())
+    graphs = trainer.graphs = StepGraphs("cpu")
     x = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
     sizes = [8, 9, 10, 11, 12, 13]
     stats = train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer,

@@ -15,7 +15,7 @@ ROOT = "neurcam_dist"
 # Lower ranks may not import higher ones; a unit imports only units of a strictly lower rank.
 RANKS = {
     "version": 0, "params": 0, "metrics": 0, "validation": 0, "numerics": 0, "redaction": 0,
-    "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "errors": -1, "columns": 0.5,
+    "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "names": 0, "errors": -1, "columns": 0.5,
     "model": 1, "storage": 1, "config": 1, "raycompat": 1,
     "explain": 2, "data": 2, "choosing": 2.5,
     "estimator": 3, "text": 3, "outputs": 3,
@@ -236,7 +236,7 @@ def test_the_package_raises_only_its_own_errors():
     for m, path, node in _ast_nodes():
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
             name = getattr(node.exc.func, "id", None)
-            if name in ("ValueError", "RuntimeError", "Exception"):
+            if name in ("ValueError", "RuntimeError", "Exception", "ConnectionError"):
                 bad.append(f"{path.relative_to(PACKAGE)}:{node.lineno} raises {name}")
     assert not bad, "raise a class of neurcam_dist.errors instead:\n" + "\n".join(bad)
 
@@ -304,6 +304,40 @@ def test_the_cli_is_a_thin_layer_over_the_front_door():
     for name in ("fit", "explain", "predict", "train", "search", "recluster", "validate", "promote", "submit",
                  "featurize_text", "generate", "sample", "demo", "choose_k", "choose_k_on_ray"):
         assert callable(getattr(service, name)), name
+
+
+def test_an_explanation_is_finished_where_it_is_built():
+    """``explain.build_explanation`` returns the explanation complete; it is frozen, and no module
+    outside ``explain/`` assigns to an explanation's attributes or fills its parts."""
+    import dataclasses
+
+    from neurcam_dist.explain import Explanation
+    assert Explanation.__dataclass_params__.frozen
+    bad = []
+    for m, path, node in _ast_nodes():
+        if m.startswith("neurcam_dist.explain"):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for t in targets:
+            while isinstance(t, (ast.Subscript, ast.Attribute)) and not (
+                    isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)):
+                t = t.value
+            if isinstance(t, ast.Attribute) and "expl" in t.value.id:
+                bad.append(f"{path.relative_to(PACKAGE)}:{node.lineno} assigns {t.value.id}.{t.attr}")
+    assert not bad, "build the explanation complete in neurcam_dist.explain:\n" + "\n".join(bad)
+    assert dataclasses.is_dataclass(Explanation)
+
+
+def test_mlflow_is_reached_through_tracking_alone():
+    """MLflow (its client, its fluent API) is imported in ``tracking/`` only: the rest of the
+    service records runs, models and decisions through that layer's functions."""
+    bad = [f"{path.relative_to(PACKAGE)}:{node.lineno} imports {name}" for m, path, node in _ast_nodes()
+           if not m.startswith("neurcam_dist.tracking")
+           for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                        [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+           if name.split(".")[0] == "mlflow"]
+    assert not bad, "reach MLflow through neurcam_dist.tracking:\n" + "\n".join(bad)
 
 
 def test_no_function_is_over_60_lines():

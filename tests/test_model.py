@@ -10,7 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from neurcam_dist import NeurCAM
 from neurcam_dist.model import TrainingSpec, build_trainer, log_assignment
 from neurcam_dist.model.gates import SelectionGates, is_one_hot, relaxed_gates
-from neurcam_dist.model.graphs import RerunRecorder, StepGraphs
+from neurcam_dist.model.graphs import StepGraphs
 from neurcam_dist.model.loss import fcm_log_membership, fuzzy_loss, kl_to_target, squared_distances
 from neurcam_dist.model.network import NeurCAMNet
 from neurcam_dist.model.schedule import Schedule
@@ -58,8 +58,8 @@ class _HostReads(TorchDispatchMode):
 @pytest.mark.parametrize("captured", [False, True], ids=["eager", "captured"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_training_step_never_reads_a_device_value(precision, captured):
-    spec = TrainingSpec.from_params({"n_clusters": 3, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
-                                     "init": "kmeans", "random_state": 0}, 5)
+    spec = TrainingSpec.for_data({"n_clusters": 3, "n_pairs": 2, "hidden": (8,), "n_bases": 4,
+                                  "init": "kmeans", "random_state": 0}, 64, 5)
     trainer = build_trainer(spec, np.random.default_rng(0).normal(size=(3, 5)), precision=precision)
     x = torch.randn(64, 5, generator=torch.Generator().manual_seed(1))
     target = torch.log_softmax(torch.randn(64, 3), dim=1)
@@ -69,7 +69,7 @@ def test_training_step_never_reads_a_device_value(precision, captured):
         for phase, batch in (("warmup", Batch(x, x)), ("anneal_single", Batch(x, x, target))):
             reads = _HostReads()
             # captured: warm-up steps, the capture, then replays (graphs.RerunRecorder re-runs the step)
-            graphs = StepGraphs("cpu", RerunRecorder()) if captured else None
+            graphs = StepGraphs("cpu") if captured else None
             with reads:
                 train_epoch(trainer.model, trainer.net.centroids, trainer.optimizer, [batch] * (4 if captured else 1),
                             phase=phase, t=0.5, t2=0.5, m=1.1, gamma=0.1, precision=precision, graphs=graphs)
@@ -98,8 +98,8 @@ def test_the_cpu_backward_pass_carries_no_subnormal_floats(monkeypatch):
     """Far clusters' weights underflow; unguarded, their subnormal gradients flood the backbone's
     backward matmuls (x86's slow path: a late-training CPU step ran 5-7x slower). Guarded, the
     loss is the same, and every gradient equals the unguarded one to 1e-18."""
-    spec = TrainingSpec.from_params({"n_clusters": 8, "hidden": (32, 32), "n_bases": 8, "init": "kmeans",
-                                     "random_state": 0}, 6)
+    spec = TrainingSpec.for_data({"n_clusters": 8, "hidden": (32, 32), "n_bases": 8, "init": "kmeans",
+                                  "random_state": 0}, 256, 6)
     centroids = np.repeat(np.arange(8.0)[:, None], 6, axis=1) * 10.0
     trainer = build_trainer(spec, centroids, precision="fp32")
     with torch.no_grad():

@@ -85,7 +85,7 @@ def test_fit_save_load_go_through_one_fitted_state(fitted, data, tmp_path):
     # the learned attributes are views of the one state, not copies that could drift
     assert loaded.net_ is loaded.fitted_.net and loaded.history_ is loaded.fitted_.history
     loaded.set_cluster_ids([5, 2, 8], 9)
-    assert loaded.fitted_.ids.tolist() == [5, 2, 8] and loaded.scoring_model().ids.tolist() == [5, 2, 8]
+    assert loaded.fitted_.cluster_ids.tolist() == [5, 2, 8] and loaded.scoring_model().cluster_ids.tolist() == [5, 2, 8]
     with pytest.raises(ModelFileError):
         NeurCAM.load(tmp_path / "nowhere")
 
@@ -174,9 +174,9 @@ def test_explanations_read_as_dataframes_and_in_notebooks(fitted_pairs, data):
     expl = fitted_pairs.explain(X)
     imp = expl.importance_frame()
     assert imp["term"].tolist() == [r["term"] for r in expl.importance]
-    assert [c for c in imp.columns if c.startswith("importance_")] == [f"importance_{i}" for i in expl.ids]
+    assert [c for c in imp.columns if c.startswith("importance_")] == [f"importance_{i}" for i in expl.cluster_ids]
     prof = expl.profiles_frame()
-    assert prof["cluster"].tolist() == expl.ids and prof["size"].sum() == len(X)
+    assert prof["cluster"].tolist() == expl.cluster_ids and prof["size"].sum() == len(X)
     html = expl._repr_html_()
     assert html.count("<tr>") == expl.n_clusters + 1 and imp["term"][0] in html
     rows = fitted_pairs.explain_rows(X.iloc[:5])

@@ -69,10 +69,10 @@ def test_a_renamed_model_predicts_saves_and_explains_with_its_ids(renamed, tmp_p
     assert back.cluster_ids_.tolist() == [7, 2, 4] and back.next_cluster_id_ == 9
     assert np.array_equal(back.predict(X), est.predict(X))
     expl = est.explain(X)
-    assert expl.ids == [7, 2, 4] and sorted(p["cluster"] for p in expl.profiles) == [2, 4, 7]
+    assert expl.cluster_ids == [7, 2, 4] and sorted(p["cluster"] for p in expl.profiles) == [2, 4, 7]
     assert expl.model_card["clusters"]["cluster_ids"] == [7, 2, 4]
     from neurcam_dist.explain import Explanation
-    assert Explanation.from_dict(json.loads(json.dumps(expl.to_dict()))).ids == [7, 2, 4]
+    assert Explanation.from_dict(json.loads(json.dumps(expl.to_dict()))).cluster_ids == [7, 2, 4]
     from neurcam_dist.explain.report import html_report
     page = html_report(expl)
     assert "href='#cluster-7'>7</a>" in page and "cluster-0" not in page
@@ -156,9 +156,7 @@ def test_the_newest_snapshot_is_picked_and_a_missing_one_is_named(tmp_path):
 def test_the_promotion_policy(policy, seen, inertias, unscorable, promote, says):
     rc = ReclusterConfig(policy=policy, min_improvement=0.01)
     new, old = inertias
-    record = {"inertia_challenger": new, "inertia_champion": old,
-              "improvement": None if old is None else 1 - new / old}
-    want, reason = decide(rc, "m", "4", seen, record, unscorable)
+    want, reason = decide(rc, "m", "4", seen, new, old, unscorable)
     assert want is promote and says in reason
 
 

@@ -286,6 +286,16 @@ def test_fit_refuses_to_overwrite_another_commands_output(tmp_path, data, capsys
 
 
 # ---------------------------------------------------------------- secrets
+def test_every_line_the_service_says_is_redacted(capsys):
+    """A worker's or trial's line goes through ``events.say``, the driver's too: one function, and
+    it redacts (a URI's user information, secret query values) before the line leaves."""
+    from neurcam_dist.distributed import events
+    events.say("reading s3://AKIA:SECRETKEY@bucket/data?token=abc123 now")
+    out = capsys.readouterr().out
+    assert "SECRETKEY" not in out and "abc123" not in out and "s3://***@bucket/data" in out
+    assert not hasattr(events, "log")
+
+
 def test_credentials_are_redacted_and_passed_the_way_mlflow_expects(monkeypatch):
     from neurcam_dist.tracking.uri import check_reachable, connect
     assert redact("see http://alice:s3cret@host:5000/x") == "see http://***@host:5000/x"

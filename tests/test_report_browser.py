@@ -11,9 +11,8 @@ import pytest
 
 from .conftest import SMALL, blobs
 from neurcam_dist import NeurCAM
-from neurcam_dist.explain.build import add_rows, build_explanation
+from neurcam_dist.explain.build import build_explanation
 from neurcam_dist.explain.report import SECTIONS, write_report
-from neurcam_dist.explain.stability import stability
 
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
@@ -48,8 +47,8 @@ def test_report_renders_in_headless_chromium(fitted_pairs, data, tmp_path):
     from playwright.sync_api import sync_playwright
 
     X, _ = data
-    expl = fitted_pairs.explain(X)
-    chosen = add_rows(expl, fitted_pairs, X.iloc[[3, 7]])
+    expl = build_explanation(fitted_pairs, X, rows=X.iloc[[3, 7]])
+    chosen = expl.examples["rows"]
     report = write_report(expl, tmp_path / "report")
     requests, errors = [], []
     with sync_playwright() as p:
@@ -92,7 +91,7 @@ def test_report_renders_in_headless_chromium(fitted_pairs, data, tmp_path):
     assert images and all(w > 0 and h > 0 for _, w, h in images), [a for a, w, _ in images if not w]
     for anchor, _ in SECTIONS:
         assert anchor in ids
-    assert [f"cluster-{c}" for c in expl.ids] == [i for i in ids if i.startswith("cluster-")]
+    assert [f"cluster-{c}" for c in expl.cluster_ids] == [i for i in ids if i.startswith("cluster-")]
     assert not dangling
     assert len(summaries) == expl.n_clusters and all(s.endswith(".") for s in summaries)
     assert thumb_widths and all(w > 100 for w in thumb_widths)       # drawn side by side, not collapsed
@@ -103,12 +102,12 @@ def test_report_renders_in_headless_chromium(fitted_pairs, data, tmp_path):
         assert len(set(shot.convert("L").getdata())) > 10              # not a blank page
     lines = [t for t in start if t["name"] and t["name"].startswith("cluster")]
     assert visible == expl.n_clusters and sorted(t["colour"] for t in lines) == sorted(colours)
-    assert shown == [f"cluster-{expl.ids[1]}"]
+    assert shown == [f"cluster-{expl.cluster_ids[1]}"]
     thick = [t for t in chosen_traces if t["width"] == 3]
-    assert [t["name"] for t in thick] == [f"cluster {expl.ids[1]}"] and thick[0]["colour"] == colours[1]
+    assert [t["name"] for t in thick] == [f"cluster {expl.cluster_ids[1]}"] and thick[0]["colour"] == colours[1]
     assert {t["colour"] for t in chosen_traces if t["name"] and t["name"].startswith("cluster") and t["width"] != 3} \
         == {"#c4c4c4"}
-    assert title.endswith(f": cluster {expl.ids[1]}") and title2 != title
+    assert title.endswith(f": cluster {expl.cluster_ids[1]}") and title2 != title
     pair_term = next(t for t in expl.terms if t.kind == "pair" and t.name in title_of_pairs(expl))
     heat = next(t for t in pair if t["type"] == "heatmap")
     assert np.allclose(np.asarray(heat["z"]), pair_term.values[:, :, 1], atol=1e-3 * np.abs(pair_term.values).max())
@@ -127,8 +126,7 @@ def ten(tmp_path_factory):
     """Ten clusters, two seeds: the winner's explanation with the other's as its stability."""
     X, y = blobs(n=900, d=5, k=10, seed=3)
     runs = [NeurCAM(n_clusters=10, random_state=s, **SMALL).fit(X) for s in (0, 1)]
-    expl = runs[0].explain(X)
-    expl.stability = stability(expl, [build_explanation(runs[1], X, typical=0)], X)
+    expl = build_explanation(runs[0], X, runs=[runs[1]])
     expl.stability["warning"] = expl.stability["warning"] or "a test warning: the runs disagree"
     return expl, write_report(expl, tmp_path_factory.mktemp("ten") / "report")
 
@@ -156,8 +154,8 @@ def test_a_ten_cluster_report_starts_on_one_cluster_with_its_band(ten, tmp_path)
             browser.close()
     assert not errors and all(u.startswith(("file:", "data:")) for u in requests)
     # ten clusters: one section and one highlighted curve at a time, not ten lines on ten pages
-    assert shown == [f"cluster-{expl.ids[0]}"] and every == 10
-    assert [t["name"] for t in traces if t["width"] == 3] == [f"cluster {expl.ids[0]}"]
+    assert shown == [f"cluster-{expl.cluster_ids[0]}"] and every == 10
+    assert [t["name"] for t in traces if t["width"] == 3] == [f"cluster {expl.cluster_ids[0]}"]
     assert any(t["fill"] == "tonexty" and t["name"].startswith("range over 2 runs") for t in traces)
     assert not any(t["fill"] for t in all_traces)                   # no band when every cluster is drawn
     assert "Warning:" in warning and expl.stability["warning"] in warning

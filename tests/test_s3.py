@@ -178,6 +178,27 @@ def _job(data: str, out: str, **train) -> dict:
             "train": {"num_workers": 2, "cpus_per_worker": 1, **train}}
 
 
+def test_a_location_opens_its_file_system_once_and_shares_it_below(s3_env, tmp_path):
+    """``uris.Location``: resolved once, ``/`` below it (a URI keeps its query options at the end),
+    the file system opened on first use and handed to what lies below; a plain path to any reader."""
+    from neurcam_dist.ops import history
+    from neurcam_dist.uris import Location
+    assert str(Location(f"{BUCKET}/located?scheme=http") / "a" / "b.json") == f"{BUCKET}/located/a/b.json?scheme=http"
+    out = Location(f"{BUCKET}/located")
+    assert (out / "a").is_uri
+    fs, root = out.filesystem()
+    below_fs, below = (out / "trials" / "search-1").filesystem()
+    assert below_fs is fs and below == f"{root}/trials/search-1"
+    fs.create_dir(below)
+    assert history._subfolders(out / "trials") == ["search-1"]
+    history.append_history(out, {"search": "search-1", "outcome": "kept"})
+    assert [r["outcome"] for r in history.read_history(Location(out))] == ["kept"]
+    local = Location(tmp_path / "run")
+    assert local.path == tmp_path / "run" and not local.is_uri and os.fspath(local / "m") == str(tmp_path / "run" / "m")
+    history.append_history(local, {"search": "s", "outcome": "promoted"})
+    assert (tmp_path / "run" / history.HISTORY).exists()
+
+
 def test_data_on_s3_is_listed_like_a_local_folder(s3_env):
     from neurcam_dist.data import resolve
     from neurcam_dist.data.sources import DataError

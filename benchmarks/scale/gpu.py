@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from neurcam_dist.model import graphs as graphs_mod  # noqa: E402
-from neurcam_dist.model.graphs import RerunRecorder, StepGraphs  # noqa: E402
+from neurcam_dist.model.graphs import StepGraphs  # noqa: E402
 from neurcam_dist.settings import CUBLAS_WORKSPACE, CUDA_GRAPHS, DETERMINISTIC_WORKSPACE  # noqa: E402
 from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
 from neurcam_dist.params import DEFAULTS  # noqa: E402
@@ -60,7 +60,7 @@ def sync(device: torch.device) -> None:
 
 
 def step_graphs(device: torch.device) -> StepGraphs:
-    return StepGraphs(device, None if device.type == "cuda" else RerunRecorder())
+    return StepGraphs(device)
 
 
 class StepBench:

@@ -32,7 +32,7 @@ from ..settings import deterministic_algorithms
 from ..storage import write_dataset
 from ..uris import join
 from . import events
-from .events import log
+from .events import say
 from .session import worker_env, worker_group
 
 DAE_COLUMN = "dae_embedding"
@@ -161,7 +161,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     job = DaeJob(rep=r, plan=plan, mean=mean, scale=scale, seed=m.random_state, threads=tc.cpus_per_worker,
                  shuffle_buffer=tc.shuffle_buffer, events=events.current_channel(), deterministic=m.deterministic)
-    log(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
+    say(f"training the denoising autoencoder ({len(plan.features)}-{'-'.join(map(str, r.hidden))}-{r.bottleneck}, "
         f"input dropout {r.dropout}) on {tc.num_workers} worker(s), at most {r.epochs} epochs")
     t0 = time.perf_counter()
     dataset = pace(data_mod.read(plan, plan.features, ordered=True).materialize())
@@ -177,7 +177,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     with result.checkpoint.as_directory() as d:
         saved = torch.load(os.path.join(d, WEIGHTS), map_location="cpu", weights_only=True)
     history = saved["history"]
-    log(f"autoencoder: {len(history)} epochs in {time.perf_counter() - t0:.1f} s, reconstruction loss "
+    say(f"autoencoder: {len(history)} epochs in {time.perf_counter() - t0:.1f} s, reconstruction loss "
         f"{history[0]['loss']:.5f} -> {history[-1]['loss']:.5f}")
     staged = join(cfg.storage_path(), "staging", "dae")
     source = data_mod.read_source(plan.source, _all_columns(plan), ordered=True)
@@ -198,7 +198,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
             out.write(json.dumps(card, indent=1).encode())
 
     write_dataset(staged, write, marker=DAE_DIR)
-    log(f"wrote the data with its {r.bottleneck}-dim {DAE_COLUMN} to {staged}")
+    say(f"wrote the data with its {r.bottleneck}-dim {DAE_COLUMN} to {staged}")
     return cfg.data.model_copy(update={"path": staged, "embedding": DAE_COLUMN, "features": plan.features})
 
 

@@ -1,5 +1,6 @@
 """Two models on the same data, in one Ray Data pass: what ``neurcam recluster`` needs to decide
-whether the challenger replaces the champion and to carry the cluster ids over.
+whether the challenger replaces the champion and to carry the cluster ids over (``take_ids``,
+which a search runs on its winner when it is given an ``Incumbent``).
 
 Both models' hard assignments of every row, reduced to sums (no per-row result reaches the
 driver): the contingency table of the two assignments, and per-cluster moments of the
@@ -10,14 +11,17 @@ same thing and can be compared.
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from ..clusterids import match_ids
 from ..errors import TrainingError
 from .. import data as data_mod
 from .. import metrics
 from ..model import FittedNet
+from .events import say
 from .scoring import reduce_pass
 
 
@@ -83,3 +87,47 @@ def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, 
             "sizes_challenger": total["a"][0].astype(int).tolist(),
             "sizes_champion": total["b"][0].astype(int).tolist(),
             "agreement_ari": metrics.table_scores(table.T)["ari"], "unseen_champion": dict(total["unseen"])}
+
+
+@dataclass(frozen=True)
+class Incumbent:
+    """The model a search's winner takes its cluster ids from and is compared with (a
+    re-clustering's champion; ``model`` None: there is none yet), what to call it, and the
+    lineage's smallest cluster id never used."""
+    model: object | None
+    name: str
+    next_cluster_id: int
+
+
+@dataclass(frozen=True)
+class Matched:
+    """How a winner met the incumbent on every training row (``compare``'s measures; None when
+    there was no incumbent, or it could not be scored: ``unscorable`` says why), and the rows of
+    each stable cluster id under each model."""
+    measures: dict | None = None
+    sizes_new: dict | None = None
+    sizes_old: dict | None = None
+    unscorable: str | None = None
+
+
+def take_ids(est, incumbent: Incumbent, plan: data_mod.Plan, *, batch_size: int, concurrency: int) -> Matched:
+    """Give ``est`` stable cluster ids: the incumbent's for the clusters that match it best on the
+    plan's rows (``clusterids.match_ids``), ids never used before for the others; all new ids when
+    there is no incumbent or it cannot read the data."""
+    k = est.n_clusters_
+    champion = incumbent.model
+    if champion is None:
+        est.set_cluster_ids(np.arange(k), max(k, incumbent.next_cluster_id))
+        return Matched()
+    first_new = max(incumbent.next_cluster_id, champion.next_cluster_id_)
+    try:
+        cmp = compare(est.scoring_model(), champion.scoring_model(), plan, batch_size=batch_size,
+                      concurrency=concurrency)
+    except data_mod.DataError as exc:
+        say(f"warning: {exc}; the challenger gets new cluster ids")
+        est.set_cluster_ids(np.arange(k) + first_new, first_new + k)
+        return Matched(unscorable=str(exc))
+    ids, next_id = match_ids(cmp["table"], champion.cluster_ids_, first_new)
+    est.set_cluster_ids(ids, next_id)
+    return Matched(measures=cmp, sizes_new={int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n},
+                   sizes_old={int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n})

@@ -10,20 +10,19 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 
+from .. import names
 from ..errors import TrainingError
 from .. import data as data_mod
 from .. import outputs
 from ..columns import level_init
-from ..config import coerce_config
+from ..config import JobConfig, coerce_config
 from ..estimator import NeurCAM
 from ..model import FittedNet, build_trainer
 from ..model.initial import initial_centroids
@@ -31,11 +30,11 @@ from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
 from ..uris import as_path, is_uri, join, store_did_not_answer
-from ..validation import constant_features_note, empty_cluster_ids, empty_clusters_note, empty_clusters_record
+from ..validation import empty_cluster_ids, empty_clusters_note, empty_clusters_record
 from .scoring import evaluate
 from . import events
 from .console import held_stderr, routed_logs
-from .events import log
+from .events import say
 from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
 from .session import check_resources, ensure_ray, worker_env, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
@@ -95,7 +94,7 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     centroids, info = initial_centroids(job.spec, x_sample, xr_sample, method=m.kmeans, n_init=m.kmeans_n_init,
                                         allowed=~prof.constant, baseline=standardized_zero(mean, scale), **levels)
     chosen = f", chosen by {info['chosen_by']}" if "chosen_by" in info else ""
-    log(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
+    say(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
                         allowed=~prof.constant, coding=coding, level_init=levels["level_init"])
@@ -122,11 +121,11 @@ def training_dataset(job: ResolvedJob):
     store with ``train.cache: always``."""
     tc, plan = job.train, job.plan
     if tc.cache != "never" and data_mod.reading.local_pass(plan, plan.columns):
-        log(f"the {plan.n_rows:,} training rows are small: read here once and handed to the workers in memory")
+        say(f"the {plan.n_rows:,} training rows are small: read here once and handed to the workers in memory")
         return data_mod.reading.held_rows(plan)
     dataset = data_mod.reading.streamed_dataset(plan)
     if tc.cache == "always":
-        log(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")
+        say(f"caching the {plan.n_rows:,} training rows in the object store (train.cache=always)")
         dataset = dataset.materialize()
     return dataset
 
@@ -141,7 +140,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
     if dataset is None:
         dataset = training_dataset(job)
     if tc.cache in ("auto", "device"):
-        log(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
+        say(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
             f"the first epoch{' when it fits' if tc.cache == 'auto' else ''} (about "
             f"{expected_shard_bytes(wcfg, tc.num_workers) / 2**20:,.1f} MiB per worker)")
     held = isinstance(dataset, data_mod.reading.HeldRows)
@@ -156,7 +155,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
                              checkpoint_config=CheckpointConfig(num_to_keep=2), **worker_env(wcfg.spec.deterministic)),
         datasets={} if held else {"train": dataset},
     )
-    log(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} in {storage}")
+    say(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} in {storage}")
     try:
         result = trainer.fit()
     except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed and where
@@ -191,12 +190,12 @@ def train(config, *, name: str | None = None) -> TrainResult:
     t_start = time.perf_counter()
     tc = cfg.train
     if cfg.search is not None:
-        log("the config's search: section is for neurcam tune; this trains one run with the model: section")
+        say("the config's search: section is for neurcam tune; this trains one run with the model: section")
     early = resolve_early(cfg)
     with held_stderr() as start:
         ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
         check_resources(cfg, search=False)
-    with routed_logs(cfg.output, log, earlier=start.text):
+    with routed_logs(cfg.output, say, earlier=start.text):
         return _train(resolve(cfg, early), name, t_start)
 
 
@@ -205,14 +204,14 @@ def _train(job: ResolvedJob, name: str | None, t_start: float) -> TrainResult:
     with unchanged_input(plan):
         init = initial_state(job, prof)
         wcfg = worker_config(job, init)
-        run_name = name or f"neurcam-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        run_name = name or names.run_name("neurcam")
         t_train = time.perf_counter()
         result = run_workers(job, wcfg, run_name)
         est, metrics = finish_run(job, wcfg, init, result, time.perf_counter() - t_train, run_name)
     metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
     out = as_path(job.output)
     write_run(out, est, metrics, job, dirs=representation_dirs(job.config))
-    log(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
+    say(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
                                                      if k in metrics) + f"; model and metrics in {out}/")
     return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan, config=job.effective_config())
 
@@ -260,9 +259,9 @@ def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result,
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
     fitted, teacher = assemble(plan, wcfg, state, train_seconds, init.kmeans)
-    log("scoring the whole dataset (hard assignments, inertia)")
+    say("scoring the whole dataset (hard assignments, inertia)")
     tc = job.train
-    scores = evaluate(fitted, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers, log=log)
+    scores = evaluate(fitted, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers, log=say)
     fitted.channel_means = scores.pop("channel_means")
     est = NeurCAM(**job.model.estimator_params(), device="cpu", verbose=False).adopt(fitted, teacher)
     empty = empty_cluster_ids(scores["cluster_sizes"], est.cluster_ids_)
@@ -273,7 +272,7 @@ def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result,
     if init.sample is not None:
         set_reference(est, init, plan, tc.reference_rows, job.model.random_state)
     if note:
-        log(f"warning: {note}")
+        say(f"warning: {note}")
     metrics = {
         "n_rows": plan.n_rows, "n_files": len(plan.source.files), "n_features": len(plan.features),
         "repr_dim": est.repr_dim_, **scores, "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],

@@ -134,13 +134,9 @@ def emit(event: Event) -> None:
     channel.emit(event)
 
 
-def log(msg: str) -> None:
-    """A ``[neurcam]`` line of the service's, secrets redacted: printed in the driver, or sent to
-    it as a record from a worker's or a trial's process."""
-    from ..redaction import redact
-    say(redact(msg))
-
-
 def say(text: str, **fields) -> None:
-    """A note (or, with ``epoch=...``, an epoch record) from this process, tagged with its trial."""
-    emit(Event(text, trial=_ATTACHED["trial"], **fields))
+    """A ``[neurcam]`` line of the service's, secrets redacted (or, with ``epoch=...``, an epoch
+    record), tagged with this process's trial: printed in the driver, or sent to it as a record
+    from a worker's or a trial's process."""
+    from ..redaction import redact
+    emit(Event(redact(text), trial=_ATTACHED["trial"], **fields))

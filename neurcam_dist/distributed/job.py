@@ -21,7 +21,7 @@ from ..storage import check_writable
 from ..validation import constant_features_note
 from ..model import TrainingSpec
 from ..uris import join
-from .events import log
+from .events import say
 from .session import check_worker_memory
 
 
@@ -128,8 +128,10 @@ def needs_staging(cfg: JobConfig) -> bool:
 
 
 def resolve_early(cfg: JobConfig) -> ResolvedJob | None:
-    """The job from the footers, before Ray starts or anything is written; None when a step must
+    """The job from the footers, before Ray starts or anything is written (the output checked
+    writable first: the one check of it on the train and search paths); None when a step must
     write the data first (``resolve`` then runs it)."""
+    check_writable(cfg.output)
     if needs_staging(cfg):
         return None
     return _resolved(cfg, cfg.data)
@@ -151,15 +153,15 @@ def staged_data(cfg: JobConfig) -> DataConfig:
     if cfg.text is not None:
         from ..text import TextJob, featurize_text
         staged = join(cfg.storage_path(), "staging", "text")
-        featurize_text(TextJob.for_config(cfg, staged), log, reuse=True)
-        log(f"training on the featurized documents in {staged} (text: kept in the saved config)")
+        featurize_text(TextJob.for_config(cfg, staged), say, reuse=True)
+        say(f"training on the featurized documents in {staged} (text: kept in the saved config)")
         data = data.model_copy(update={"path": staged, "embedding": "embedding" if cfg.text.embed else None})
     if cfg.representation is not None:
         from .autoencoder import dae_data
         data = dae_data(cfg, lambda: prepare(_resolved(cfg, cfg.data)))
     if data.embeddings is not None:
         staging = join(cfg.storage_path(), "staging")
-        log(f"joining features and embeddings on {data.embeddings.key!r} into {staging}/joined")
+        say(f"joining features and embeddings on {data.embeddings.key!r} into {staging}/joined")
         data = data_mod.join_embeddings(data, staging)
     return data
 
@@ -177,7 +179,7 @@ def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
     plan = data_mod.plan(data)
     model, filled = model_in_effect(cfg, data)
     if filled:
-        log("text data: the paper's text settings where model: is silent: "
+        say("text data: the paper's text settings where model: is silent: "
             + ", ".join(f"{k}={v}" for k, v in filled.items()))
     return ResolvedJob(config=cfg, data=data, model=model, plan=plan, spec=spec_for(model, plan),
                        output=cfg.output, text_defaults=filled)
@@ -189,17 +191,16 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     checked, the standardization moments, the constant features (named, or refused with
     ``constant_features: error``). Returns the job's plan and the profile."""
     plan, m = job.plan, job.model
-    check_worker_memory(job, log)
-    log(f"data: {plan.describe()}")
+    check_worker_memory(job, say)
+    say(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(job.output, plan.source)
-    check_writable(job.output)
     t0 = time.perf_counter()
     prof = data_mod.profile(plan, missing=m.missing)
-    log(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+    say(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
     try:
         note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)
     except ValueError as exc:
         raise data_mod.DataError(f"data: {exc}") from None
     if note:
-        log(note)
+        say(note)
     return plan, prof

@@ -23,7 +23,7 @@ from pyarrow.fs import FileSelector
 from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain.assignments import TOP_TERMS, assignments, file_layout, met_line, refuse_collisions, scored_columns
+from ..explain.assignments import ROW_TERMS, assignments, file_layout, met_line, refuse_collisions, scored_columns
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
@@ -210,7 +210,7 @@ class _Scorer:
         x = self._features(table)
         if fitted.coding is None or fitted.coding.missing == "refuse":
             _refuse_non_finite(x, table, fitted.feature_names)
-        scored = assignments(fitted, x, top_terms=TOP_TERMS, **file_layout(fitted.ids))   # as fit writes them
+        scored = assignments(fitted, x, top_terms=ROW_TERMS, **file_layout(fitted.cluster_ids))   # as fit writes them
         cols = {}
         if self.id_column:
             cols[self.id_column] = table[self.id_column]
@@ -293,10 +293,7 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
     scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
     if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
     progress line through ``log`` at most every ``progress_seconds`` (default
-    ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``).
-
-    Kept whole: the checks, the choice of pass (here or Ray Data) and the atomic publication are
-    one transaction; split, a failure between the parts could leave a half-published output."""
+    ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``)."""
     fitted = est.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
@@ -363,8 +360,8 @@ def _checked_columns(est, fitted: FittedNet, src, footers: list, input_path, out
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
     _check_input(est, fitted, src, footers, wanted, id_column, text)
     refuse_collisions(([id_column] if id_column else []) + list(carry or []),
-                      scored_columns(fitted.ids, TOP_TERMS, **file_layout(fitted.ids)))
-    check_room(output, n_rows * 8 * (len(fitted.ids) + 2 * TOP_TERMS + 2))   # the scores, uncompressed
+                      scored_columns(fitted.cluster_ids, ROW_TERMS, **file_layout(fitted.cluster_ids)))
+    check_room(output, n_rows * 8 * (len(fitted.cluster_ids) + 2 * ROW_TERMS + 2))   # the scores, uncompressed
     return text, wanted
 
 

@@ -7,7 +7,7 @@ import math
 import os
 from contextlib import contextmanager
 
-from ..errors import ConfigError
+from ..errors import Unreachable
 from ..settings import CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE
 from ..uris import configure_s3
 
@@ -35,9 +35,9 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
     from ..signals import is_ours, reinstall
     ours = is_ours(signal.getsignal(signal.SIGTERM))
     if not address:
-        from .events import log
+        from .events import say
         from .leftovers import clean_up
-        clean_up(log)   # a killed command's local Ray would hold CPUs and memory (``leftovers``)
+        clean_up(say)   # a killed command's local Ray would hold CPUs and memory (``leftovers``)
     try:
         context = ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
         if not address:
@@ -51,9 +51,9 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
         hint = ("" if os.environ.get("RAY_AUTH_MODE") else
                 "; a cluster with token authentication (Ray 2.59+ by default, the k8s manifests) refuses a "
                 "driver without its token: set RAY_AUTH_MODE=token and RAY_AUTH_TOKEN")
-        raise ConnectionError(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: "
-                              f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
-                              f"{hint}") from None
+        raise Unreachable(f"cannot connect to the Ray cluster at RAY_ADDRESS={address}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}"
+                          f"{hint}") from None
     quiet_data_progress()
 
 

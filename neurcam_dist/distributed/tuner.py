@@ -16,25 +16,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from ray.tune import Callback
 
+from ..names import run_name
 from ..errors import ConfigError, NeurcamError, SearchError, find_cause  # noqa: F401 - SearchError re-exported
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
-from ..explain.build import build_explanation
-from ..explain.stability import stability
+from ..explain.build import Compared, build_explanation
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
 from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
                      set_reference, training_dataset, unchanged_input, worker_config, write_run)
 from . import events
+from .compare import Incumbent, Matched, take_ids
 from .console import held_stderr, routed_logs
-from .events import log
+from .events import say
 from .job import ResolvedJob, resolve, resolve_early, trial_model
 from .session import check_resources, ensure_ray, quiet_data_progress
 
@@ -83,6 +83,8 @@ class SearchResult:
     config: JobConfig                # the resolved config with the winner's hyperparameters
     search_config: JobConfig         # the config the search ran (base model section + search space)
     tracking: dict | None = None     # filled by ``service.search`` when the config has ``tracking:``
+    explanation: object = None       # the winner's report (``explain.Explanation``)
+    matched: Matched | None = None   # with an incumbent: how the winner met it (``compare.take_ids``)
 
     @property
     def report_path(self) -> Path | str:
@@ -142,21 +144,21 @@ class _Progress(Callback):
         self.total, self.done = total, 0
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        log(f"trial {trial.trial_id} started: {_plain(trial.config)}")
+        say(f"trial {trial.trial_id} started: {_plain(trial.config)}")
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.done += 1
         r = trial.last_result or {}
-        log(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
+        say(f"trial {trial.trial_id} finished ({self.done}/{self.total}): inertia={r.get('inertia', float('nan')):.6g}"
              + (f" ari={r['ari']:.4f}" if "ari" in r else "") + f" after {r.get('epochs', '?')} epochs")
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        log(f"trial {trial.trial_id} failed (its process or node was lost); it runs again and its training "
+        say(f"trial {trial.trial_id} failed (its process or node was lost); it runs again and its training "
             f"resumes from its last checkpoint")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.done += 1
-        log(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
+        say(f"trial {trial.trial_id} FAILED ({self.done}/{self.total}); the search goes on")
 
 
 def _plain(config: dict) -> dict:
@@ -164,23 +166,22 @@ def _plain(config: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------- the driver
-def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
+def search(config, *, name: str | None = None, incumbent: Incumbent | None = None) -> SearchResult:
     """Run the search ``config`` describes (a ``JobConfig``, a dict or a YAML path; a missing
     ``search:`` section means 5 seeds). Writes the winner to ``output/`` like ``train`` does,
     plus ``output/report/`` and ``output/search.json``. Raises ``SearchError`` when every trial
     failed. MLflow logging (a ``tracking:`` section) is ``service.search``'s.
-    ``prepare_winner(estimator, plan)`` runs before the winner is explained and written (the
-    re-clustering gives it its stable cluster ids there), while the input is still checked; what
-    it returns, when callable, is given the winner's explanation before the report is written
-    (the re-clustering adds its comparison with the champion there)."""
+    ``incumbent`` (a re-clustering's champion): before the winner is explained and written it
+    takes its stable cluster ids from that model (``compare.take_ids``, while the input is still
+    checked), and its report compares the two (``result.matched`` has the measures)."""
     cfg, early, held, t_start = _begin(config, lambda c: c.search or SearchConfig())
     s, tc = cfg.search, cfg.train
-    name = name or f"search-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
+    name = name or run_name("search")
+    say(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, log, earlier=held):
-        return _search(resolve(cfg, early), name, t_start, prepare_winner)
+    with routed_logs(cfg.output, say, earlier=held):
+        return _search(resolve(cfg, early), name, t_start, incumbent)
 
 
 def _begin(config, search_of) -> tuple:
@@ -197,7 +198,7 @@ def _begin(config, search_of) -> tuple:
     return cfg, early, start.text, t_start
 
 
-def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> SearchResult:
+def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | None) -> SearchResult:
     s, tc = job.config.search, job.train
     plan, prof = prepare(job)
     with unchanged_input(plan):
@@ -215,19 +216,16 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
         return est
 
     est = load(best)
-    annotate = None
-    if prepare_winner is not None:
+    matched = None
+    if incumbent is not None:
         with unchanged_input(plan):
-            annotate = prepare_winner(est, plan)
-    # one explanation per compared run, on the winner's reference rows; the winner's is its report
-    explanations = [est.explain()] + [build_explanation(load(t), est.reference_, typical=0)
-                                      for t in ranked[1:s.consistency_runs]]
-    explanations[0].stability = stability(explanations[0], explanations[1:], est.reference_)
-    consistency = {k: v for k, v in explanations[0].stability.items() if k.startswith(("consistency", "top"))}
-    if explanations[0].stability["warning"]:
-        log("warning: " + explanations[0].stability["warning"])
-    if callable(annotate):
-        annotate(explanations[0])
+            matched = take_ids(est, incumbent, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
+    # the winner's report, on its reference rows, measured against the next best runs
+    expl = build_explanation(est, est.reference_, runs=[load(t) for t in ranked[1:s.consistency_runs]],
+                             compared=_compared(est, incumbent, matched))
+    consistency = {k: v for k, v in expl.stability.items() if k.startswith(("consistency", "top"))}
+    if expl.stability["warning"]:
+        say("warning: " + expl.stability["warning"])
     best_job = job.with_params(best.params)
     metrics = {**best.metrics, "total_seconds": round(time.perf_counter() - t_start, 2),
                "search": {"name": name, "n_trials": len(trials), "n_failed": len(trials) - len(ranked),
@@ -237,12 +235,24 @@ def _search(job: ResolvedJob, name: str, t_start: float, prepare_winner) -> Sear
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
     out = as_path(job.output)
     failed = write_run(out, est, metrics, best_job, extra={"search.json": json.dumps(summary, indent=1, default=str)},
-                       report=explanations[0], dirs=representation_dirs(job.config))
-    log(f"winner's model in {out}/model, every trial in {out}/search.json, "
+                       report=expl, dirs=representation_dirs(job.config))
+    say(f"winner's model in {out}/model, every trial in {out}/search.json, "
         + (f"report FAILED ({failed}; see {out}/report/error.txt)" if failed else f"report {out}/report/report.html"))
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
                         output=out, plan=plan, config=best_job.effective_config(),
-                        search_config=job.effective_config())
+                        search_config=job.effective_config(), explanation=expl, matched=matched)
+
+
+def _compared(est: NeurCAM, incumbent: Incumbent | None, matched: Matched | None) -> Compared | None:
+    """What the winner's report compares it with: the incumbent, on the winner's reference rows,
+    when the two were matched on the data and the incumbent reads those rows' columns."""
+    if incumbent is None or matched is None or matched.measures is None:
+        return None
+    cols = [str(c) for c in incumbent.model.feature_names_in_]
+    ref = est.reference_
+    if not set(cols) <= set(map(str, ref.columns)):
+        return None
+    return Compared(incumbent.model, ref[cols], old_name=incumbent.name, new_name="this challenger")
 
 
 def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], name: str,
@@ -277,7 +287,7 @@ def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], nam
                                       [len(v["grid_search"]) for v in (space or {}).values()] or [1])))]))
     trials = collect(tuner.fit(), job.model)
     for t in trials:
-        log(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
+        say(f"trial {t.trial_id} {t.params}: " + (f"inertia={t.inertia:.6g}" if t.status == "ok"
                                                   else f"FAILED: {t.failure()}"))
     return trials
 
@@ -290,7 +300,7 @@ def rank(trials: list[Trial], name: str) -> list[Trial]:
                           + "\n".join(f"  {t.trial_id} {t.params}: {t.failure()}" for t in trials))
     ranked = sorted(ok, key=lambda t: t.inertia)
     best = ranked[0]
-    log(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
+    say(f"winner: trial {best.trial_id} {best.params} with the lowest hard inertia {best.inertia:.6g} "
         f"({len(ok)} of {len(trials)} trial(s) finished)")
     return ranked
 
@@ -346,10 +356,10 @@ def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
     cfg, early, held, t_start = _begin(config, lambda c: SearchConfig(
         seeds=list(range(seeds)), max_concurrent_trials=c.search.max_concurrent_trials if c.search else 1))
     s, tc = cfg.search, cfg.train
-    name = name or f"choose-k-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    log(f"choose-k {name}: K = {ks[0]}..{ks[-1]} x {seeds} seeds = {len(ks) * seeds} trial(s), at most "
+    name = name or run_name("choose-k")
+    say(f"choose-k {name}: K = {ks[0]}..{ks[-1]} x {seeds} seeds = {len(ks) * seeds} trial(s), at most "
         f"{s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, log, earlier=held):
+    with routed_logs(cfg.output, say, earlier=held):
         return _choose_k(resolve(cfg, early), ks, name, t_start)
 
 
@@ -391,7 +401,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     sil_rows = np.sort(np.random.default_rng(0).permutation(len(X))[:SILHOUETTE_ROWS])
     table = [measure(kk, fits[kk], space, sil_rows) for kk in ks]
     for r in table:
-        log(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {r['inertia']:.4g}")
+        say(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {r['inertia']:.4g}")
     proposal = decide(table, len(s.seeds), len(X), 0.0, how="on every row")
     choice = dataclasses.replace(proposal, seconds=time.perf_counter() - t_start,
                                  clusters=describe_clusters(first_seed[proposal.k], X))
@@ -403,5 +413,5 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
         (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {name}"))
     out = join(job.output, "choice")
     atomic_directory(out if is_uri(out) else Path(out), write, marker="choice.json")
-    log(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
+    say(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
     return choice

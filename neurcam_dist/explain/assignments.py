@@ -11,7 +11,7 @@ import numpy as np
 from ..numerics import softmax
 from .terms import rows_from_contributions
 
-TOP_TERMS = 3   # terms per row that batch scoring reports
+ROW_TERMS = 3   # terms per row that batch scoring reports
 
 
 # Files of scores (``fit``'s assignments, ``predict``'s output) hold one probability column per
@@ -91,7 +91,7 @@ CHUNK_BYTES = 64 * 2**20   # per-chunk working memory of the scorer (contributio
 def chunk_rows(fitted, top_terms: int) -> int:
     """Rows a chunk of ``assignments`` holds: its (rows, channels, K) contributions in float64,
     with their copies, within ``CHUNK_BYTES``; at least 64 rows."""
-    k = len(fitted.ids)
+    k = len(fitted.cluster_ids)
     channels = fitted.net.single.n + fitted.net.pairs.n
     per_row = 8 * k * (4 + (3 * (channels + 1) if top_terms else 0))
     return max(64, CHUNK_BYTES // max(per_row, 1))
@@ -107,7 +107,7 @@ def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True,
         logits = fitted.logits(x)
     proba = softmax(logits)
     raw = logits.argmax(1)
-    ids = fitted.ids
+    ids = fitted.cluster_ids
     cols: dict[str, np.ndarray] = {"cluster": ids[raw].astype(np.int64)}
     if probability:
         cols["probability"] = proba[np.arange(len(x)), raw]

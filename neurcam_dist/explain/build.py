@@ -1,18 +1,27 @@
 """``build_explanation``: evaluate every term of a fitted model on grids in original units,
-purify the pairs, centre on the data, measure importance and profile the clusters."""
+purify the pairs, centre on the data, measure importance and profile the clusters; with what the
+caller asks for (labels, chosen rows, a model to compare with, other runs) measured here too, so
+the explanation leaves this module complete and is never changed afterwards."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from ..storage import jsonable
+from .compare import comparison
 from .counterfactual import value_span
+from .evaluation import label_summary
 from .examples import TYPICAL, row_records, typical_positions
 from .explanation import Explanation, Term
-from .grids import feature_grid, interp_main, interp_pair, nearest_index, purify
+from .grids import feature_grid, interp_main, nearest_index, purify
+from .stability import stability
 from .terms import term_groups
+
 
 @torch.no_grad()
 def _term_table(fitted, channels: np.ndarray, features: tuple[int, ...], grids: list[np.ndarray]) -> np.ndarray:
@@ -141,63 +150,110 @@ def _centre(term: Term, columns: list[np.ndarray], move: bool) -> tuple[np.ndarr
     return at_rows - mean, mean
 
 
+@dataclass(frozen=True)
+class Compared:
+    """The model an explanation is compared with (``explain --compare``, a re-clustering's
+    champion): the model, the explained rows as it reads them (its own columns), and what to call
+    the two models."""
+    model: object
+    rows: object
+    old_name: str
+    new_name: str
+
+
 def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30,
-                      typical: int = TYPICAL) -> Explanation:
-    """The ``Explanation`` of a fitted model over data ``X`` (its distribution centres the terms,
-    weights the purification and defines importance), with ``typical`` rows of each cluster as
-    examples (``examples.typical_positions``; 0: none)."""
+                      typical: int = TYPICAL, *, labels=None, label_name: str | None = None, rows=None, span=None,
+                      compared: Compared | None = None, runs: Sequence | None = None) -> Explanation:
+    """The complete ``Explanation`` of a fitted model over data ``X`` (its distribution centres
+    the terms, weights the purification and defines importance). Nothing is added to it later:
+
+    - ``typical`` rows of each cluster as examples (``examples.typical_positions``; 0: none);
+    - ``labels`` (one per row of ``X``, named ``label_name``): the clusters against them in the
+      model card (``evaluation.label_summary``);
+    - ``rows``: those rows' views (``examples.row_records``: their terms, the smallest change to
+      another cluster within ``span``'s range, else ``X``'s) in ``examples["rows"]``;
+    - ``compared``: how the rows of ``X`` moved from that model's cluster ids to this one's and
+      the new drivers (``compare.comparison``);
+    - ``runs``: other fitted models (other seeds; an empty list measures nothing but says so) to
+      measure stability against on ``X`` (``stability.stability``)."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
     arr = fitted.encode(X)  # original units, fitted order; level codes, NaN for missing cells
+    terms, intercept, per_term, main_features, levels = _terms(fitted, arr, grid_size, pair_grid_size, n_bins)
+    logits = fitted.logits(arr)   # one pass over the rows: the profiles, examples and labels share it
+    ids = fitted.cluster_ids.tolist()
+    sizes, profiles = _profiles(ids, terms, names, logits.argmax(1), per_term, arr, main_features,
+                                text=getattr(est, "text_", None) is not None, levels=levels)
+    card = model_card(est, arr)
+    if labels is not None:
+        card["labels"] = label_summary(labels, fitted.cluster_ids[logits.argmax(1)], fitted.cluster_ids, label_name)
+    examples = _examples(fitted, X, arr, names, typical, logits, ids) if typical else None
+    if rows is not None:
+        examples = {**(examples or {"basis": None, "typical": {}}),
+                    "rows": _row_views(fitted, rows, arr if span is None else fitted.encode(span))}
+    expl = Explanation(feature_names=names, n_clusters=fitted.n_clusters, intercept=intercept, terms=terms,
+                       cluster_sizes=sizes, profiles=profiles, model_card=card, cluster_ids=ids, examples=examples)
+    return _measured(expl, X, fitted.cluster_ids[logits.argmax(1)], compared, runs)
+
+
+def _terms(fitted, arr: np.ndarray, grid_size: int, pair_grid_size: int, n_bins: int):
+    """``(terms, intercept, per_term, main_features, levels)``: every term on its grid, centred on
+    the rows ``arr`` (channel biases live inside the tables; every main term's data mean moves into
+    the intercept; a pair's is zero, purified, unless rows with a missing cell move it), their
+    (N, T, K) contributions at the rows, the features with a main term and the categorical ones'
+    level names."""
+    names = list(fitted.feature_names)
     coding = fitted.coding
-    terms, owner = term_groups(fitted.net)
+    groups, owner = term_groups(fitted.net)
     k = fitted.n_clusters
-    in_pairs = sorted({f for t in terms if len(t) == 2 for f in t})
+    in_pairs = sorted({f for t in groups if len(t) == 2 for f in t})
     pair_grid = {f: _grids(arr, fitted, f, pair_grid_size) for f in in_pairs}
-    main_features = sorted({t[0] for t in terms if len(t) == 1} | set(in_pairs))
+    main_features = sorted({t[0] for t in groups if len(t) == 1} | set(in_pairs))
     main_grid = {}
     for f in main_features:
         g, discrete = _grids(arr, fitted, f, grid_size)
         if f in pair_grid:
             g, discrete = np.union1d(g, pair_grid[f][0]), discrete and pair_grid[f][1]
         main_grid[f] = (g, discrete)
-    mains, pairs, pair_missing = _term_tables(fitted, arr, terms, owner, main_grid, pair_grid)
-
-    def levels(f):
-        return coding.columns[f].level_names() if coding is not None and coding.columns[f].categorical else None
-
-    # Channel biases live inside the term tables; every main term's data mean moves into the
-    # intercept; a pair's is zero (purified) unless rows with a missing cell move it.
-    intercept, out_terms, at_rows_all = np.zeros(k), [], []
+    mains, pairs, pair_missing = _term_tables(fitted, arr, groups, owner, main_grid, pair_grid)
+    levels = {f: coding.columns[f].level_names() for f in main_features
+              if coding is not None and coding.columns[f].categorical}
+    terms = []
     for f in main_features:
         g, discrete = main_grid[f]
-        term = Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
-                    values=mains[f][:len(g)], importance=np.zeros(k), levels=[levels(f)] if levels(f) else None,
-                    missing=mains[f][len(g)] if coding is not None else None,
-                    histogram=_histogram(arr[:, f], levels(f) is not None, len(g), n_bins))
-        out_terms.append(term)
+        terms.append(Term(name=names[f], kind="main", features=[names[f]], grids=[g], discrete=[discrete],
+                          values=mains[f][:len(g)], importance=np.zeros(k), levels=[levels[f]] if f in levels else None,
+                          missing=mains[f][len(g)] if coding is not None else None,
+                          histogram=_histogram(arr[:, f], f in levels, len(g), n_bins)))
     for (a, b), table in pairs.items():
-        out_terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
-                              grids=[pair_grid[a][0], pair_grid[b][0]], discrete=[pair_grid[a][1], pair_grid[b][1]],
-                              values=table, importance=np.zeros(k),
-                              levels=[levels(a), levels(b)] if levels(a) or levels(b) else None,
-                              missing=pair_missing.get((a, b))))
+        terms.append(Term(name=f"{names[a]} & {names[b]}", kind="pair", features=[names[a], names[b]],
+                          grids=[pair_grid[a][0], pair_grid[b][0]], discrete=[pair_grid[a][1], pair_grid[b][1]],
+                          values=table, importance=np.zeros(k),
+                          levels=[levels.get(a), levels.get(b)] if a in levels or b in levels else None,
+                          missing=pair_missing.get((a, b))))
     index = {n: j for j, n in enumerate(names)}
-    for term in out_terms:
+    intercept, at_rows_all = np.zeros(k), []
+    for term in terms:
         cols = [index[f] for f in term.features]
         move = term.kind == "main" or (term.missing is not None and bool(np.isnan(arr[:, cols]).any()))
         at_rows, mean = _centre(term, [arr[:, j] for j in cols], move)
         intercept, at_rows_all = intercept + mean, at_rows_all + [at_rows]
-    expl = Explanation(feature_names=names, n_clusters=k, intercept=np.asarray(intercept, dtype=np.float64),
-                       terms=out_terms, cluster_sizes=[], profiles=[], model_card=model_card(est, arr),
-                       cluster_ids=fitted.ids.tolist())
-    logits = fitted.logits(arr)   # one pass over the rows: the profiles and the examples share it
-    _add_profiles(expl, logits.argmax(1), np.stack(at_rows_all, axis=1), arr, main_features,
-                  text=getattr(est, "text_", None) is not None,
-                  levels={f: levels(f) for f in main_features if levels(f)})
-    if typical:
-        expl.examples = _examples(fitted, X, arr, names, typical, logits, expl.ids)
-    return expl
+    return terms, np.asarray(intercept, dtype=np.float64), np.stack(at_rows_all, axis=1), main_features, levels
+
+
+def _measured(expl: Explanation, X, assigned: np.ndarray, compared: Compared | None,
+              runs: Sequence | None) -> Explanation:
+    """``expl`` with what is measured on the finished explanation: the comparison with
+    ``compared`` (``assigned``: this model's cluster ids of the rows) and the stability against
+    ``runs``' explanations of the same rows."""
+    extra = {}
+    if compared is not None:
+        before = build_explanation(compared.model, compared.rows, typical=0)
+        extra["comparison"] = comparison(expl, before, assigned, compared.model.predict(compared.rows),
+                                         new_name=compared.new_name, old_name=compared.old_name)
+    if runs is not None:
+        extra["stability"] = stability(expl, [build_explanation(r, X, typical=0) for r in runs], X)
+    return dataclasses.replace(expl, **extra) if extra else expl
 
 
 def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits: np.ndarray, ids: list) -> dict:
@@ -217,21 +273,14 @@ def _row_ids(X, n: int) -> list:
     return list(index) if index is not None and len(index) == n else list(range(n))
 
 
-def add_rows(expl: Explanation, est, X, span=None) -> list[dict]:
+def _row_views(fitted, X, span: np.ndarray) -> list[dict]:
     """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
-    the smallest change of one feature or pair to another cluster, within ``span``'s range, else ``X``'s),
-    appended to ``expl.examples["rows"]``; returns the new records."""
-    fitted = est.scoring_model()
-    names = list(fitted.feature_names)
+    the smallest change of one feature or pair to another cluster, within ``span``'s range)."""
     arr = fitted.encode(X)
-    ref = arr if span is None else fitted.encode(span)
-    records = row_records(fitted, arr, names, _row_ids(X, len(arr)), *value_span(ref))
-    expl.examples = expl.examples or {"basis": None, "typical": {}, "rows": []}
-    expl.examples.setdefault("rows", []).extend(records)
-    return records
+    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(X, len(arr)), *value_span(span))
 
 
-TOP_TERMS = 10
+PROFILE_TERMS = 10   # the terms a cluster profile lists as pushing rows in
 # A term whose mean push on a cluster's rows is under this share of the cluster's strongest push
 # is not listed as pushing rows in or out (a -0.0075 beside a 2.4 is noise, not a reason).
 PUSH_SHARE = 0.05
@@ -288,13 +337,13 @@ def _level_stats(name: str, col: np.ndarray, sub: np.ndarray, level_names: list[
             "z": float(members[best] - everyone[best]) / sd if sd > 0 else 0.0}
 
 
-def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, arr: np.ndarray,
-                  features: list[int], top: int = 3, text: bool = False, levels: dict | None = None) -> None:
-    """Cluster sizes, the terms that push members in / out and how the members' feature values
-    differ from all rows'; ``per_term`` is (N, T, K), the exported terms evaluated at the explained
-    rows (already computed for importance)."""
-    k = expl.n_clusters
-    expl.cluster_sizes = np.bincount(labels, minlength=k).tolist()
+def _profiles(ids: list, terms: list[Term], names: list[str], labels: np.ndarray, per_term: np.ndarray,
+              arr: np.ndarray, features: list[int], top: int = 3, text: bool = False,
+              levels: dict | None = None) -> tuple[list[int], list[dict]]:
+    """``(cluster sizes, profiles)``: the terms that push members in / out and how the members'
+    feature values differ from all rows'; ``per_term`` is (N, T, K), the exported terms evaluated
+    at the explained rows (already computed for importance)."""
+    k = len(ids)
     # Softmax ignores what a term adds to every cluster alike: what separates cluster c is the
     # term's contribution to c minus its mean contribution over all clusters.
     per_term = per_term - per_term.mean(2, keepdims=True)
@@ -302,25 +351,25 @@ def _add_profiles(expl: Explanation, labels: np.ndarray, per_term: np.ndarray, a
     for c in range(k):
         members = labels == c
         if not members.any():
-            profiles.append({"cluster": expl.ids[c], "size": 0, "into": [], "out_of": [], "features": []})
+            profiles.append({"cluster": ids[c], "size": 0, "into": [], "out_of": [], "features": []})
             continue
         mean = per_term[members, :, c].mean(0)
         order = np.argsort(-mean)
 
         def entry(i):
-            t = expl.terms[i]
+            t = terms[i]
             return {"term": t.name, "features": list(t.features), "mean_relative_contribution": float(mean[i])}
 
         floor = PUSH_SHARE * float(np.abs(mean).max(initial=0.0))   # noise is no push
         into = [entry(i) for i in order[:top] if mean[i] > 0 and mean[i] >= floor]
         out = [entry(i) for i in order[::-1][:top] if mean[i] < 0 and -mean[i] >= floor]
         keep = {f for q in into + out for f in q["features"]}
-        stats, above = _feature_stats(arr, members, features, expl.feature_names, keep, levels=levels)
-        profiles.append({"cluster": expl.ids[c], "size": int(members.sum()), "into": into, "out_of": out,
+        stats, above = _feature_stats(arr, members, features, names, keep, levels=levels)
+        profiles.append({"cluster": ids[c], "size": int(members.sum()), "into": into, "out_of": out,
                          "features": stats})
         if text:   # the terms (columns of the model's vocabulary) most over-represented in the cluster
-            profiles[-1]["top_terms"] = above[:TOP_TERMS]
-    expl.profiles = profiles
+            profiles[-1]["top_terms"] = above[:PROFILE_TERMS]
+    return np.bincount(labels, minlength=k).tolist(), profiles
 
 
 def _allowed(est) -> list[bool]:

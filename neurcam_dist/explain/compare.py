@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..clusterids import top_terms_overlap
+
 TOP = 3   # terms per cluster compared (its strongest pushes in)
 
 
 def _drivers(expl) -> dict[int, list[str]]:
-    return {int(cid): [q["term"] for q in p.get("into", [])[:TOP]] for cid, p in zip(expl.ids, expl.profiles)}
+    return {int(cid): [q["term"] for q in p.get("into", [])[:TOP]] for cid, p in zip(expl.cluster_ids, expl.profiles)}
 
 
 def comparison(new, old, new_labels, old_labels, *, new_name: str = "new", old_name: str = "old") -> dict:
@@ -18,7 +20,8 @@ def comparison(new, old, new_labels, old_labels, *, new_name: str = "new", old_n
     whose id did not change), ``ari`` (agreement of the two partitions), ``flow`` (old id ->
     {new id: rows}, ids with no row left out) and ``drivers`` (one record per new cluster id:
     ``now``, ``before`` (the old cluster of that id's terms; None for an id the old model did not
-    have) and ``new_terms``, those of ``now`` that were not among ``before``)."""
+    have) and ``new_terms``, those of ``now`` that were not among ``before``) and
+    ``top_terms_overlap`` (the share of the top terms by importance the two have in common)."""
     from sklearn.metrics import adjusted_rand_score
     a, b = np.asarray(old_labels, dtype=np.int64), np.asarray(new_labels, dtype=np.int64)
     flow: dict[str, dict[str, int]] = {}
@@ -29,6 +32,8 @@ def comparison(new, old, new_labels, old_labels, *, new_name: str = "new", old_n
     drivers = [{"cluster": cid, "now": terms, "before": before.get(cid),
                 "new_terms": [t for t in terms if t not in (before.get(cid) or [])]} for cid, terms in now.items()]
     return {"names": {"old": old_name, "new": new_name}, "n_rows": int(len(a)),
+            "top_terms_overlap": top_terms_overlap([r["term"] for r in new.importance],
+                                                   [r["term"] for r in old.importance]),
             "same_id": float(np.mean(a == b)) if len(a) else 0.0,
             "ari": float(adjusted_rand_score(a, b)) if len(a) else 0.0,
             "flow": flow, "drivers": drivers}

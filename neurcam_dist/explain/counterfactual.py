@@ -60,7 +60,7 @@ def counterfactuals(fitted, arr: np.ndarray, names: list[str], low: np.ndarray, 
     already in ``target`` gets a change of 0."""
     if grid_size < 2:
         raise ConfigError(f"grid_size must be at least 2, got {grid_size}")
-    ids = np.asarray(fitted.ids)
+    ids = np.asarray(fitted.cluster_ids)
     if target is not None and int(target) not in ids.tolist():
         raise ConfigError(f"target {target} is not one of this model's cluster ids {ids.tolist()}")
     index = np.arange(len(arr)) if index is None else np.asarray(index)

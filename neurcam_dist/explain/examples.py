@@ -64,7 +64,7 @@ def row_records(fitted, arr: np.ndarray, names: list[str], row_ids: list, low: n
     rows = rows_from_contributions(fitted, fitted.contributions(arr))
     proba = softmax(rows.logits)
     own = rows.logits.argmax(1)
-    ids = fitted.ids
+    ids = fitted.cluster_ids
     used = [i for i, n in enumerate(names) if n in _read(fitted)]
     moves = counterfactuals(fitted, arr, names, low, high, index=np.arange(len(arr)))
     out = []

@@ -91,10 +91,12 @@ def _missing_from(value):
     return np.asarray(value, dtype=np.float64)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Explanation:
     """Explanations as data: the intercept, the terms with their shape graphs, importance,
-    cluster profiles, cluster ids and the model card; JSON round-trips exactly."""
+    cluster profiles, cluster ids and the model card; JSON round-trips exactly. Frozen:
+    ``build.build_explanation`` returns it complete (examples, labels, comparison, stability
+    included) and nothing changes it afterwards."""
     feature_names: list[str]
     n_clusters: int
     intercept: np.ndarray
@@ -102,17 +104,17 @@ class Explanation:
     cluster_sizes: list[int]
     profiles: list[dict]
     model_card: dict = field(default_factory=dict)
-    cluster_ids: list[int] | None = None   # the model's stable id of each cluster column (0..K-1 when None)
+    cluster_ids: list[int] | None = None   # the model's stable id of each cluster column (None given: 0..K-1)
     examples: dict | None = None    # typical rows per cluster and chosen rows (``examples.row_records``)
     stability: dict | None = None   # against other runs' explanations (``stability.stability``)
     comparison: dict | None = None  # against an earlier model version (``compare.compare``)
 
-    # ---- derived views
-    @property
-    def ids(self) -> list[int]:
-        """The stable id of each cluster column (0..K-1 unless a re-clustering renamed them)."""
-        return list(range(self.n_clusters)) if self.cluster_ids is None else [int(v) for v in self.cluster_ids]
+    def __post_init__(self) -> None:
+        # the stable id of each cluster column: 0..K-1 unless a re-clustering renamed them
+        ids = range(self.n_clusters) if self.cluster_ids is None else self.cluster_ids
+        object.__setattr__(self, "cluster_ids", [int(v) for v in ids])
 
+    # ---- derived views
     @property
     def importance(self) -> list[dict]:
         """Global ranking: mean over clusters of each term's importance, largest first."""
@@ -123,12 +125,12 @@ class Explanation:
     def importance_frame(self):
         """``importance`` as a DataFrame: one row per term (largest first) with its kind, global
         importance and one ``importance_ID`` column per cluster."""
-        return importance_table(self.importance, self.ids)
+        return importance_table(self.importance, self.cluster_ids)
 
     def profiles_frame(self):
         """``profiles`` as a DataFrame: one row per cluster with its size, share of the rows and
         the terms that pull rows into it and push them out (strongest first)."""
-        return profiles_table(self.profiles, self.ids)
+        return profiles_table(self.profiles, self.cluster_ids)
 
     def _repr_html_(self) -> str:
         """A compact table for notebooks: each cluster's size and the terms that define it."""
@@ -176,7 +178,7 @@ class Explanation:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
             "feature_names": list(self.feature_names), "n_clusters": int(self.n_clusters),
-            "cluster_ids": self.ids,
+            "cluster_ids": self.cluster_ids,
             "intercept": self.intercept.tolist(),
             "cluster_sizes": list(map(int, self.cluster_sizes)),
             "profiles": self.profiles,
@@ -224,7 +226,7 @@ class Explanation:
         import pandas as pd
 
         terms, grids, values = [], [], []
-        ids = self.ids
+        ids = self.cluster_ids
         for t in self.terms:
             for k in range(self.n_clusters):
                 terms.append({"term": t.name, "kind": t.kind, "features": " & ".join(t.features), "cluster": ids[k],
@@ -339,9 +341,9 @@ class TableScorer:
         return softmax(self.decision_function(X))
 
     def predict(self, X) -> np.ndarray:
-        """Each row's stable cluster id (``Explanation.ids``) from the table logits, as
+        """Each row's stable cluster id (``Explanation.cluster_ids``) from the table logits, as
         ``NeurCAM.predict`` gives it."""
-        return np.asarray(self.explanation.ids, dtype=np.int64)[self.decision_function(X).argmax(1)]
+        return np.asarray(self.explanation.cluster_ids, dtype=np.int64)[self.decision_function(X).argmax(1)]
 
 
 def _columns(X, names: list[str], levels: dict | None = None) -> dict[str, np.ndarray]:

@@ -292,24 +292,13 @@ def _render_figures(expl: Explanation) -> dict[str, bytes]:
     for i in by_importance(expl):
         if i not in left_out:
             t = expl.terms[i]
-            figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters, expl.ids)
+            figs[figure_name(i, t)] = (shape_figure if t.kind == "main" else pair_figure)(t, expl.n_clusters, expl.cluster_ids)
     for c, profile in enumerate(expl.profiles):
         band = {f["feature"]: (f["q10"], f["q90"]) for f in profile.get("features", []) if "q10" in f}
         for i in cluster_terms(expl, profile, left_out):
             t = expl.terms[i]
-            figs[thumbnail_name(expl.ids[c], i, t)] = thumbnail_figure(t, c, expl.n_clusters, expl.ids, band)
+            figs[thumbnail_name(expl.cluster_ids[c], i, t)] = thumbnail_figure(t, c, expl.n_clusters, expl.cluster_ids, band)
     return figs
-
-
-def write_plots(expl: Explanation, directory) -> list[Path]:
-    """Every figure of the explanation as PNG files in ``directory``; returns their paths."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, data in render_figures(expl).items():
-        (directory / name).write_bytes(data)
-        paths.append(directory / name)
-    return paths
 
 
 def _img(data: bytes, alt: str) -> str:
@@ -523,7 +512,7 @@ def page_data(expl: Explanation, drawn: list[int]) -> dict:
                           "ticks": [None if t.level_names(a) is None else t.level_names(a)[:len(t.grids[a])]
                                     for a in range(2)],
                           "lim": float(np.abs(t.values).max()) or 1.0})
-    return {"ids": expl.ids, "colours": [to_hex(c) for c in cluster_colours(expl.n_clusters)],
+    return {"ids": expl.cluster_ids, "colours": [to_hex(c) for c in cluster_colours(expl.n_clusters)],
             "initial": -1 if expl.n_clusters < DEFAULT_ALL else 0, "terms": terms,
             "runs": (expl.stability or {}).get("n_models", 1),
             "rows": (expl.examples or {}).get("rows", [])}
@@ -733,9 +722,8 @@ def _importance_section(expl: Explanation, figures: dict[str, bytes], left_out: 
 
 def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, title: str = "NeurCAM clustering report") -> str:
     """A self-contained page that works offline: the images and Plotly's script embedded, the
-    numbers the interactive views draw carried in the page, nothing fetched.
-
-    Kept whole: the page is one sequence of sections in reading order."""
+    numbers the interactive views draw carried in the page, nothing fetched: one sequence of
+    sections in reading order."""
     from .report_script import SCRIPT
     figures = figures or render_figures(expl)
     card = expl.model_card
@@ -752,7 +740,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
              "h2,h3,section,.row-view{scroll-margin-top:3.2em}.warning{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em}td.same{font-weight:700}"
              "</style></head><body>"]
     options = "<option value='-1'>every cluster</option>" + "".join(
-        f"<option value='{k}'>cluster {cid}</option>" for k, cid in enumerate(expl.ids))
+        f"<option value='{k}'>cluster {cid}</option>" for k, cid in enumerate(expl.cluster_ids))
     parts.append(f"<div class='bar'><b>{e(title)}</b> &nbsp; <label>cluster: <select id='choose-cluster'>{options}"
                  f"</select></label> <span class='note'>showing <span id='showing'>every cluster</span>: its "
                  f"section and, in the graphs, its curve in colour over the others' (grey)</span></div>")

@@ -199,7 +199,7 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
 def _choice(explanation, features: list[str], logit: list[str]) -> tuple[str, list[str]]:
     """The cluster column: NULL where a feature the model reads no missing value for is NULL,
     else the first largest logit's stable id; and those strict features."""
-    ids, k = explanation.ids, explanation.n_clusters
+    ids, k = explanation.cluster_ids, explanation.n_clusters
     reads_missing = {f for t in explanation.terms if t.missing is not None for f in t.features}
     strict = [f for f in features if f not in reads_missing]
     picks = ["WHEN " + " OR ".join(f"{quote(f)} IS NULL" for f in strict) + " THEN NULL"] if strict else []

@@ -1,7 +1,7 @@
 """The one builder of network + schedule + trainer, shared by the estimator and the Ray worker.
 
 ``TrainingSpec`` is the typed form of the hyperparameters once the data's width is known; both
-drivers make one (``TrainingSpec.from_params``) and hand it to ``build_trainer``, so the two can
+drivers make one (``TrainingSpec.for_data``) and hand it to ``build_trainer``, so the two can
 never build a different model from the same settings.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..params import DEFAULTS, check_params, check_params_for_data, resolved_n_single
+from ..params import DEFAULTS, check_params_for_data, resolved_n_single
 from .loop import ALONE, Group
 from .loss import balanced_weights
 from .network import NeurCAMNet
@@ -114,14 +114,6 @@ class TrainingSpec:
                           f"budget, so two runs can stop at different epochs and differ; bound the run with "
                           f"epochs instead for runs that repeat", UserWarning, stacklevel=3)
         return spec
-
-    @classmethod
-    def from_params(cls, params: dict, n_features: int) -> "TrainingSpec":
-        """From estimator-style hyperparameters (the table in ``params``; missing keys: defaults),
-        checked against the table only."""
-        p = {**DEFAULTS, **params}
-        check_params(p)
-        return cls._build(p, n_features)
 
     @classmethod
     def _build(cls, p: dict, n_features: int) -> "TrainingSpec":

@@ -88,8 +88,8 @@ class FittedNet:
     temperatures: tuple[float, float]
     feature_names: list[str]
     channel_means: np.ndarray | None = None
-    cluster_ids: np.ndarray | None = None   # stable id of each output column (default 0..K-1)
-    next_cluster_id: int | None = None
+    cluster_ids: np.ndarray | None = None   # stable id of each output column (None given: 0..K-1)
+    next_cluster_id: int | None = None      # the smallest id the lineage never used (None given: K)
     repr_dim: int = 0
     uses_features_as_repr: bool = True
     precision: str = "fp32"
@@ -132,7 +132,7 @@ class FittedNet:
             "repr_dim": int(self.repr_dim), "uses_features_as_repr": bool(self.uses_features_as_repr),
             "precision": self.precision, "temperatures": list(self.temperatures),
             "channel_means": None if self.channel_means is None else np.asarray(self.channel_means).tolist(),
-            "cluster_ids": [int(v) for v in self.ids], "next_cluster_id": self.next_id,
+            "cluster_ids": [int(v) for v in self.cluster_ids], "next_cluster_id": self.next_cluster_id,
             "selected_features": singles, "selected_pairs": [list(p) for p in pairs],
             "history": self.history,
         }
@@ -198,6 +198,10 @@ class FittedNet:
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
         self.net.set_baseline(torch.from_numpy(standardized_zero(self.mean, self.scale)))
+        k = self.n_clusters
+        self.cluster_ids = np.arange(k, dtype=np.int64) if self.cluster_ids is None else np.asarray(
+            self.cluster_ids, np.int64)
+        self.next_cluster_id = k if self.next_cluster_id is None else int(self.next_cluster_id)
 
     @property
     def n_clusters(self) -> int:
@@ -208,16 +212,6 @@ class FittedNet:
         """This state without the record of the fit (the network is shared, not copied): what a
         scoring actor needs and nothing else."""
         return dataclasses.replace(self, history={}, labels=None, summary=None)
-
-    @property
-    def next_id(self) -> int:
-        """The smallest cluster id this model's lineage never used."""
-        return int(self.n_clusters if self.next_cluster_id is None else self.next_cluster_id)
-
-    @property
-    def ids(self) -> np.ndarray:
-        """The stable cluster id of each logit column: what predictions and reports call the clusters."""
-        return np.arange(self.n_clusters) if self.cluster_ids is None else np.asarray(self.cluster_ids, np.int64)
 
     @staticmethod
     def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

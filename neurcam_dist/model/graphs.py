@@ -91,7 +91,9 @@ class StepGraphs:
 
     def __init__(self, device: torch.device, recorder=None):
         self.device = torch.device(device)
-        self.recorder = recorder if recorder is not None else CudaRecorder()
+        # on a GPU, CUDA graphs; elsewhere each replay re-runs the step (the graph path's
+        # bookkeeping checked on a CPU: tests, and benchmarks without a GPU)
+        self.recorder = recorder or (CudaRecorder() if self.device.type == "cuda" else RerunRecorder())
         self.t = torch.ones((), device=self.device)
         self.t2 = torch.ones((), device=self.device)
         self._now = (None, None)

@@ -15,26 +15,25 @@ import hashlib
 import json
 import os
 import time
-from pathlib import Path
 
+from ..names import run_age_s, utc
 from ..redaction import redact
-from ..uris import filesystem, is_uri, join, local
+from ..uris import Location
 
 HISTORY = "recluster-history.jsonl"
 METRICS = "recluster.prom"
-FINGERPRINT_TAG = "neurcam.snapshot_fingerprint"
 
 
 # ---------------------------------------------------------------- history
-def append_history(output: str, record: dict) -> str:
+def append_history(output: "str | Location", record: dict) -> str:
     """Add ``record`` as one line of ``OUTPUT/recluster-history.jsonl``; returns its path. Locally
     one ``write`` of the whole line to a file opened for appending (after a newline when a killed
     writer left the last line torn); on an object store (which has no append) the file is read and
     written back whole, as one object."""
     line = json.dumps(record, default=str, sort_keys=True) + "\n"
-    path = join(output, HISTORY)
-    if not is_uri(path):
-        p = Path(local(path))
+    path = Location(output) / HISTORY
+    if not path.is_uri:
+        p = path.path
         p.parent.mkdir(parents=True, exist_ok=True)
         with open(p, "a+b") as f:
             end = f.seek(0, os.SEEK_END)
@@ -46,11 +45,11 @@ def append_history(output: str, record: dict) -> str:
         return str(p)
     from ..storage.published import put_text
     text = _read_text(path)
-    put_text(text + ("\n" if text and not text.endswith("\n") else "") + line, path)
-    return path
+    put_text(text + ("\n" if text and not text.endswith("\n") else "") + line, str(path))
+    return str(path)
 
 
-def _read_text(path: str) -> str:
+def _read_text(path: Location) -> str:
     """The file's text, or "" when there is none yet."""
     from ..storage.published import read_text
     try:
@@ -68,14 +67,14 @@ def inertia_ratio(record: dict) -> float | None:
 NUMBERS = ("inertia_challenger", "inertia_champion", "agreement_ari", "finished_unix", "started_unix")
 
 
-def read_history(output: str, say=None) -> list[dict]:
+def read_history(output: "str | Location", say=None) -> list[dict]:
     """The decisions recorded under ``output``, oldest first. A line that is not a JSON object
     with numbers where numbers belong (a torn write, a hand edit: ``null``, ``"x"`` for an
     inertia) is left out and named: ``say(message)`` once per line, or a ``UserWarning`` when no
     ``say`` is given; the torn last line of a run still writing is left out the same way."""
     import warnings
     out = []
-    lines = _read_text(join(output, HISTORY)).splitlines()
+    lines = _read_text(Location(output) / HISTORY).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -117,7 +116,7 @@ def history_table(records: list[dict]):
 
 
 # ---------------------------------------------------------------- Prometheus
-def export_metrics(output: str, record: dict, history: list[dict], pushgateway: str | None = None) -> str:
+def export_metrics(output: "str | Location", record: dict, history: list[dict], pushgateway: str | None = None) -> str:
     """Write the run's outcome as Prometheus metrics to ``OUTPUT/recluster.prom`` (and push them
     to ``pushgateway`` when given); returns the text. ``history`` (this run's line included) gives
     the last successful run's time across failures."""
@@ -150,13 +149,13 @@ def export_metrics(output: str, record: dict, history: list[dict], pushgateway: 
     gauge("neurcam_recluster_duration_seconds", "How long the last re-clustering took.", record.get("duration_s"))
     gauge("neurcam_recluster_rows", "Rows in the last re-clustering's snapshot.", record.get("n_rows"))
     text = generate_latest(registry).decode()
-    path = join(output, METRICS)
-    if is_uri(path):
+    path = Location(output) / METRICS
+    if path.is_uri:
         from ..storage.published import put_text
-        put_text(text, path)
+        put_text(text, str(path))
     else:
         from ..storage import write_text_atomic
-        write_text_atomic(Path(local(path)), text)
+        write_text_atomic(path.path, text)
     if pushgateway:
         from prometheus_client import push_to_gateway
         push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)
@@ -175,10 +174,10 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()
 
 
-def _subfolders(folder: str) -> list[str]:
+def _subfolders(folder: Location) -> list[str]:
     """The names of the folders directly in ``folder`` (none when it is missing or unreadable)."""
     from pyarrow.fs import FileSelector, FileType
-    fs, root = filesystem(folder)
+    fs, root = folder.filesystem()
     try:
         infos = fs.get_file_info(FileSelector(root.rstrip("/"), allow_not_found=True))
     except OSError:
@@ -186,46 +185,39 @@ def _subfolders(folder: str) -> list[str]:
     return sorted(i.path.rstrip("/").rsplit("/", 1)[-1] for i in infos if i.type == FileType.Directory)
 
 
-def _delete(folder: str, names: list[str], log=None) -> None:
-    fs, root = filesystem(folder)
+def _delete(folder: Location, names: list[str], log=None) -> None:
     for name in names:
+        fs, path = (folder / name).filesystem()
         try:
-            fs.delete_dir(f"{root.rstrip('/')}/{name}")
+            fs.delete_dir(path)
         except OSError as exc:
             if log:
-                log(f"warning: could not delete {redact(join(folder, name))}: {exc}")
+                log(f"warning: could not delete {redact(folder / name)}: {exc}")
 
 
 UNRECORDED_S = 12 * 3600   # a search folder without a history line older than this was killed
 
 
-def prune_runs(output: str, storage: str, keep: int, log=None) -> list[str]:
+def prune_runs(output: "str | Location", storage: "str | Location", keep: int, log=None) -> list[str]:
     """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` (names sort by age:
     they start with the search's UTC time) and their trials' Ray Train folders
     ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left alone). Only a search
     the history records as ended is deleted: one still running (another re-clustering into the same
     output) is never pulled from under it; one with no line after ``UNRECORDED_S`` was killed and
     goes too. Returns the search names deleted."""
-    trials = join(output, "trials")
+    trials = Location(output) / "trials"
     searches = [n for n in _subfolders(trials) if n.startswith("search-")]
     ended = {r.get("search") for r in read_history(output)}
     old = searches[:-keep] if keep > 0 else searches
-    gone = [n for n in old if n in ended or _age_s(n) > UNRECORDED_S]
+    gone = [n for n in old if n in ended or run_age_s(n, "search") > UNRECORDED_S]
     if gone:
         _delete(trials, gone, log)
+        storage = Location(storage)
         _delete(storage, [n for n in _subfolders(storage) if any(n.startswith(g + "-") for g in gone)], log)
     return gone
-
-
-def _age_s(search: str) -> float:
-    """Seconds since a search named ``search-YYYYmmdd-HHMMSS-...`` started (0 for other names)."""
-    try:
-        return time.time() - time.mktime(time.strptime(search[len("search-"):][:15], "%Y%m%d-%H%M%S"))
-    except ValueError:
-        return 0.0
 
 
 def now() -> tuple[str, float]:
     """``(ISO UTC time, Unix time)``."""
     t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)), round(t, 3)
+    return utc(t), round(t, 3)

@@ -15,16 +15,14 @@ from ..distributed import SearchResult, TrainResult
 from ..distributed import search as _search
 from ..distributed import train as _train
 from ..distributed.console import library_logs
-from ..distributed.events import log
+from ..distributed.events import say
 from ..redaction import redact
 from ..signals import sigterm_as_exit
-from ..storage import check_writable
 
 
 def train(config, *, name: str | None = None) -> TrainResult:
     """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
     cfg = coerce_config(config)
-    check_writable(cfg.output)
     with sigterm_as_exit():
         result = _train(cfg, name=name)
         if cfg.tracking is not None:
@@ -32,16 +30,16 @@ def train(config, *, name: str | None = None) -> TrainResult:
         return result
 
 
-def search(config, *, name: str | None = None, prepare_winner=None) -> SearchResult:
-    """``distributed.search``, then a parent run, a nested run per trial and the winner registered
-    as ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
+def search(config, *, name: str | None = None, incumbent=None) -> SearchResult:
+    """``distributed.search`` (``incumbent``: the model the winner takes its cluster ids from and
+    is compared with), then a parent run, a nested run per trial and the winner registered as
+    ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
     start (the search still runs: its winner is saved locally)."""
     cfg = coerce_config(config)
-    check_writable(cfg.output)
     with sigterm_as_exit():
         if cfg.tracking is not None:
             _warn_if_unreachable(cfg)
-        result = _search(cfg, name=name, prepare_winner=prepare_winner)
+        result = _search(cfg, name=name, incumbent=incumbent)
         if cfg.tracking is not None:
             _log(cfg, result, "parent run", "the search's parent run, its trial runs",
                  lambda t: t.log_search(result, result.search_config))
@@ -60,12 +58,12 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
     t_end, waited = time.monotonic(), 0.0
     for attempt in (1, 2):
         try:
-            waited += tracking.wait_reachable(tc.uri, log)
+            waited += tracking.wait_reachable(tc.uri, say)
             with mlflow_lines(cfg):
-                tracking.use(tc.uri, tc.experiment, say=log)
+                tracking.use(tc.uri, tc.experiment, say=say)
                 if attempt == 2:
                     ended, versions = tracking.abandon_partial_runs(tc.experiment, tc.model_name)
-                    log(f"ended the cut-off attempt's {len(ended)} MLflow run(s) FAILED")
+                    say(f"ended the cut-off attempt's {len(ended)} MLflow run(s) FAILED")
                     if versions:
                         raise tracking.TrackingError(
                             f"the model is saved in {result.output}/model; the tracking server registered "
@@ -78,15 +76,15 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
             if isinstance(exc, tracking.TrackingError):
                 raise
             if attempt == 1 and tracking.is_connection_failure(exc):
-                log(f"WARNING: MLflow stopped answering while {runs} were being logged "
+                say(f"WARNING: MLflow stopped answering while {runs} were being logged "
                     f"({type(exc).__name__}: {redact(str(exc))[:300]}); trying once more")
                 continue
             raise tracking.tracking_failed(cfg, result.output, exc, runs) from exc
     if killed:
-        log(f"marked {len(killed)} MLflow run(s) of {tc.experiment} KILLED: left RUNNING by a process "
+        say(f"marked {len(killed)} MLflow run(s) of {tc.experiment} KILLED: left RUNNING by a process "
             f"that is gone ({', '.join(killed[:5])})")
     if waited or attempt == 2:
-        log(f"WARNING: the MLflow {what} was logged late ({time.monotonic() - t_end:.0f} s after training ended"
+        say(f"WARNING: the MLflow {what} was logged late ({time.monotonic() - t_end:.0f} s after training ended"
             + (", on the second attempt" if attempt == 2 else "") + "): MLflow's start times are the logging's")
     _say_logged(cfg, result.tracking, what)
 
@@ -95,12 +93,13 @@ def mlflow_lines(cfg: JobConfig):
     """MLflow's own lines (database set-up, model validation, "Successfully registered model")
     go to the run's ``logs/`` beside Ray's; the console keeps the service's line that says what
     was logged."""
-    import mlflow  # noqa: F401 - its logger gets its handlers on import: route them after
-    return library_logs(cfg.output, ("mlflow",), "MLflow's", log)
+    from .. import tracking
+    tracking.import_mlflow()   # its logger gets its handlers on import: route them after
+    return library_logs(cfg.output, ("mlflow",), "MLflow's", say)
 
 
 def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:
-    log(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
+    say(f"MLflow {what} {t['run_id']} in {redact(t['tracking_uri'])}"
         + (f" ({redact(t['run_url'])})" if t.get("run_url") else "")
         + (f"; registered {cfg.tracking.model_name} version {t['version']} (alias candidate)"
            if cfg.tracking.model_name else ""))
@@ -115,5 +114,5 @@ def _warn_if_unreachable(cfg: JobConfig) -> None:
         try:
             check_reachable(uri)
         except ConnectionError as exc:
-            log(f"WARNING: {exc}; the run goes on and its model is saved locally; at the end it waits up to "
+            say(f"WARNING: {exc}; the run goes on and its model is saved locally; at the end it waits up to "
                 f"{wait_budget():g} s ({WAIT_ENV}) for the server, then exits non-zero if it is still unreachable")

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..config import ENV_OVERRIDES, SET_PREFIX
-from ..errors import ConfigError
+from ..errors import ConfigError, Unreachable
 from ..redaction import redact
 
 JOBS = ("train", "tune", "predict", "recluster")
@@ -128,19 +128,16 @@ def bounded_client(address: str):
             try:
                 return super()._do_request(method, endpoint, **kwargs)
             except requests.exceptions.Timeout:
-                raise ConnectionError(f"the Ray job server at {redact(address)} did not answer {method} {endpoint} "
+                raise Unreachable(f"the Ray job server at {redact(address)} did not answer {method} {endpoint} "
                                       f"within {answer_s:g} s (NEURCAM_JOB_SERVER_TIMEOUT): is it the dashboard's "
                                       f"port (8265), and is the head healthy?") from None
     try:
         return Bounded(address)
-    except ConnectionError as exc:
-        if "did not answer" in str(exc):
-            raise
-        raise ConnectionError(f"cannot use the Ray job server at {redact(address)} (with token authentication, set "
-                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+    except Unreachable:
+        raise
     except Exception as exc:  # noqa: BLE001 - HTTP and auth errors come in many types
-        raise ConnectionError(f"cannot use the Ray job server at {redact(address)} (with token authentication, set "
-                              f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
+        raise Unreachable(f"cannot use the Ray job server at {redact(address)} (with token authentication, set "
+                          f"RAY_AUTH_MODE=token and RAY_AUTH_TOKEN): {exc}") from None
 
 
 TIMED_OUT = 124     # as GNU timeout: the job ran past --timeout and was stopped

@@ -32,9 +32,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..names import utc
 from ..errors import ConfigError, DataError, NotPublishedError  # noqa: F401 - NotPublishedError re-exported
 from ..redaction import redact
-from ..uris import filesystem, is_uri, join, local
+from ..uris import filesystem, is_uri, local
 
 MANIFEST = "_neurcam_manifest.json"
 RUN = "run="          # a version's partition: URI/run=VERSION/
@@ -185,7 +186,7 @@ def commit(uri: str, version: str, files: dict, *, previous: dict | None = None,
     with fs.open_output_stream(f"{partition}/{SUCCESS}"):
         pass
     manifest = {"format": FORMAT, "version": version, "root": f"{RUN}{version}",
-                "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "written": utc(),
                 "files": files, **({"meta": meta} if meta else {})}
     with fs.open_output_stream(f"{root}/{MANIFEST}") as f:
         f.write(json.dumps(manifest, indent=1).encode())

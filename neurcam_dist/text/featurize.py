@@ -18,7 +18,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError
 from ..data.reading import map_with_actors
 from ..data.sources import CSV, PARQUET, DataError, listing, resolve
 from ..redaction import redact
@@ -202,10 +201,7 @@ def _embedded(feats, job: TextJob, model_path: str, log):
 
 def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     """Both passes and the atomic write; returns the summary also saved in ``_vocabulary.json``.
-    ``reuse``: keep an output written from the same input files with the same settings.
-
-    Kept whole: the vocabulary pass, the featurization pass and the atomic write share the
-    resolved source and its fingerprint; the steps are the log lines it says."""
+    ``reuse``: keep an output written from the same input files with the same settings."""
     from ..storage import refuse_overwrite
     model_path = check_model_path(job.model) if job.embed else None
     refuse_overwrite(job.out, inputs=[job.input] if isinstance(job.input, str) else list(job.input))

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 
+from ..names import utc
 from ..errors import ConfigError, LeaseTimeout  # noqa: F401 - re-exported here
 from contextlib import contextmanager
 
@@ -77,7 +78,7 @@ def lease(name: str, *, ttl_s: float = LEASE_TTL_S, wait_s: float = 300.0, log=p
             continue
         if time.monotonic() > deadline:
             raise LeaseTimeout(f"{lease_name} is held by {tags.get('holder')} (expires "
-                               f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(float(tags['expires'])))}); "
+                               f"{utc(float(tags['expires']))}); "
                                f"waited {wait_s:g} s")
         if not said:
             log(f"waiting for the promotion lease of {name} (held by {tags.get('holder')})")

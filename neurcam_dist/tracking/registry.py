@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ConfigError, ModelFileError
-from ..explain.assignments import TOP_TERMS
+from ..explain.assignments import ROW_TERMS
 
 # What the registered model's predict takes at inference (its signature's params): ``explain``
 # adds each row's top terms and their contributions (the columns ``neurcam predict`` writes).
-PYFUNC_PARAMS = {"explain": False, "top_terms": TOP_TERMS}
+PYFUNC_PARAMS = {"explain": False, "top_terms": ROW_TERMS}
 MAX_TOP_TERMS = 50
 
 
@@ -26,7 +26,7 @@ def pyfunc_options(params) -> int:
     if unknown:
         raise ConfigError(f"unknown params {unknown}: this model takes {sorted(PYFUNC_PARAMS)} "
                           f"(explain: bool, top_terms: 1..{MAX_TOP_TERMS})")
-    explain, top = params.get("explain", False), params.get("top_terms", TOP_TERMS)
+    explain, top = params.get("explain", False), params.get("top_terms", ROW_TERMS)
     if not isinstance(explain, (bool, np.bool_)):
         raise ConfigError(f"params explain must be true or false, got {explain!r}")
     if isinstance(top, bool) or not isinstance(top, (int, np.integer)) or not 1 <= top <= MAX_TOP_TERMS:

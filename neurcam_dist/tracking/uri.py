@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import ConfigError, CredentialsRefused
+from ..errors import ConfigError, CredentialsRefused, Unreachable
 from ..redaction import redact, split_credentials
 
 LOCAL_DB = "mlflow.db"
@@ -174,6 +174,12 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str | None:
         return None
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
 
+def import_mlflow() -> None:
+    """Import MLflow now (its loggers get their handlers on import: a caller routing them must
+    import it first)."""
+    import mlflow  # noqa: F401
+
+
 def probe_seconds() -> float:
     """How long an http tracking server's first answer may take: ``NEURCAM_TRACKING_PROBE_S``,
     else ``PROBE_SECONDS``."""
@@ -214,8 +220,8 @@ def check_reachable(uri: str, timeout: float | None = None) -> None:
         reason = getattr(exc, "reason", exc)
         what = (f"no answer within {timeout:g} s" if isinstance(reason, TimeoutError) or "timed out" in str(reason)
                 else redact(reason))
-        raise ConnectionError(f"MLflow tracking server {redact(uri)} is unreachable ({what}): check tracking.uri / "
-                              f"MLFLOW_TRACKING_URI and that the server is up") from None
+        raise Unreachable(f"MLflow tracking server {redact(uri)} is unreachable ({what}): check tracking.uri / "
+                          f"MLFLOW_TRACKING_URI and that the server is up") from None
 
 
 def wait_budget() -> float:
