@@ -2,12 +2,14 @@
 comes back to a module it had left, and how many names it goes by.
 
     python benchmarks/flow.py explain     # the model of service.explain
-    python benchmarks/flow.py recluster   # the config of service.recluster (local Ray, a SQLite MLflow store)
+    python benchmarks/flow.py recluster   # the config of service.recluster (local Ray, a SQLite MLflow
+                                          # store; the second of two snapshots, with a champion)
     PYTHONPATH=/path/to/another/checkout python benchmarks/flow.py explain   # the same, on other code
 
-A *step* is a call of a function of the package that receives the object (as ``self`` or an
-argument); *returns* count the steps into a module the object had already left; *names* are the
-distinct (function, parameter) names it arrives under. The object: for ``explain``, every
+A *step* is a function of the package that receives the object (as ``self`` or an argument),
+counted once, in the order of its first call (``calls`` counts every call); *returns* count the
+steps into a module the object had already left; *names* are the distinct (function, parameter)
+names it arrives under. The object: for ``explain``, every
 ``NeurCAM`` and its ``FittedNet`` (the model as loaded, then scored); for ``recluster``, every
 ``JobConfig`` (the config and the copies made of it on the way). Traced with ``sys.setprofile``;
 only the driver process is seen (Ray's workers are not).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -45,15 +48,16 @@ def trace(kinds: tuple, run) -> dict:
         run()
     finally:
         sys.setprofile(None)
+    first = list(dict.fromkeys((m, f) for m, f, _ in steps))
     seen, returns, previous = set(), 0, None
-    for module, _, _ in steps:
+    for module, _ in first:
         if module != previous and module in seen:
             returns += 1
         seen.add(module)
         previous = module
     names = {(f, n) for _, f, got in steps for n in got}
-    return {"steps": len(steps), "modules": len(seen), "returns": returns, "names": len(names),
-            "path": [f"{m}.{f}({', '.join(g)})" for m, f, g in steps]}
+    return {"steps": len(first), "calls": len(steps), "modules": len(seen), "returns": returns, "names": len(names),
+            "path": [f"{m}.{f}" for m, f in first]}
 
 
 def explain_flow(tmp: Path) -> dict:
@@ -74,11 +78,16 @@ def recluster_flow(tmp: Path) -> dict:
     from neurcam_dist import service
     from neurcam_dist.config import JobConfig
     rng = np.random.default_rng(0)
-    part = tmp / "events" / "date=2026-01-01"
-    part.mkdir(parents=True)
     centres = rng.normal(scale=4.0, size=(3, 4))
-    x = centres[rng.integers(0, 3, 600)] + rng.normal(size=(600, 4))
-    pd.DataFrame(x, columns=[f"f{i}" for i in range(4)]).to_parquet(part / "part-0.parquet")
+
+    def snapshot(day: str) -> None:
+        part = tmp / "events" / f"date={day}"
+        part.mkdir(parents=True)
+        x = centres[rng.integers(0, 3, 600)] + rng.normal(size=(600, 4))
+        pd.DataFrame(x, columns=[f"f{i}" for i in range(4)]).to_parquet(part / "part-0.parquet")
+
+    snapshot("2026-01-01")
+    os.chdir(tmp)   # MLflow's SQLite store keeps its artifacts in ./mlartifacts
     ray.init(num_cpus=3, include_dashboard=False, logging_level="WARNING")
     config = {"data": {"path": str(tmp / "events")},
               "model": {"n_clusters": 3, "epochs": 20, "hidden": [16], "n_bases": 4},
@@ -86,6 +95,8 @@ def recluster_flow(tmp: Path) -> dict:
               "tracking": {"uri": f"sqlite:///{tmp}/mlflow.db", "model_name": "flow"},
               "output": str(tmp / "out")}
     try:
+        service.recluster(config)       # the first model: no champion to compare with
+        snapshot("2026-01-02")          # the traced run: a champion, its ids, the comparison
         return trace((JobConfig,), lambda: service.recluster(config))
     finally:
         ray.shutdown()

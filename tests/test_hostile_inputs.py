@@ -266,6 +266,12 @@ def test_int_float_decimal_and_three_list_types_across_shards_train_on_ray(table
         cols["price"] = pa.array([decimal.Decimal(f"{v:.2f}") for v in part["f2"]], pa.decimal128(12, 2))
         cols["emb"] = kinds[i](emb[rows])
         pq.write_table(pa.table(cols), folder / f"part-{i}.parquet")
+    # the types every file is read as come with the source, whether or not its footers were asked
+    # for first, and asking again reads nothing more (no side effect to depend on)
+    from neurcam_dist.data import footers, resolve
+    src = resolve(str(folder))
+    assert src.casts["f3"] == pa.float64() and src.casts["price"] == pa.float64()
+    assert src.casts["emb"] == pa.list_(pa.float32()) and footers(src) is footers(src)
     cfg = {"data": {"path": str(folder), "embedding": "emb"}, "output": str(tmp_path / "o"),
            "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [16], "n_bases": 8},
            "train": {"num_workers": 1}}

@@ -11,7 +11,7 @@ import os
 import re
 
 from ..uris import filesystem as uri_filesystem
-from ..uris import is_uri
+from ..uris import is_uri, local
 from .sources import DataError
 
 PLACEHOLDER = "{snapshot}"
@@ -25,7 +25,7 @@ def _listdir(parent: str) -> list[str]:
         filesystem, root = uri_filesystem(parent)
         infos = filesystem.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         return [i.base_name for i in infos if i.type == pafs.FileType.Directory]
-    parent = parent.removeprefix("file://")
+    parent = local(parent)
     if not os.path.isdir(parent):
         raise DataError(f"data.path: no folder {parent} to pick a snapshot from")
     return [e.name for e in os.scandir(parent) if e.is_dir()]

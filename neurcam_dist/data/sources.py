@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError  # noqa: F401 - re-exported here
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
+from ..uris import local as local_path
 from ..validation import auto_features as select_features
 
 VOCABULARY_FILE = "_vocabulary.json"   # written by featurize-text; "_": readers of the shards skip it
@@ -35,7 +36,26 @@ class Source:
     files: list[str]
     filesystem: pa.fs.FileSystem | None = None
     skipped: int = 0                   # entries left out: hidden / underscore names, non-Parquet files
-    casts: dict = field(default_factory=dict)   # column -> Arrow type every file is read as (``footers``)
+    _footers: list | None = field(default=None, repr=False, compare=False)   # read once (``footers``)
+    _casts: dict | None = field(default=None, repr=False, compare=False)
+
+    def footers(self) -> list[tuple[str, pa.Schema, int]]:
+        """``(file, Arrow schema, row count)`` of every file (``footers``), read once and kept."""
+        if self._footers is None:
+            self._footers = _read_footers(self)
+        return self._footers
+
+    def __getstate__(self) -> dict:
+        """Pickled (to Ray's tasks) without the footers: every file's schema would travel with
+        every task; the casts, computed from them, do."""
+        return {**self.__dict__, "_footers": None}
+
+    @property
+    def casts(self) -> dict:
+        """Column -> the Arrow type every file is read as (``unified_types`` of the footers)."""
+        if self._casts is None:
+            self._casts = unified_types([schema for _, schema, _ in self.footers()])
+        return self._casts
 
     def stamp(self) -> dict[str, tuple[int, int] | None]:
         """(size, mtime) of every file, to tell later whether a file changed under a run."""
@@ -156,7 +176,7 @@ def resolve(spec, suffixes: tuple[str, ...] = PARQUET) -> Source:
         if is_uri(entry):
             filesystem, found, n_skipped = _resolve_uri(entry, suffixes)
         else:
-            local = entry[len("file://"):] if entry.startswith("file://") else entry
+            local = local_path(entry)
             if os.path.isdir(local):
                 walked = [os.path.join(d, f) for d, _, names in os.walk(local) for f in names]
                 found, n_skipped = _select(os.path.join(local, ""), walked, suffixes)
@@ -190,7 +210,7 @@ def find_vocabulary(spec) -> dict | None:
             from ..uris import join
             text = read_text(join(root, VOCABULARY_FILE))
         else:
-            local = root[len("file://"):] if root.startswith("file://") else root
+            local = local_path(root)
             path = os.path.join(local, VOCABULARY_FILE)
             if not os.path.isfile(path):
                 return None
@@ -211,7 +231,7 @@ def refuse_output_inside(out, src: Source, what: str = "output") -> None:
     out_abs = os.path.abspath(str(out))
     for spec in ([src.spec] if isinstance(src.spec, str) else list(src.spec)):
         spec = str(spec)
-        root = spec[len("file://"):] if spec.startswith("file://") else spec
+        root = local_path(spec)
         if not os.path.isdir(root):
             continue
         root_abs = os.path.abspath(root)
@@ -221,7 +241,14 @@ def refuse_output_inside(out, src: Source, what: str = "output") -> None:
 
 
 def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
-    """``(file, Arrow schema, row count)`` of every file, read in parallel (footers only)."""
+    """``(file, Arrow schema, row count)`` of every file, read in parallel (footers only), once per
+    ``Source`` (the types its files are read as, ``Source.casts``, come from the same read)."""
+    return src.footers()
+
+
+def _read_footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
+    """Every file's footer, in parallel; a file that is not Parquet, or names a column twice, is
+    refused naming it."""
     def read(f):
         try:
             meta = pq.read_metadata(f, filesystem=src.filesystem)
@@ -235,7 +262,6 @@ def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
         if twice:
             raise DataError(f"{f}: its schema names column(s) {twice} more than once: rewrite the file with one "
                             f"name per column")
-    src.casts = unified_types([schema for _, schema, _ in found])
     return found
 
 
