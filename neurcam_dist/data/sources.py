@@ -43,6 +43,8 @@ class Source:
         """``(file, Arrow schema, row count)`` of every file (``footers``), read once and kept."""
         if self._footers is None:
             self._footers = _read_footers(self)
+            # the casts from the same read, before the source travels to Ray's tasks without it
+            self._casts = unified_types([schema for _, schema, _ in self._footers])
         return self._footers
 
     def __getstate__(self) -> dict:
@@ -54,7 +56,7 @@ class Source:
     def casts(self) -> dict:
         """Column -> the Arrow type every file is read as (``unified_types`` of the footers)."""
         if self._casts is None:
-            self._casts = unified_types([schema for _, schema, _ in self.footers()])
+            self.footers()
         return self._casts
 
     def stamp(self) -> dict[str, tuple[int, int] | None]:
