@@ -495,16 +495,25 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         rep = self.fitted_.clustering_space(arr) if X_repr is None else _representation(X_repr, arr.shape[0])
         return metrics.inertia(rep, self.fitted_.cluster_ids[self.fitted_.logits(arr).argmax(1)])
 
-    def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32):
+    def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32, **measured):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
-        (default: ``reference_``, up to 20,000 training rows kept since ``fit``)."""
+        (default: ``reference_``, up to 20,000 training rows kept since ``fit``); ``measured``:
+        what ``explain.build_explanation`` also measures (``labels``, ``rows``, ``compared``,
+        ``runs``). An explanation of the reference rows at the default grids gives
+        ``importance_`` / ``profiles_`` their values when they have none yet (they are the same
+        numbers), so a report followed by ``save`` builds one explanation, not two."""
         from .explain import build_explanation
         check_is_fitted(self, "net_")
-        X = getattr(self, "reference_", None) if X is None else X
+        reference = X is None
+        X = getattr(self, "reference_", None) if reference else X
         if X is None:
             raise DataError("explain() needs data: this model was loaded from disk, pass X "
                              "(rows from the data it clusters)")
-        return build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size)
+        expl = build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size, **measured)
+        if reference and self.fitted_.summary is None and (grid_size, pair_grid_size) == (128, 32):
+            from .explain.explanation import summary_of
+            self.fitted_.summary = summary_of(expl)
+        return expl
 
     def explain_rows(self, X):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),

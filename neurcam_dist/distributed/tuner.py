@@ -26,7 +26,7 @@ from ..names import run_name
 from ..errors import ConfigError, NeurcamError, SearchError, find_cause  # noqa: F401 - SearchError re-exported
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
-from ..explain.build import Compared, build_explanation
+from ..explain.build import Compared
 from ..storage.published import read_text
 from ..uris import as_path, is_uri, join
 from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
@@ -221,8 +221,7 @@ def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | 
         with unchanged_input(plan):
             matched = take_ids(est, incumbent, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers)
     # the winner's report, on its reference rows, measured against the next best runs
-    expl = build_explanation(est, est.reference_, runs=[load(t) for t in ranked[1:s.consistency_runs]],
-                             compared=_compared(est, incumbent, matched))
+    expl = est.explain(runs=[load(t) for t in ranked[1:s.consistency_runs]], compared=_compared(est, incumbent, matched))
     consistency = {k: v for k, v in expl.stability.items() if k.startswith(("consistency", "top"))}
     if expl.stability["warning"]:
         say("warning: " + expl.stability["warning"])

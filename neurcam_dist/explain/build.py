@@ -181,19 +181,20 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     arr = fitted.encode(X)  # original units, fitted order; level codes, NaN for missing cells
     terms, intercept, per_term, main_features, levels = _terms(fitted, arr, grid_size, pair_grid_size, n_bins)
     logits = fitted.logits(arr)   # one pass over the rows: the profiles, examples and labels share it
+    columns = logits.argmax(1)
     ids = fitted.cluster_ids.tolist()
-    sizes, profiles = _profiles(ids, terms, names, logits.argmax(1), per_term, arr, main_features,
+    sizes, profiles = _profiles(ids, terms, names, columns, per_term, arr, main_features,
                                 text=getattr(est, "text_", None) is not None, levels=levels)
     card = model_card(est, arr)
     if labels is not None:
-        card["labels"] = label_summary(labels, fitted.cluster_ids[logits.argmax(1)], fitted.cluster_ids, label_name)
+        card["labels"] = label_summary(labels, fitted.cluster_ids[columns], fitted.cluster_ids, label_name)
     examples = _examples(fitted, X, arr, names, typical, logits, ids) if typical else None
     if rows is not None:
         examples = {**(examples or {"basis": None, "typical": {}}),
                     "rows": _row_views(fitted, rows, arr if span is None else fitted.encode(span))}
     expl = Explanation(feature_names=names, n_clusters=fitted.n_clusters, intercept=intercept, terms=terms,
                        cluster_sizes=sizes, profiles=profiles, model_card=card, cluster_ids=ids, examples=examples)
-    return _measured(expl, X, fitted.cluster_ids[logits.argmax(1)], compared, runs)
+    return _measured(expl, X, fitted.cluster_ids[columns], compared, runs)
 
 
 def _terms(fitted, arr: np.ndarray, grid_size: int, pair_grid_size: int, n_bins: int):

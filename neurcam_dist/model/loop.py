@@ -91,15 +91,15 @@ class Targets:
         self.centroids, self.m = centroids.detach().clone(), m
 
     @staticmethod
-    def kind(trainer) -> Phase | None:
-        """``DISTILL`` or ``FINAL`` (any annealing phase: the teacher's), or None without a KL term."""
+    def kind(trainer) -> str | None:
+        """``"kmeans"`` while distilling, ``"teacher"`` in every annealing phase, None without a KL term."""
         phase = trainer.schedule.phase
-        return Phase.DISTILL if phase == Phase.DISTILL else Phase.FINAL if phase.annealing else None
+        return "kmeans" if phase == Phase.DISTILL else "teacher" if phase.annealing else None
 
     def of(self, trainer, x: torch.Tensor, xr: torch.Tensor) -> torch.Tensor | None:
         """The targets of rows (x, xr) in the trainer's phase."""
         kind = self.kind(trainer)
-        if kind == Phase.DISTILL:
+        if kind == "kmeans":
             with torch.no_grad():
                 return fcm_log_membership(squared_distances(xr, self.centroids.to(xr.device)), self.m)
         return None if kind is None else log_assignment(trainer.teacher, x, 1.0, 1.0)
@@ -114,7 +114,7 @@ class Rows:
                  targets: Targets, source: str = "memory"):
         self.x, self.xr, self.batch_size, self.gen, self.aims = x, xr, batch_size, gen, targets
         self.source = source   # the records' name for where the rows are (a worker's: resident)
-        self.kind: Phase | None = None
+        self.kind: str | None = None
         self.targets: torch.Tensor | None = None
 
     def current_targets(self, trainer) -> torch.Tensor | None:
