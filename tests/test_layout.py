@@ -340,6 +340,20 @@ def test_mlflow_is_reached_through_tracking_alone():
     assert not bad, "reach MLflow through neurcam_dist.tracking:\n" + "\n".join(bad)
 
 
+def test_parquet_rows_are_read_by_one_family():
+    """Parquet rows are read by the per-file read tasks of ``data/parquet_files.py`` alone (run by
+    Ray Data or in this process, see ``data/reading.py``): no other module opens a Parquet file
+    for its rows or calls another reader (Ray Data's or pandas' ``read_parquet``, ``pq.read_table``).
+    Footers and schemas (``read_metadata``, ``read_schema``) may be read anywhere."""
+    readers = {"ParquetFile", "read_table", "read_parquet", "read_pandas"}
+    bad = [f"{path.relative_to(PACKAGE)}:{node.lineno} calls {node.func.attr}()" for m, path, node in _ast_nodes()
+           if m != "neurcam_dist.data.parquet_files" and isinstance(node, ast.Call)
+           and isinstance(node.func, ast.Attribute) and node.func.attr in readers
+           and (getattr(node.func.value, "id", "") in ("pq", "parquet", "pd")
+                or getattr(node.func.value, "attr", "") in ("parquet", "data"))]
+    assert not bad, "read Parquet rows through neurcam_dist.data.reading:\n" + "\n".join(bad)
+
+
 def test_no_function_is_over_60_lines():
     """A function over 60 lines is split into steps that read on their own."""
     bad = []

@@ -444,9 +444,11 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     # the training rows handed to the workers: read here (small data) or by the per-file read tasks
     # of a streamed run, the files' rows in order, as Ray Data's own Parquet reader reads them
     # (plus each row's key: its place in the files, for the workers' per-row teacher cache)
-    import ray
-    streamed_ds = data_mod.read(plan, ordered=True)
+    import ray.data
+    streamed_ds = ray.data.read_parquet(plan.source.files, columns=list(dict.fromkeys(plan.columns)))   # Ray's reader
+    streamed_ds.context.execution_options.preserve_order = True
     streamed = streamed_ds.to_pandas()
+    pd.testing.assert_frame_equal(data_mod.read(plan, ordered=True).to_pandas(), streamed)   # ours, keyless
     held = ray.get(data_mod.reading.held_rows(plan).table)   # the table the workers slice
     assert held.schema.remove(held.schema.get_field_index(data_mod.ROW_KEY)) == streamed_ds.schema().base_schema
     in_memory = held.to_pandas()
@@ -465,8 +467,8 @@ def test_small_data_passes_in_process_match_ray_data(renamed, tmp_path, monkeypa
     pd.concat([df.iloc[80:160], df.iloc[:1]]).to_parquet(d / "p1.parquet")
     with pytest.raises(Exception, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):
         data_mod.reading.streamed_dataset(plan).to_pandas()
-    with pytest.raises(DataError, match=r"the files hold 241 rows, 240 when the run was planned"):
-        data_mod.reading.local_tables(plan)
+    with pytest.raises(DataError, match=r"p1.parquet has more rows than the 80 it had when the run was planned"):
+        data_mod.reading.local_tables(plan)   # the same read tasks here: the same refusal, by name
     df.iloc[80:160].to_parquet(d / "p1.parquet")
     bad = df.iloc[:80].copy()
     bad.loc[bad.index[3], "f1"] = np.inf

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..config import DataConfig
 from ..validation import missing_columns_note, refuse_lookalike_names
@@ -177,10 +176,9 @@ def _vocabulary_only(text: dict | None, features: list[str]) -> dict | None:
 
 
 def _first_list_length(src: Source, col: str) -> int:
-    for f in src.files:
-        pf = pq.ParquetFile(f, filesystem=src.filesystem)
-        for i in range(pf.num_row_groups):
-            lengths = pc.list_value_length(pf.read_row_group(i, columns=[col])[col]).drop_null()
-            if len(lengths):
-                return int(lengths[0].as_py())
+    from .parquet_files import ParquetFiles
+    for table in ParquetFiles(src, [col], keys=False).here():   # lazily: up to the first batch with a value
+        lengths = pc.list_value_length(table[col]).drop_null()
+        if len(lengths):
+            return int(lengths[0].as_py())
     raise DataError(f"embedding column {col!r} holds no values")

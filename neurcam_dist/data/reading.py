@@ -1,5 +1,7 @@
-"""Reading a plan's files with Ray Data (or, for a pass over small data, with pyarrow in this
-process), and Arrow batches as numpy matrices."""
+"""The passes over a plan's files, all on the same per-file read tasks (``parquet_files``): a Ray
+Data dataset (``dataset``: the training stream, the scoring and text passes, a join's inputs) or
+Arrow tables read in this process (``tables_here``: a pass over small data, the held rows);
+and Arrow batches as numpy matrices."""
 from __future__ import annotations
 
 import os
@@ -10,28 +12,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .planning import Plan
-from .sources import BATCH_ROWS, PATH_COLUMN, DataError, Source, file_tables, with_row_keys
+from .sources import BATCH_ROWS, DataError, Source
 
 
 def read(p: Plan, columns: list[str] | None = None, *, with_paths: bool = False, ordered: bool = False):
     """The plan's files as a Ray Data dataset of ``columns`` (default: the plan's), with the
     file path as a column (``with_paths``) and in file order (``ordered``)."""
-    return read_source(p.source, list(dict.fromkeys(columns if columns is not None else p.columns)),
-                       with_paths=with_paths, ordered=ordered)
+    return read_source(p.source, columns if columns is not None else p.columns, with_paths=with_paths,
+                       ordered=ordered)
 
 
 def read_source(src: Source, columns: list[str] | None, *, with_paths: bool = False, ordered: bool = False):
     """A Ray Data dataset over exactly the resolved files and the named columns (None: every
-    column): the one way the service reads Parquet with Ray Data's reader. ``ordered``:
-    blocks come out in file order, not completion order, so a seeded sample or a one-worker
-    training stream is the same from run to run."""
-    import ray.data
-    ds = ray.data.read_parquet(src.files, filesystem=src.filesystem, columns=columns,
-                               include_paths=with_paths, file_extensions=None)
+    column), without row keys: ``dataset`` sized from the footers. ``ordered``: blocks come out
+    in file order, not completion order, so a seeded sample or a one-worker training stream is
+    the same from run to run."""
+    from .parquet_files import ParquetFiles
+    from .sources import column_bytes
+    names = ParquetFiles(src, columns).columns
+    n_rows = sum(src.rows_per_file.values())
+    width = column_bytes(src, src.footers()[0][1], n_rows, names) / max(1, n_rows)
+    ds = dataset(src, names, bytes_per_row=width, keys=False, paths=with_paths)
     if ordered:
         ds.context.execution_options.preserve_order = True
-    if with_paths:
-        ds = ds.rename_columns({"path": PATH_COLUMN})
     return ds
 
 
@@ -76,11 +79,13 @@ def local_pass(p: Plan, columns: list[str]) -> bool:
     return small_enough(pass_bytes(p, columns))
 
 
-def read_local(src: Source, columns: list[str], *, batch_rows: int = BATCH_ROWS):
-    """The same rows and columns as ``read_source``, as Arrow tables read by pyarrow here, file
-    after file in order (what an ordered Ray Data read yields)."""
-    for f in src.files:
-        yield from file_tables(f, src.filesystem, columns, batch_rows, casts=src.casts)
+def tables_here(src: Source, columns: list[str], *, rows_per_file: dict[str, int] | None = None,
+                batch_rows: int = BATCH_ROWS, keys: bool = False):
+    """The rows and columns ``dataset`` reads, as Arrow tables read in this process by the same
+    read tasks, file after file in order (what an ordered Ray Data pass yields); with ``keys``,
+    each row's ``ROW_KEY``."""
+    from .parquet_files import ParquetFiles   # imports Ray Data where it is installed: only when read
+    return ParquetFiles(src, columns, rows_per_file, batch_rows, keys=keys).here()
 
 
 # Bytes per block of the training stream. A read task's output is cut into blocks of about
@@ -109,32 +114,30 @@ def row_bytes(p: Plan) -> int:
 
 
 def streamed_dataset(p: Plan, batch_rows: int | None = None):
-    """The plan's training columns and ``ROW_KEY`` as a Ray Data dataset with one read task per
-    file, in file order (``parquet_files.ParquetFiles``: Ray Data's own Parquet reader lists the
-    files and reads their footers again on every execution, i.e. on every streamed epoch), in
-    blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``), its idle scheduling loop
-    paced (``pacing``)."""
-    ds = per_file_dataset(p.source, p.columns, p.rows_per_file, row_bytes(p), batch_rows=batch_rows)
+    """The plan's training columns and ``ROW_KEY`` as a Ray Data dataset (``dataset``), in file
+    order, in blocks of ``batch_rows`` rows (default: about ``FEED_BLOCK_BYTES``)."""
+    ds = dataset(p.source, p.columns, rows_per_file=p.rows_per_file, bytes_per_row=row_bytes(p),
+                 batch_rows=batch_rows)
     ds.context.execution_options.preserve_order = True
     return ds
 
 
-def per_file_dataset(src: Source, columns: list[str], rows_per_file: dict[str, int], bytes_per_row: float,
-                     *, batch_rows: int | None = None, with_paths: bool = False):
-    """The named columns, ``ROW_KEY`` (and ``PATH_COLUMN`` ``with_paths``) read by one task per
-    file (``parquet_files.ParquetFiles``) in blocks of ``batch_rows`` rows (default: about
-    ``FEED_BLOCK_BYTES``), the idle scheduling loop paced (``pacing``): the training stream, and
-    the scoring passes over an actor pool, where every actor then has blocks to score (Ray 2.60's
-    ``read_parquet`` made 4 files of 700,000 rows one block, for one actor, after a 3 s listing
-    task)."""
+def dataset(src: Source, columns: list[str], *, rows_per_file: dict[str, int] | None = None,
+            bytes_per_row: float = 8.0, batch_rows: int | None = None, keys: bool = True, paths: bool = False):
+    """The named columns (with ``keys``, ``ROW_KEY``; with ``paths``, ``PATH_COLUMN``) read by one
+    task per file (``parquet_files.ParquetFiles``) in blocks of ``batch_rows`` rows (default:
+    about ``FEED_BLOCK_BYTES``), the idle scheduling loop paced (``pacing``): the training stream,
+    and the scoring passes over an actor pool, where every actor then has blocks to score (Ray
+    2.60's ``read_parquet`` made 4 files of 700,000 rows one block, for one actor, after a 3 s
+    listing task)."""
     import ray.data
 
     from .pacing import pace
     from .parquet_files import ParquetFiles
     bytes_per_row = max(1.0, bytes_per_row)
     batch_rows = batch_rows or int(min(65536, max(256, FEED_BLOCK_BYTES // bytes_per_row)))
-    ds = ray.data.read_datasource(ParquetFiles(src, list(dict.fromkeys(columns)), rows_per_file, batch_rows,
-                                               paths=with_paths), override_num_blocks=len(src.files))
+    ds = ray.data.read_datasource(ParquetFiles(src, columns, rows_per_file, batch_rows, paths=paths, keys=keys),
+                                  override_num_blocks=max(1, len(src.files)))
     # a little under one batch: each batch is a block of its own (neither merged with the next,
     # nor, below 1.5x the target, sliced)
     ds.context.target_max_block_size = max(1, int(0.9 * batch_rows * bytes_per_row))
@@ -142,16 +145,9 @@ def per_file_dataset(src: Source, columns: list[str], rows_per_file: dict[str, i
 
 
 def local_tables(p: Plan) -> list[pa.Table]:
-    """The plan's training columns read here with pyarrow, file after file, with ``ROW_KEY`` (as
-    ``streamed_dataset``): for data small enough for ``local_pass``."""
-    tables, first = [], 0
-    for t in read_local(p.source, list(dict.fromkeys(p.columns))):
-        tables.append(with_row_keys(t, first))
-        first += t.num_rows
-    if first > p.n_rows:  # keys past the plan's rows would index no cached teacher assignment
-        raise DataError(f"the files hold {first:,} rows, {p.n_rows:,} when the run was planned: they changed "
-                        f"during the run (rewrite data into new files, not in place)")
-    return tables
+    """The plan's training columns and ``ROW_KEY`` read here (``tables_here``): what
+    ``streamed_dataset`` yields, for data small enough for ``local_pass``."""
+    return list(tables_here(p.source, p.columns, rows_per_file=p.rows_per_file, keys=True))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -23,7 +22,7 @@ PATH_COLUMN = "__neurcam_path"  # Ray Data's include_paths column, renamed away 
 ROW_KEY = "__neurcam_row"
 MAX_LISTED = 20
 # Rows per Arrow batch when a file is read (a read task's block): a task holds a few of them
-# (`reading.streamed_dataset`), and every pass over a file cuts it the same way, so sums over a
+# (`parquet_files.ParquetFiles`), and every pass over a file cuts it the same way, so sums over a
 # file come out the same whichever process reads it.
 BATCH_ROWS = 16384
 
@@ -51,6 +50,11 @@ class Source:
         """Pickled (to Ray's tasks) without the footers: every file's schema would travel with
         every task; the casts, computed from them, do."""
         return {**self.__dict__, "_footers": None}
+
+    @property
+    def rows_per_file(self) -> dict[str, int]:
+        """File -> its row count (from ``footers``), in file order."""
+        return {f: n for f, _, n in self.footers()}
 
     @property
     def casts(self) -> dict:
@@ -350,58 +354,3 @@ def listing(what: str, items: list[str]) -> str:
     """``N what:`` and the first items, one a line, with how many more."""
     more = f"\n  ... and {len(items) - MAX_LISTED} more" if len(items) > MAX_LISTED else ""
     return f"{len(items)} {what}:\n  " + "\n  ".join(items[:MAX_LISTED]) + more
-
-
-def parquet_file(path: str, filesystem) -> pq.ParquetFile:
-    """A file opened for reading in batches: column chunks are read through a 1 MiB buffer, not
-    whole (a 64 MiB embedding chunk would be held beside its decoded batches)."""
-    return pq.ParquetFile(path, filesystem=filesystem, buffer_size=1 << 20)
-
-
-def file_tables(path: str, filesystem, columns: list[str], batch_rows: int = BATCH_ROWS, limit: int | None = None,
-                casts: dict | None = None):
-    """One Parquet file's columns as Arrow tables of ``batch_rows`` rows, at most ``limit`` rows in
-    all (``reading.read_local``'s passes, and a read task of ``parquet_files.ParquetFiles``),
-    columns named in ``casts`` read as that type (``unified_types``)."""
-    left = limit
-    for batch in parquet_file(path, filesystem).iter_batches(batch_size=batch_rows, columns=list(columns)):
-        if left is not None:
-            if left <= 0:
-                return
-            batch = batch.slice(0, left)
-            left -= batch.num_rows
-        yield cast_columns(pa.Table.from_batches([batch]), casts)
-
-
-def cast_columns(table: pa.Table, casts: dict | None) -> pa.Table:
-    """``table`` with the columns named in ``casts`` cast to their types."""
-    for name, to in (casts or {}).items():
-        j = table.schema.get_field_index(name)
-        if j >= 0 and table.schema.field(j).type != to:
-            table = table.set_column(j, pa.field(name, to), table.column(j).cast(to))
-    return table
-
-
-def picked_tables(path: str, filesystem, columns: list[str], picks: np.ndarray, planned: int,
-                  batch_rows: int = BATCH_ROWS, casts: dict | None = None):
-    """Only the rows numbered ``picks`` (sorted, within the file) of one Parquet file, as
-    ``(table, picks of it)`` pairs in file order. Row groups without a pick are not read, so a
-    small sample of a large file decodes only the groups its rows are in."""
-    f = parquet_file(path, filesystem)
-    meta = f.metadata
-    if meta.num_rows != planned:   # picks are row numbers of the planned file: another file, another sample
-        raise DataError(f"{path} no longer has the {planned:,} rows it had when the run was planned: it changed "
-                        f"during the run (rewrite data into new files, not in place)")
-    starts = np.cumsum([0] + [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
-    for g in np.unique(np.searchsorted(starts, picks, side="right") - 1):
-        done = int(starts[g])
-        for batch in f.iter_batches(batch_size=batch_rows, row_groups=[int(g)], columns=list(columns)):
-            lo, hi = np.searchsorted(picks, [done, done + batch.num_rows])
-            if hi > lo:
-                yield cast_columns(pa.Table.from_batches([batch]).take(pa.array(picks[lo:hi] - done)), casts), picks[lo:hi]
-            done += batch.num_rows
-
-
-def with_row_keys(table: pa.Table, first: int) -> pa.Table:
-    """``table`` with ``ROW_KEY`` = first, first + 1, ... (a training row's key, see ``ROW_KEY``)."""
-    return table.append_column(ROW_KEY, pa.array(np.arange(first, first + table.num_rows, dtype=np.int64)))

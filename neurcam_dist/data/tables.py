@@ -98,7 +98,7 @@ def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
     another, is refused naming the files."""
     import pyarrow as pa
 
-    from .reading import read_local
+    from .reading import tables_here
     from .sources import footers, resolve
     src = resolve(path)
     found = footers(src)
@@ -114,7 +114,7 @@ def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
         if other is not None:
             raise DataError(f"column {col!r} is {t1} in {f1} but {other[1]} in {other[0]}: give it one type in "
                             f"every file")
-    tables = list(read_local(src, wanted))
+    tables = list(tables_here(src, wanted))
     if not tables:
         return pd.DataFrame(columns=wanted)
     return pa.concat_tables(tables).to_pandas()

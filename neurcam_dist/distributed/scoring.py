@@ -86,12 +86,13 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
     total = None
     if data_mod.reading.local_pass(plan, columns):
         with in_process(cls, **kwargs) as fn:
-            for table in data_mod.reading.read_local(plan.source, columns, batch_rows=batch_size):
+            for table in data_mod.reading.tables_here(plan.source, columns, rows_per_file=plan.rows_per_file,
+                                                          batch_rows=batch_size):
                 for blob in fn(table)["acc"]:
                     total = combine(total, pickle.loads(blob))
         return total
-    ds = data_mod.reading.per_file_dataset(plan.source, columns, plan.rows_per_file,
-                                          data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
+    ds = data_mod.reading.dataset(plan.source, columns, rows_per_file=plan.rows_per_file,
+                                  bytes_per_row=data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
     ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
     from ..data.progress import watched
     # the pass's output is one row a batch: count the rows read
@@ -276,7 +277,8 @@ def _check_input(est, fitted: FittedNet, src, footers: list, wanted: list[str], 
             wrong = [(c, t) for c, t in typed if not data_mod.sources.is_number(t)]
             if wrong:
                 from ..validation import first_text_cell
-                column = pq.read_table(f, columns=[wrong[0][0]], filesystem=src.filesystem).column(0).to_pandas()
+                one = data_mod.sources.Source(f, [f], src.filesystem)
+                column = pa.concat_tables(data_mod.reading.tables_here(one, [wrong[0][0]])).column(0).to_pandas()
                 raise data_mod.DataError(f"{redact(f)}: feature column {wrong[0][0]!r} holds {wrong[0][1]}, not numbers"
                                          f"{f' (and {len(wrong) - 1} more such columns)' if len(wrong) > 1 else ''}"
                                          f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
@@ -314,7 +316,8 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
                 _score_here(scorer, src, wanted, rows_per_file, batch_size, root, fs)
                 met = scorer.met
         else:
-            ds = data_mod.reading.per_file_dataset(src, wanted, rows_per_file, n_bytes / n_rows, with_paths=True)
+            ds = data_mod.reading.dataset(src, wanted, rows_per_file=rows_per_file, bytes_per_row=n_bytes / n_rows,
+                                          paths=True)
             met = _score_with_ray(ds, batch_size, concurrency, kwargs, root, fs,
                                   progress=(n_rows, log, _progress_every(progress_seconds)))
         summary.update(unseen_levels=met["unseen"], missing_cells=met["missing"])

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..data.reading import map_with_actors
-from ..data.sources import CSV, PARQUET, DataError, listing, resolve
+from ..data.reading import map_with_actors, tables_here
+from ..data.sources import CSV, PARQUET, DataError, Source, listing, resolve
 from ..redaction import redact
 from ..storage import write_dataset
 from .sentences import EMBEDDING_COLUMN, SentenceEmbedder, check_model_path
@@ -228,13 +228,13 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         rows = empty = 0
         dim = None
-        for f in files:
-            pf = pq.ParquetFile(f, filesystem=fs)
-            rows += pf.metadata.num_rows
-            for b in pf.iter_batches(columns=[N_TERMS], batch_size=1 << 16):
-                empty += int((b.column(0).to_numpy() == 0).sum())
+        written = Source(root, files, fs)
+        for f, schema, n in written.footers():
+            rows += n
             if job.embed and dim is None:
-                dim = pf.schema_arrow.field(EMBEDDING_COLUMN).type.list_size
+                dim = schema.field(EMBEDDING_COLUMN).type.list_size
+        for b in tables_here(written, [N_TERMS]):
+            empty += int((b.column(0).to_numpy() == 0).sum())
         summary.update(rows=rows, files=len(files), empty_rows=empty, terms=len(vocab.terms),
                        id_column=job.id_column, carry=keep[1:], input=redact(str(job.input)),
                        embedding={"column": EMBEDDING_COLUMN, "model": model_path, "dim": dim} if job.embed else None,
