@@ -19,7 +19,7 @@ from . import service
 from .errors import ConfigError
 from .params import HYPERPARAMETERS
 from .redaction import redact
-from .uris import is_uri, join
+from .uris import Location
 from .version import __version__
 
 
@@ -543,8 +543,8 @@ def _fit(args) -> int | None:
         _warnings(result.metrics)
         return REPORT_FAILED
     if args.report:
-        report = join(args.output, "report", "report.html")   # through the run's link: the next run's too
-        print(f"open the report: {redact(report) if is_uri(report) else Path(report).absolute().as_uri()}")
+        # through the run's link, not resolved: the next run's report too
+        print(f"open the report: {_link(Location(args.output) / 'report' / 'report.html')}")
     _warnings(result.metrics)
 
 
@@ -572,9 +572,15 @@ def _choose_k(args) -> None:
                               say=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr)),
                               **_csv(args))
     print("\n".join(choice.lines()))
-    page = join(args.output, "choice.html")
     print(f"written to {redact(args.output)}/ (choice.json); open the page: "
-          f"{redact(page) if is_uri(page) else Path(page).absolute().as_uri()}")
+          f"{_link(Location(args.output) / 'choice.html')}")
+
+
+def _link(where) -> str:
+    """What to open: a local file as an absolute ``file://`` link (not resolved: a run's link
+    shows the next run's file too), a URI with its credentials masked."""
+    where = Location(where)
+    return redact(where) if where.is_uri else Path(where.text).absolute().as_uri()
 
 
 def _warnings(metrics: dict) -> None:
@@ -596,8 +602,7 @@ def _explain(args) -> None:
                              compare=args.compare[0] if args.compare else None, say=print, **_csv(args))
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
-    report = result.report
-    print(f"open the report: {redact(report) if is_uri(report) else Path(report).resolve().as_uri()}")
+    print(f"open the report: {_link(result.report)}")
 
 
 def _export(args) -> None:
@@ -661,7 +666,7 @@ def _train(args) -> None:
     keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model: {redact(result.model_path)} (load with neurcam_dist.NeurCAM.load); metrics: "
-          f"{redact(join(result.output, 'metrics.json'))}")
+          f"{redact(Location(result.output) / 'metrics.json')}")
     _warnings(result.metrics)
 
 
@@ -678,7 +683,7 @@ def _recluster(args) -> None:
             "agreement_ari", "size_shift", "top_terms_overlap", "mapping")
     print(json.dumps({k: record.get(k) for k in keys}))
     print(f"{'promoted' if record['promoted'] else 'not promoted'}: {record['reason']}")
-    print(f"decision: {join(cfg.output, 'recluster.json')}")
+    print(f"decision: {redact(Location(cfg.output) / 'recluster.json')}")
 
 
 def _history(args) -> None:
@@ -814,9 +819,9 @@ def print_search(res) -> None:
     print(json.dumps({"best_trial": res.best.trial_id, **res.best.params,
                       **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},
                       **{k: v for k, v in res.consistency.items()}}))
-    print(f"model: {redact(join(res.output, 'model'))}; trials: {redact(join(res.output, 'search.json'))}")
-    report = res.report_path
-    print(f"explanation report: {redact(report) if is_uri(report) else Path(os.path.abspath(report)).as_uri()}")
+    out = Location(res.output)
+    print(f"model: {redact(out / 'model')}; trials: {redact(out / 'search.json')}")
+    print(f"explanation report: {_link(res.report_path)}")
     if res.tracking:
         t = res.tracking
         if t.get("version"):

@@ -16,7 +16,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr,
 from .errors import ConfigError  # noqa: F401 - also re-exported here
 from .params import HYPERPARAMETERS
 from .redaction import redact
-from .uris import expand, is_uri, join, local
+from .uris import Location, expand
 from .validation import nearest_name
 
 
@@ -504,11 +504,11 @@ class JobConfig(_Strict):
         return (f"fits: {s.max_concurrent_trials} trial(s) at once take {need:g} of {cpus:g} CPUs, "
                 f"{cpus - need:g} left for Ray Data")
 
-    def storage_path(self) -> str:
+    def storage_path(self) -> Location:
         """Ray Train's checkpoints and the staged data: ``train.storage_path``, else
         ``OUTPUT/_ray`` (a local path made absolute, a URI as given)."""
-        s = self.train.storage_path or join(self.output, "_ray")
-        return s if is_uri(s) else str(Path(local(s)).resolve())
+        return (Location(self.train.storage_path) if self.train.storage_path
+                else Location(self.output) / "_ray").resolved()
 
 
 def coerce_config(config) -> JobConfig:

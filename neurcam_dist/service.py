@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .errors import ConfigError, DataError
 from .redaction import redact
-from .uris import is_uri, join
+from .uris import Location, is_uri
 
 __all__ = ["ExplainResult", "ExportResult", "FitResult", "PredictSettings", "demo", "demo_config", "explain", "export",
            "featurize_text", "fit",
@@ -493,9 +493,11 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     if output is not None:
         from .storage import check_writable, refuse_overwrite
         refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
-        check_writable(str(Path(output).parent) if not is_uri(output) else output, "--output")
+        target = Location(output)
+        room = target if target.is_uri else target.path.parent   # one file: the folder that takes it
+        check_writable(str(room), "--output")
         from .storage import check_room
-        check_room(str(Path(output).parent) if not is_uri(output) else output, 16 * 2**20)   # a query: ~1 MB
+        check_room(str(room), 16 * 2**20)   # a query: ~1 MB
     est = load_model(model)
     features = [str(c) for c in est.feature_names_in_]
     df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
@@ -519,10 +521,10 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     if output is not None:
         from .storage.published import put_text
         from .storage import write_text_atomic
-        if is_uri(output):
-            put_text(text, output)
+        if target.is_uri:
+            put_text(text, str(target))
         else:
-            write_text_atomic(Path(output), text)
+            write_text_atomic(target.path, text)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
                         engines=engines if fmt == "sql" else None)
 
@@ -570,16 +572,17 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
     tracking_uri = None
     if model is None:
         named = cfg.tracking is not None and cfg.tracking.model_name
-        model = f"models:/{cfg.tracking.model_name}@champion" if named else join(cfg.output, "model")
+        model = f"models:/{cfg.tracking.model_name}@champion" if named else str(Location(cfg.output) / "model")
         tracking_uri = cfg.tracking.uri if cfg.tracking is not None else None
     if input is None:
         input = cfg.data.path
         if cfg.recluster is not None:
             from .data.snapshots import pick_snapshot
             input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
-    return PredictSettings(model=model, input=input, output=output or join(cfg.output, "predictions"),
+    out = Location(cfg.output)
+    return PredictSettings(model=model, input=input, output=output or str(out / "predictions"),
                            id_column=None if no_id else id_column or cfg.data.id or "id",
-                           log_dir=log_dir or join(cfg.output, "logs"), tracking_uri=tracking_uri,
+                           log_dir=log_dir or str(out / "logs"), tracking_uri=tracking_uri,
                            id_given=no_id or id_column is not None or cfg.data.id is not None)
 
 

@@ -106,9 +106,12 @@ def bounded_s3(fs):
     return pafs.S3FileSystem(**options)
 
 
-def filesystem(uri: str):
+def filesystem(uri):
     """``(pyarrow FileSystem, path inside it)`` for a URI: pyarrow's own for the schemes it knows
-    (s3, gs, hdfs, abfs), otherwise fsspec's behind pyarrow's interface."""
+    (s3, gs, hdfs, abfs), otherwise fsspec's behind pyarrow's interface; a ``Location``'s own,
+    opened once (``Location.filesystem``)."""
+    if isinstance(uri, Location):
+        return uri.filesystem()
     from pyarrow import fs as pafs
     configure_s3()
     try:
@@ -155,7 +158,8 @@ class Location(os.PathLike):
         return f"Location({self.text!r})"
 
     def __eq__(self, other) -> bool:
-        return isinstance(other, Location) and other.text == self.text
+        """Equal to a location or a path of the same text (``Location("s3://b/o") == "s3://b/o"``)."""
+        return isinstance(other, (Location, str, os.PathLike)) and os.fspath(other) == self.text
 
     def __hash__(self) -> int:
         return hash(self.text)
@@ -164,6 +168,11 @@ class Location(os.PathLike):
     def is_uri(self) -> bool:
         """An object-store URI (not a local path)."""
         return is_uri(self.text)
+
+    def resolved(self) -> "Location":
+        """A local location made absolute (links resolved: a Ray worker in another folder finds
+        it); a URI as it is."""
+        return self if self.is_uri else Location(str(Path(local(self.text)).resolve()))
 
     @property
     def path(self):

@@ -354,6 +354,15 @@ def test_parquet_rows_are_read_by_one_family():
     assert not bad, "read Parquet rows through neurcam_dist.data.reading:\n" + "\n".join(bad)
 
 
+def test_paths_are_joined_by_location():
+    """An output or input is a ``uris.Location`` from the door on (``location / "name"``, its file
+    system opened once): no module but ``uris`` joins path strings with ``uris.join``."""
+    bad = [f"{path.relative_to(PACKAGE)}:{node.lineno} imports uris.join" for m, path, node in _ast_nodes()
+           if m != "neurcam_dist.uris" and isinstance(node, ast.ImportFrom) and (node.module or "").endswith("uris")
+           and any(a.name == "join" for a in node.names)]
+    assert not bad, "join with uris.Location:\n" + "\n".join(bad)
+
+
 def test_no_function_is_over_60_lines():
     """A function over 60 lines is split into steps that read on their own."""
     bad = []

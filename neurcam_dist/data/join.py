@@ -5,12 +5,12 @@ import os
 
 from ..config import DataConfig
 from ..storage.published import write_version
-from ..uris import is_uri, join
+from ..uris import Location
 from .reading import read_source
 from .sources import DataError, auto_features, footers, resolve
 
 
-def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
+def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
     """Join the features and embeddings datasets on ``cfg.embeddings.key`` into Parquet shards under
     ``staging`` (once; every epoch then streams plain files). Every feature row must find exactly
     one embedding row: otherwise ``DataError`` with the counts of missing and duplicate keys.
@@ -51,14 +51,14 @@ def join_embeddings(cfg: DataConfig, staging: str) -> DataConfig:
         reserved = {key, *emb_cols, *(c for c in (cfg.label, cfg.id) if c)}
         features = auto_features(ffoot[0][1], reserved)
     joined = feats.join(embs, "inner", parts, on=(key,))
-    final = join(staging, "joined")
-    if is_uri(final):  # an object store: a new version behind a manifest (storage.published)
-        write_version(final, lambda root, fs: joined.write_parquet(root, filesystem=fs))
-        return cfg.model_copy(update={"path": final, "embeddings": None, "features": features})
+    final = Location(staging) / "joined"
+    if final.is_uri:  # an object store: a new version behind a manifest (storage.published)
+        write_version(str(final), lambda root, fs: joined.write_parquet(root, filesystem=fs))
+        return cfg.model_copy(update={"path": str(final), "embeddings": None, "features": features})
     os.makedirs(staging, exist_ok=True)
     tmp = os.path.join(staging, f".joined.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     joined.write_parquet(tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    return cfg.model_copy(update={"path": final, "embeddings": None, "features": features})
+    return cfg.model_copy(update={"path": str(final), "embeddings": None, "features": features})

@@ -213,8 +213,8 @@ def find_vocabulary(spec) -> dict | None:
     try:
         if is_uri(root):
             from ..storage.published import read_text
-            from ..uris import join
-            text = read_text(join(root, VOCABULARY_FILE))
+            from ..uris import Location
+            text = read_text(Location(root) / VOCABULARY_FILE)
         else:
             local = local_path(root)
             path = os.path.join(local, VOCABULARY_FILE)

@@ -30,7 +30,7 @@ from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..settings import deterministic_algorithms
 from ..storage import write_dataset
-from ..uris import join
+from ..uris import Location
 from . import events
 from .events import say
 from .session import worker_env, worker_group
@@ -168,7 +168,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
                            **worker_group(tc),
                            run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
-                                                storage_path=cfg.storage_path(), **worker_env(m.deterministic)),
+                                                storage_path=str(cfg.storage_path()), **worker_env(m.deterministic)),
                            datasets={"train": dataset})
     try:
         result = trainer.fit()
@@ -179,7 +179,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     history = saved["history"]
     say(f"autoencoder: {len(history)} epochs in {time.perf_counter() - t0:.1f} s, reconstruction loss "
         f"{history[0]['loss']:.5f} -> {history[-1]['loss']:.5f}")
-    staged = join(cfg.storage_path(), "staging", "dae")
+    staged = cfg.storage_path() / "staging" / "dae"
     source = data_mod.read_source(plan.source, _all_columns(plan), ordered=True)
     encoded = data_mod.reading.map_with_actors(source, _Encoder, tc.score_batch_size, tc.num_workers,
                                                state=saved["state"], job=job)
@@ -199,15 +199,15 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
 
     write_dataset(staged, write, marker=DAE_DIR)
     say(f"wrote the data with its {r.bottleneck}-dim {DAE_COLUMN} to {staged}")
-    return cfg.data.model_copy(update={"path": staged, "embedding": DAE_COLUMN, "features": plan.features})
+    return cfg.data.model_copy(update={"path": str(staged), "embedding": DAE_COLUMN, "features": plan.features})
 
 
 def _all_columns(plan: data_mod.Plan) -> list[str]:
     return list(dict.fromkeys([*plan.features, *(c for c in (plan.id, plan.label) if c)]))
 
 
-def dae_artifacts(cfg: JobConfig) -> str | None:
+def dae_artifacts(cfg: JobConfig) -> Location | None:
     """Where a run's autoencoder weights and card are (``representation/`` of its output)."""
     if cfg.representation is None:
         return None
-    return join(cfg.storage_path(), "staging", "dae", DAE_DIR)
+    return cfg.storage_path() / "staging" / "dae" / DAE_DIR

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..raycompat import autoscaler_events, stdstream_dispatcher
 from ..storage.published import put_file
-from ..uris import is_uri, join, local
+from ..uris import Location
 from .events import Event, listening
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")   # colour codes in Ray's lines, left out of the log file
@@ -93,10 +93,11 @@ def _log_path(folder, stem: str) -> tuple[Path, str | None]:
     """``FOLDER/STEM-TIME-PID.log``, and its URI when ``folder`` is on an object store: such a log
     is written locally and copied there at the end. A process's later blocks append to the file
     its first block opened there."""
+    folder = Location(folder)
     key = (str(folder), stem, os.getpid())
     name = _NAMES.setdefault(key, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
-    remote = join(folder, name) if is_uri(folder) else None
-    path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else Path(local(folder))) / name
+    remote = str(folder / name) if folder.is_uri else None
+    path = (Path(tempfile.gettempdir()) / "neurcam-logs" if remote else folder.path) / name
     path.parent.mkdir(parents=True, exist_ok=True)
     return path, remote
 
@@ -195,7 +196,7 @@ def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
     if verbose():
         yield None
         return
-    with _log_file(join(output, "logs"), loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
+    with _log_file(Location(output) / "logs", loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
         yield path
 
 
@@ -259,7 +260,7 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     import ray.data  # noqa: F401 - their loggers exist once imported; route them too
     import ray.train  # noqa: F401
     import ray.tune  # noqa: F401
-    with _warnings_logged(), _log_file(join(output, "logs"), "ray", ("ray", "py.warnings"), log, "Ray's",
+    with _warnings_logged(), _log_file(Location(output) / "logs", "ray", ("ray", "py.warnings"), log, "Ray's",
                                        earlier) as (path, sink):
         progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
 

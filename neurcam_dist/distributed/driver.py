@@ -29,7 +29,7 @@ from ..model.initial import initial_centroids
 from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
-from ..uris import as_path, is_uri, join, store_did_not_answer
+from ..uris import Location, is_uri, store_did_not_answer
 from ..validation import empty_cluster_ids, empty_clusters_note, empty_clusters_record
 from .scoring import evaluate
 from . import events
@@ -54,7 +54,7 @@ class TrainResult:
     @property
     def model_path(self) -> Path | str:
         """The model directory of the run (``OUTPUT/model``)."""
-        return as_path(join(self.output, "model"))
+        return (Location(self.output) / "model").path
 
 
 @dataclass
@@ -150,7 +150,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config={"worker": wcfg},
         **worker_group(tc),
-        run_config=RunConfig(name=run_name, storage_path=storage,
+        run_config=RunConfig(name=run_name, storage_path=str(storage),
                              failure_config=FailureConfig(max_failures=tc.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2), **worker_env(wcfg.spec.deterministic)),
         datasets={} if held else {"train": dataset},
@@ -209,11 +209,11 @@ def _train(job: ResolvedJob, name: str | None, t_start: float) -> TrainResult:
         result = run_workers(job, wcfg, run_name)
         est, metrics = finish_run(job, wcfg, init, result, time.perf_counter() - t_train, run_name)
     metrics["total_seconds"] = round(time.perf_counter() - t_start, 2)
-    out = as_path(job.output)
-    write_run(out, est, metrics, job, dirs=representation_dirs(job.config))
+    write_run(job.output, est, metrics, job, dirs=representation_dirs(job.config))
     say(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
-                                                     if k in metrics) + f"; model and metrics in {out}/")
-    return TrainResult(estimator=est, metrics=metrics, output=out, plan=plan, config=job.effective_config())
+                                                     if k in metrics) + f"; model and metrics in {job.output}/")
+    return TrainResult(estimator=est, metrics=metrics, output=job.output.path, plan=plan,
+                       config=job.effective_config())
 
 
 @contextmanager
@@ -243,7 +243,7 @@ def representation_dirs(cfg) -> dict[str, str]:
     return {"representation": where} if where else {}
 
 
-def write_run(out: Path | str, est: NeurCAM, metrics: dict, job: ResolvedJob, extra: dict[str, str] | None = None,
+def write_run(out: Location, est: NeurCAM, metrics: dict, job: ResolvedJob, extra: dict[str, str] | None = None,
               report=None, dirs: dict[str, str] | None = None) -> str | None:
     """A Ray run's outputs in ``out`` (``outputs.write_run``), with the config it ran as
     ``config.json`` (``ResolvedJob.public_json``). Returns the report's error (the model is kept)."""

@@ -20,7 +20,7 @@ from ..errors import DataError
 from ..storage import check_writable
 from ..validation import constant_features_note
 from ..model import TrainingSpec
-from ..uris import join
+from ..uris import Location
 from .events import say
 from .session import check_worker_memory
 
@@ -42,8 +42,9 @@ class ResolvedJob:
         Files, rows, column roles and the representation, from the footers.
     spec : TrainingSpec
         The model's settings as the training step uses them, checked against the data's size.
-    output : str
-        Where this run writes (a search trial's own folder, else ``config.output``).
+    output : Location
+        Where this run writes (a search trial's own folder, else ``config.output``), resolved
+        once here: every output below it is ``output / "name"``.
     text_defaults : dict
         The model settings filled in for text data.
     trial : str or None
@@ -55,7 +56,7 @@ class ResolvedJob:
     model: ModelConfig
     plan: data_mod.Plan
     spec: TrainingSpec
-    output: str
+    output: Location
     text_defaults: dict = field(default_factory=dict)
     trial: str | None = None
 
@@ -64,7 +65,7 @@ class ResolvedJob:
         """The ``train:`` section: workers, resources, caching, checkpoints."""
         return self.config.train
 
-    def storage_path(self) -> str:
+    def storage_path(self) -> Location:
         """Ray Train's checkpoints and the staged data (``train.storage_path``, else OUTPUT/_ray)."""
         return self.config.storage_path()
 
@@ -100,9 +101,9 @@ class ResolvedJob:
         model = trial_model(self.model, params)
         return dataclasses.replace(self, model=model, spec=spec_for(model, self.plan))
 
-    def for_trial(self, trial: str, params: dict, output: str) -> "ResolvedJob":
+    def for_trial(self, trial: str, params: dict, output: Location) -> "ResolvedJob":
         """A search trial's job: ``with_params``, writing to the trial's ``output``."""
-        return dataclasses.replace(self.with_params(params), output=str(output), trial=trial)
+        return dataclasses.replace(self.with_params(params), output=Location(output), trial=trial)
 
 
 def trial_model(model: ModelConfig, params: dict) -> ModelConfig:
@@ -152,7 +153,7 @@ def staged_data(cfg: JobConfig) -> DataConfig:
     data = cfg.data
     if cfg.text is not None:
         from ..text import TextJob, featurize_text
-        staged = join(cfg.storage_path(), "staging", "text")
+        staged = str(cfg.storage_path() / "staging" / "text")
         featurize_text(TextJob.for_config(cfg, staged), say, reuse=True)
         say(f"training on the featurized documents in {staged} (text: kept in the saved config)")
         data = data.model_copy(update={"path": staged, "embedding": "embedding" if cfg.text.embed else None})
@@ -160,7 +161,7 @@ def staged_data(cfg: JobConfig) -> DataConfig:
         from .autoencoder import dae_data
         data = dae_data(cfg, lambda: prepare(_resolved(cfg, cfg.data)))
     if data.embeddings is not None:
-        staging = join(cfg.storage_path(), "staging")
+        staging = cfg.storage_path() / "staging"
         say(f"joining features and embeddings on {data.embeddings.key!r} into {staging}/joined")
         data = data_mod.join_embeddings(data, staging)
     return data
@@ -182,7 +183,7 @@ def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
         say("text data: the paper's text settings where model: is silent: "
             + ", ".join(f"{k}={v}" for k, v in filled.items()))
     return ResolvedJob(config=cfg, data=data, model=model, plan=plan, spec=spec_for(model, plan),
-                       output=cfg.output, text_defaults=filled)
+                       output=Location(cfg.output), text_defaults=filled)
 
 
 def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:

@@ -28,7 +28,7 @@ from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..explain.build import Compared
 from ..storage.published import read_text
-from ..uris import as_path, is_uri, join
+from ..uris import Location
 from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
                      set_reference, training_dataset, unchanged_input, worker_config, write_run)
 from . import events
@@ -51,6 +51,11 @@ class Trial:
     error: str | None = None
     output: str | None = None
     reason: str | None = None        # a failed trial's own error (class: message), when it was one of ours
+
+    @property
+    def model_path(self) -> Location:
+        """The trial's model (``OUTPUT/trials/NAME/TRIAL/model``)."""
+        return Location(self.output) / "model"
 
     def failure(self) -> str:
         """Why the trial failed, in one line: the service's own error as raised, else the line
@@ -89,7 +94,7 @@ class SearchResult:
     @property
     def report_path(self) -> Path | str:
         """The winner's HTML report (``OUTPUT/report/report.html``)."""
-        return as_path(join(self.output, "report", "report.html"))
+        return (Location(self.output) / "report" / "report.html").path
 
 
 # ---------------------------------------------------------------------------- search space
@@ -121,9 +126,9 @@ def _trial(params: dict, shared: dict) -> None:
     quiet_data_progress()
     trial_id = tune.get_context().get_trial_id()
     events.attach(shared["events"], trial=trial_id)
-    out = as_path(join(shared["trials_dir"], trial_id))
+    out = shared["trials_dir"] / trial_id
     # the trial's values, checked as a model: section and against the data: a clear failure of this trial
-    job: ResolvedJob = shared["job"].for_trial(trial_id, params, str(out))
+    job: ResolvedJob = shared["job"].for_trial(trial_id, params, out)
     init = shared["inits"][(job.model.n_clusters, job.model.random_state)]
     wcfg = worker_config(job, init)   # tagged with the trial; records to the channel attached above
     run_name = f"{shared['name']}-{trial_id}"
@@ -210,7 +215,7 @@ def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | 
     best = ranked[0]
 
     def load(t: Trial) -> NeurCAM:
-        est = NeurCAM.load(join(t.output, "model"))
+        est = NeurCAM.load(t.model_path)
         seed = int(t.params["random_state"])
         set_reference(est, inits[(job.model.n_clusters, seed)], plan, tc.reference_rows, seed)
         return est
@@ -232,13 +237,13 @@ def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | 
                           "search_seconds": round(search_seconds, 2), **consistency}}
     summary = {"name": name, "rule": "lowest hard inertia", "space": {"seeds": s.seeds, **s.space()},
                "best_trial": best.trial_id, "consistency": consistency, "trials": [t.row() for t in trials]}
-    out = as_path(job.output)
+    out = job.output
     failed = write_run(out, est, metrics, best_job, extra={"search.json": json.dumps(summary, indent=1, default=str)},
                        report=expl, dirs=representation_dirs(job.config))
     say(f"winner's model in {out}/model, every trial in {out}/search.json, "
         + (f"report FAILED ({failed}; see {out}/report/error.txt)" if failed else f"report {out}/report/report.html"))
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
-                        output=out, plan=plan, config=best_job.effective_config(),
+                        output=out.path, plan=plan, config=best_job.effective_config(),
                         search_config=job.effective_config(), explanation=expl, matched=matched)
 
 
@@ -264,9 +269,8 @@ def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], nam
 
     cfg = job.config
     s = cfg.search
-    trials_dir = join(cfg.output, "trials", name)
     shared = {"job": job, "name": name,
-              "trials_dir": trials_dir if is_uri(trials_dir) else str(Path(trials_dir).resolve()),
+              "trials_dir": (job.output / "trials" / name).resolved(),
               "inits": {k: v.without_sample() for k, v in inits.items()},
               "dataset": training_dataset(job),   # read (or cached) once for every trial
               "events": events.current_channel()}
@@ -280,7 +284,7 @@ def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], nam
                                                                      max_concurrent=s.max_concurrent_trials)),
         # a trial whose own actor died (its node lost) runs again, up to train.max_failures times; its
         # TorchTrainer, with the same run name and storage, resumes from the trial's last checkpoint
-        run_config=tune.RunConfig(name=name, storage_path=cfg.storage_path(), verbose=0,
+        run_config=tune.RunConfig(name=name, storage_path=str(cfg.storage_path()), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=cfg.train.max_failures),
                                   callbacks=[_Progress(n_trials(s) * int(np.prod(
                                       [len(v["grid_search"]) for v in (space or {}).values()] or [1])))]))
@@ -316,7 +320,7 @@ def collect(grid, base: ModelConfig) -> list[Trial]:
         except ValueError:  # parameters the model refused: record them as given
             model = {**base.model_dump(), **params}
         if res.error is None and m.get("done"):
-            metrics = json.loads(read_text(join(m["output"], "metrics.json")))
+            metrics = json.loads(read_text(Location(m["output"]) / "metrics.json"))
             trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=m["output"]))
         else:
             err = res.error if res.error is not None else "the trial ended without its final report"
@@ -390,7 +394,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     first_seed: dict[int, NeurCAM] = {}          # each K's first seed: the proposal's is described
     space = None
     for t in sorted(trials, key=lambda t: (int(t.params["n_clusters"]), int(t.params["random_state"]))):
-        est = NeurCAM.load(join(t.output, "model"))
+        est = NeurCAM.load(t.model_path)
         set_reference(est, first, plan, tc.reference_rows, 0)
         if space is None:
             space = est.clustering_space(X) if plan.repr_kind == "features" else embedding(rows, plan)
@@ -410,7 +414,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     def write(tmp: Path) -> None:
         (tmp / "choice.json").write_text(record + "\n")
         (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {name}"))
-    out = join(job.output, "choice")
-    atomic_directory(out if is_uri(out) else Path(out), write, marker="choice.json")
+    out = job.output / "choice"
+    atomic_directory(out.path, write, marker="choice.json")
     say(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
     return choice

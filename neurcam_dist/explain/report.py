@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 import numpy as np  # noqa: E402
 
 from ..storage import atomic_directory  # noqa: E402
-from ..uris import as_path, is_uri, join  # noqa: E402
+from ..uris import Location  # noqa: E402
 from .evaluation import mix_text  # noqa: E402
 from .examples import change_words, value_text  # noqa: E402
 from .explanation import Explanation, Term, cluster_summary, fmt  # noqa: E402
@@ -777,7 +777,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
 def write_report(expl: Explanation, directory) -> Path | str:
     """explanation.json, Parquet tables, PNG plots and report.html into ``directory`` (atomically;
     on an object store, published through a manifest). Returns the report's path."""
-    directory = as_path(directory)
+    directory = Location(directory)
 
     def write(tmp: Path) -> None:
         figures = render_figures(expl)
@@ -788,5 +788,5 @@ def write_report(expl: Explanation, directory) -> Path | str:
         expl.to_parquet(tmp / "tables")
         (tmp / "report.html").write_text(html_report(expl, figures))
 
-    atomic_directory(directory, write, marker="explanation.json")
-    return join(directory, "report.html") if is_uri(directory) else directory / "report.html"
+    atomic_directory(directory.path, write, marker="explanation.json")
+    return (directory / "report.html").path

@@ -20,7 +20,7 @@ from ..explain.report import write_report
 from ..redaction import redact
 from ..signals import process_gone
 from ..storage.published import local_copy
-from ..uris import is_uri, join
+from ..uris import Location, is_uri
 from ..version import __version__
 from .registry import log_model
 from .uri import run_url, use
@@ -135,7 +135,7 @@ def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | str | None
     standardization statistics, the history, the metrics and a computed representation's model
     (the autoencoder's weights, ``representation/`` of the run's ``output``)."""
     if output is not None and getattr(cfg, "representation", None) is not None:
-        with local_copy(join(output, "representation")) as copy:
+        with local_copy(Location(output) / "representation") as copy:
             shutil.copytree(copy, t / "representation")
     if report is not None and is_uri(report):
         with local_copy(report) as copy:
@@ -216,7 +216,7 @@ def log_search(result, cfg) -> dict:
         mlflow.log_text(json.dumps([t.row() for t in result.trials], indent=1, default=str), "search.json")
         with tempfile.TemporaryDirectory() as tmp:
             _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics,
-                             report=join(result.output, "report"), output=result.output)
+                             report=Location(result.output) / "report", output=result.output)
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
         with mlflow.start_run(run_id=best_run, nested=True):
@@ -231,7 +231,7 @@ def _log_trial(client, rid: str, trial, cfg, plan) -> None:
     """One trial's params, history, metrics and tags, and its terminal status."""
     client.log_batch(rid, params=_param_list(_params(trial.model, cfg, plan)))
     if trial.status == "ok":
-        est = NeurCAM.load(join(trial.output, "model"))
+        est = NeurCAM.load(trial.model_path)
         _log_history(client, rid, est)
         for k in FINAL_KEYS:
             if k in trial.metrics:
