@@ -36,7 +36,7 @@ def _positive(text: str) -> int:
 
 class _List(argparse.Action):
     """The one rule for a flag that takes a list: items separated by commas, spaces, or both
-    (``--features a,b``, ``--features a b``, ``--rows 17,204``), blanks dropped. A column whose
+    (``--features a,b``, ``--features a b``, ``--show 17,204``), blanks dropped. A column whose
     name holds a comma is named in a config file instead."""
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -63,18 +63,22 @@ LIST = {"nargs": "+", "action": _List}   # the keyword arguments of a list flag
 
 class _Renamed(argparse.Action):
     """An old spelling of a flag, hidden and kept for one release: it sets the new flag's value
-    and says, once on stderr, which spelling to use."""
+    (read as the new flag reads it: ``then``, a list flag's action) and says, once on stderr,
+    which spelling to use."""
 
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+    def __init__(self, option_strings, dest, new: str = "", then=None, **kwargs):
         kwargs["help"] = argparse.SUPPRESS
         kwargs["default"] = argparse.SUPPRESS
         super().__init__(option_strings, dest, **kwargs)
-        self.new = new
+        self.new, self.then = new, then
 
     def __call__(self, parser, namespace, values, option_string=None):
         print(f"neurcam: {option_string} is deprecated and goes in the next release: use {self.new}",
               file=sys.stderr)
-        setattr(namespace, self.dest, values)
+        if self.then is not None:
+            self.then(self.option_strings, self.dest, nargs=self.nargs)(parser, namespace, values, option_string)
+        else:
+            setattr(namespace, self.dest, values)
 
 
 _REQUIRED = "_neurcam_required"   # a sub-parser's flags that must be given (in any of their spellings)
@@ -87,9 +91,10 @@ def _flag(p: argparse.ArgumentParser, name: str, *old: str, required: bool = Fal
     if required:   # checked after parsing (see below), so argparse's usage shows it in brackets: say it here
         kwargs["help"] = f"{kwargs.get('help', '')} (required)".strip()
     action = p.add_argument(name, **kwargs)
+    listed = kwargs.get("action") if isinstance(kwargs.get("action"), type) else None
     for spelling in old:
         p.add_argument(spelling, dest=action.dest, action=_Renamed, new=name, type=kwargs.get("type"),
-                       nargs=kwargs.get("nargs"))
+                       nargs=kwargs.get("nargs"), then=listed)
     if required:
         getattr(p, _REQUIRED).append((action.dest, name))
 
@@ -270,7 +275,7 @@ MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NA
 def _add_explain(sub) -> argparse.ArgumentParser:
     """``neurcam explain``'s flags."""
     exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report; one row's "
-                                    "terms (--rows); how rows moved between two versions (--compare)")
+                                    "terms (--show); how rows moved between two versions (--compare)")
     _flag(exp, "--model", required=False, help=MODEL_HELP + " (or the NEW of --compare)")
     _flag(exp, "--input", "--data", required=True,
           help="CSV or Parquet with the model's feature columns (others are not read)")
@@ -278,10 +283,10 @@ def _add_explain(sub) -> argparse.ArgumentParser:
           help="folder to receive explanation.json, tables/, plots/ and report.html")
     exp.add_argument("--sample", type=int, default=1_000_000,
                      help="explain a seeded sample of this many rows when the data has more (0: every row)")
-    exp.add_argument("--rows", **LIST, default=None, metavar="ID",
-                     help="show these rows one by one: their terms as bars, their values and the smallest change "
-                          "that moves them to another cluster (0-based positions, or values of --id)")
-    _flag(exp, "--id", default=None, help="the column whose values --rows names")
+    _flag(exp, "--show", "--rows", **LIST, default=None, metavar="ID",
+          help="show these rows one by one: their terms as bars, their values and the smallest change that moves "
+               "them to another cluster (0-based positions, or values of --id)")
+    _flag(exp, "--id", default=None, help="the column whose values --show names")
     exp.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
                      help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
                           "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
@@ -595,7 +600,7 @@ def _explain(args) -> None:
                           f"explains NEW; leave --model out")
     if not (args.model or args.compare):
         raise ConfigError("explain needs --model (or --compare OLD NEW)")
-    rows = args.rows or None
+    rows = args.show or None
     result = service.explain(args.compare[1] if args.compare else args.model, args.input, args.output,
                              sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
                              label=args.label, rows=rows, id_column=args.id,

@@ -58,8 +58,9 @@ Path_ = Annotated[str, AfterValidator(expand)]
 Paths = Path_ | list[Path_]
 
 
-class EmbeddingsSource(_Strict):
-    """A second Parquet dataset holding the representation, joined to the features on ``key``."""
+class EmbeddingTable(_Strict):
+    """``data.embedding_table``: another Parquet table holding the representation
+    (``data.embedding``), joined to the rows on ``key``."""
 
     path: Paths
     key: str = Field(description="join key, present in both datasets")
@@ -67,7 +68,7 @@ class EmbeddingsSource(_Strict):
 
 class DataConfig(_Strict):
     """The ``data:`` section: where the Parquet rows are and which columns play which role
-    (features, embedding, label, id; a second dataset of embeddings joined on a key)."""
+    (features, embedding, label, id; another table holding the embedding, joined on a key)."""
     path: Paths = Field(description="Parquet directory, glob, file, list of those, or a pyarrow/fsspec URI")
     features: list[str] | None = Field(None, min_length=1,
                                        description="feature columns; default: every numeric column but "
@@ -80,13 +81,15 @@ class DataConfig(_Strict):
     categorical: list[str] | None = Field(None, description="integer-coded categorical feature columns (text, "
                                                            "dictionary and boolean columns are categorical "
                                                            "without it)")
-    embeddings: EmbeddingsSource | None = None
+    embedding_table: EmbeddingTable | None = Field(None, description="another table holding data.embedding, "
+                                                                     "joined to the rows on a key (once, before "
+                                                                     "training); earlier name: data.embeddings")
 
     @model_validator(mode="after")
     def _join_needs_embedding(self):
-        if self.embeddings is not None and self.embedding is None:
-            raise ConfigError("data.embeddings is set: data.embedding must name the representation column(s) "
-                             "of that dataset")
+        if self.embedding_table is not None and self.embedding is None:
+            raise ConfigError("data.embedding_table is set: data.embedding must name the representation column(s) "
+                             "of that table")
         return self
 
 
@@ -404,7 +407,7 @@ class JobConfig(_Strict):
         if self.representation is None:
             return self
         for bad, what in ((self.data.embedding is not None, "data.embedding"),
-                          (self.data.embeddings is not None, "data.embeddings"), (self.text is not None, "text")):
+                          (self.data.embedding_table is not None, "data.embedding_table"), (self.text is not None, "text")):
             if bad:
                 raise ConfigError(f"representation: {self.representation.kind} computes the representation: "
                                  f"leave {what} out")
@@ -419,8 +422,8 @@ class JobConfig(_Strict):
             raise ConfigError("text: is set: data.id must name the documents' id column (neurcam sample adds one)")
         if d.features is not None:
             raise ConfigError("text: is set: the features are the vocabulary's terms; leave data.features out")
-        if d.embeddings is not None:
-            raise ConfigError("text: is set: the representation is computed (text.embed), so data.embeddings "
+        if d.embedding_table is not None:
+            raise ConfigError("text: is set: the representation is computed (text.embed), so data.embedding_table "
                              "cannot be joined as well")
         if self.text.embed and d.embedding not in (None, "embedding"):
             raise ConfigError(f"text.embed is true: the representation is the computed 'embedding' column, "
@@ -431,7 +434,8 @@ class JobConfig(_Strict):
         return self
 
     def notes(self) -> list[str]:
-        """Which environment variables' values this config took (``NEURCAM_*``), one line each."""
+        """One line each: a key read under its earlier name (``RENAMED_KEYS``), an environment
+        variable's value this config took (``NEURCAM_*``)."""
         return list(self._notes)
 
     def with_text_defaults(self) -> tuple["JobConfig", dict]:
@@ -552,15 +556,41 @@ def _format_errors(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+# Keys renamed to the glossary's names (docs/architecture.md): (section, earlier name) -> name. A
+# config with the earlier name still works; its ``notes()`` say to rename it (every command that
+# reads a config prints them, ``neurcam validate`` too).
+RENAMED_KEYS = {("data", "embeddings"): "embedding_table"}
+
+
+def renamed_keys(raw: dict, source: str = "config") -> tuple[dict, list[str]]:
+    """``raw`` with the keys of ``RENAMED_KEYS`` under their current names, and a line for each
+    one renamed; both names in one section is a ``ConfigError``."""
+    notes = []
+    for (section, old), new in RENAMED_KEYS.items():
+        part = raw.get(section)
+        if not (isinstance(part, dict) and old in part):
+            continue
+        if new in part:
+            raise ConfigError(f"{source}: {section}.{old} and {section}.{new} are both given: {old} is the earlier "
+                              f"name of {new}; keep {section}.{new}")
+        raw = {**raw, section: {(new if k == old else k): v for k, v in part.items()}}
+        notes.append(f"{section}.{old} is deprecated, read as {section}.{new}: rename it in {source}")
+    return raw, notes
+
+
 def parse_config(raw: dict, source: str = "config") -> JobConfig:
     """A ``JobConfig`` from a mapping (as a YAML file holds it); ``ConfigError`` naming
-    ``source`` and each bad field, with the nearest known key for a misspelt one."""
+    ``source`` and each bad field, with the nearest known key for a misspelt one. Keys under an
+    earlier name (``RENAMED_KEYS``) are read under the current one, with a note each."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(raw).__name__}")
+    raw, notes = renamed_keys(raw, source)
     try:
-        return JobConfig.model_validate(raw)
+        cfg = JobConfig.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(f"{source} is not a valid neurcam config:\n{_format_errors(exc)}") from None
+    cfg._notes = notes
+    return cfg
 
 
 # One config serves every environment: these variables replace the file's values (and --set
@@ -636,7 +666,7 @@ def load_config(path: str | os.PathLike, overrides: dict | None = None, environ=
         raw = {k: v for k, v in raw.items() if not (isinstance(k, str) and k.startswith("x-"))}
     from_env, notes = env_overrides(raw, environ)
     cfg = parse_config(apply_overrides(apply_overrides(raw, from_env), overrides), str(p))
-    cfg._notes = notes
+    cfg._notes = cfg.notes() + notes
     return cfg
 
 

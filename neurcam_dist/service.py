@@ -400,13 +400,13 @@ def _explained(est, df, label: str | None, chosen, compared, say, **grids):
 def _check_explain(data, output, model, compare, sample: int, grid_size: int, pair_grid_size: int,
                    id_column, rows) -> None:
     """``explain``'s arguments and output, before any model or data is read: the grids, the
-    sample, ``--id`` with ``--rows``, an output that replaces nothing of another's and has room."""
+    sample, ``--id`` with ``--show``, an output that replaces nothing of another's and has room."""
     from .storage import check_room, check_writable, refuse_overwrite
     _check_grids(grid_size, pair_grid_size)
     if sample < 0:
         raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
     if id_column and not rows:
-        raise ConfigError("--id names the column --rows looks rows up in: give --rows as well")
+        raise ConfigError("--id names the column --show looks rows up in: give --show as well")
     refuse_overwrite(output, inputs=[data, model, compare])
     check_writable(output, "--output")
     check_room(output, 64 * 2**20)   # the page, its plots and tables: a few MB; room to spare
@@ -446,7 +446,7 @@ def _chosen_rows(df, rows: list, id_column: str | None, data: str):
         found = {str(r): df.index[keys == str(r)] for r in rows}
         missing = [r for r, at in found.items() if not len(at)]
         if missing:
-            raise DataError(f"--rows {missing} not found in column {id_column!r} of {data} "
+            raise DataError(f"--show {missing} not found in column {id_column!r} of {data} "
                             f"(e.g. {', '.join(keys.head(3))})")
         picked = df.loc[[found[str(r)][0] for r in rows]]
         return picked.set_axis([str(r) for r in rows])
@@ -455,11 +455,11 @@ def _chosen_rows(df, rows: list, id_column: str | None, data: str):
         try:
             positions.append(int(r))
         except ValueError:
-            raise DataError(f"--rows {r!r} is not a row position (0-based): name an id column with --id "
+            raise DataError(f"--show {r!r} is not a row position (0-based): name an id column with --id "
                             f"to look rows up by their ids") from None
     bad = [p for p in positions if not 0 <= p < len(df)]
     if bad:
-        raise DataError(f"--rows {bad} out of range: {data} has {len(df):,} rows (positions 0 to {len(df) - 1:,})")
+        raise DataError(f"--show {bad} out of range: {data} has {len(df):,} rows (positions 0 to {len(df) - 1:,})")
     return df.iloc[positions].set_axis(positions)
 
 

@@ -400,7 +400,7 @@ def test_join_with_missing_and_duplicate_keys_fails_with_counts(tmp_path):
     feats.iloc[60:].to_parquet(tmp_path / "f" / "b.parquet")
     pq.write_table(embs, tmp_path / "e" / "e.parquet")
     cfg = parse_config({"data": {"path": str(tmp_path / "f"), "embedding": "vec",
-                                 "embeddings": {"path": str(tmp_path / "e"), "key": "key"}},
+                                 "embedding_table": {"path": str(tmp_path / "e"), "key": "key"}},
                         "model": {"n_clusters": 2}, "output": str(tmp_path / "out")}).data
     with pytest.raises(DataError, match=r"3 of 100 feature row\(s\) have no embedding.*2 key\(s\) appear more than once.*\(4 rows\)"):
         join_embeddings(cfg, str(tmp_path / "staging"))
@@ -473,6 +473,16 @@ def test_config_errors_name_the_field(tmp_path):
     assert load_config(f, {"model.epochs": 3}).model.epochs == 3
     with pytest.raises(ConfigError, match=r"model\.epsilon: Input should be less than 1"):
         load_config(f, {"model.epsilon": 1.5})
+    # a key under its earlier name (the glossary's renames) still works, with a line saying so
+    table = {"path": "e/", "key": "id"}
+    f.write_text(yaml.safe_dump({**good, "data": {**good["data"], "embedding": "vec", "embeddings": table}}))
+    old = load_config(f, environ={})
+    assert old.data.embedding_table.key == "id" and old.data.embedding_table.path == "e/"
+    assert old.notes() == [f"data.embeddings is deprecated, read as data.embedding_table: rename it in {f}"]
+    assert parse_config({**good, "data": {**good["data"], "embedding": "vec", "embedding_table": table}}).notes() == []
+    with pytest.raises(ConfigError, match=r"data\.embeddings and data\.embedding_table are both given"):
+        parse_config({**good, "data": {**good["data"], "embedding": "vec", "embeddings": table,
+                                       "embedding_table": table}})
 
 
 def test_gpu_shares_are_checked_before_anything_starts(shards, tmp_path):

@@ -1,5 +1,5 @@
 """What the report shows beyond the shape graphs: typical and borderline rows, one row's view,
-stability across runs, and two versions compared; and ``neurcam explain --rows/--id/--compare``."""
+stability across runs, and two versions compared; and ``neurcam explain --show/--id/--compare``."""
 import copy
 import dataclasses
 
@@ -166,8 +166,10 @@ def test_explain_cli_rows_ids_and_compare(five, tmp_path, capsys):
     base = ["explain", "--data", str(tmp_path / "d.csv")]
     assert main(base + ["--model", str(tmp_path / "new"), "--out", str(tmp_path / "a"), "--rows", "r3,r10",
                         "--id", "key", "--label", "label"]) == 0
-    out = capsys.readouterr().out
-    assert "row r3: cluster" in out and "row r10: cluster" in out
+    said = capsys.readouterr()
+    out = said.out
+    assert "row r3: cluster" in out and "row r10: cluster" in out   # the earlier spelling still works, and says so
+    assert "--rows is deprecated and goes in the next release: use --show" in said.err
     got = Explanation.from_json(tmp_path / "a" / "explanation.json")
     assert [r["row"] for r in got.examples["rows"]] == ["r3", "r10"]
     assert got.examples["rows"][0]["cluster"] == est.predict(X.iloc[[3]])[0]
@@ -176,17 +178,17 @@ def test_explain_cli_rows_ids_and_compare(five, tmp_path, capsys):
     assert "id='row-r3'" in page and "class='row-bars'" in page
     # by position; then the comparison of two versions
     assert main(base + ["--compare", str(tmp_path / "old"), str(tmp_path / "new"), "--out", str(tmp_path / "b"),
-                        "--rows", "4"]) == 0
+                        "--show", "4"]) == 0
     out = capsys.readouterr().out
     assert "row 4: cluster" in out and f"{len(X):,} rows: " in out and "keep their cluster id" in out
     cmp = Explanation.from_json(tmp_path / "b" / "explanation.json").comparison
     assert cmp["n_rows"] == len(X) and cmp["names"]["old"].endswith("old")
     assert "id='compare'" in (tmp_path / "b" / "report.html").read_text()
-    for args, says in ((["--rows", "r999", "--id", "key"], "--rows ['r999'] not found in column 'key'"),
-                       (["--rows", "400"], "--rows [400] out of range"),
-                       (["--rows", "r3"], "is not a row position (0-based): name an id column with --id"),
-                       (["--id", "key"], "give --rows as well"),
-                       (["--rows", "1", "--id", "nope"], "no --id column 'nope'")):
+    for args, says in ((["--show", "r999", "--id", "key"], "--show ['r999'] not found in column 'key'"),
+                       (["--show", "400"], "--show [400] out of range"),
+                       (["--show", "r3"], "is not a row position (0-based): name an id column with --id"),
+                       (["--id", "key"], "give --show as well"),
+                       (["--show", "1", "--id", "nope"], "no --id column 'nope'")):
         assert main(base + ["--model", str(tmp_path / "new"), "--out", str(tmp_path / "c")] + args) == 2
         assert says in capsys.readouterr().err
     assert not (tmp_path / "c").exists()

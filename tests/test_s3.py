@@ -375,7 +375,7 @@ def test_tune_trials_travel_through_the_bucket_and_mlflow_keeps_artifacts_there(
     proc, uri = _mlflow_server(tmp_path, s3_env, f"{BUCKET}/mlflow")
     try:
         job = _job(f"{BUCKET}/tune-data", f"{BUCKET}/runs/tune1")
-        job["data"].update(embedding="emb", embeddings={"path": f"{BUCKET}/tune-emb", "key": "id"})
+        job["data"].update(embedding="emb", embedding_table={"path": f"{BUCKET}/tune-emb", "key": "id"})
         job["search"] = {"seeds": [0, 1], "max_concurrent_trials": 1}
         job["tracking"] = {"uri": uri, "experiment": "s3-test", "model_name": "s3-model"}
         (tmp_path / "tune.yaml").write_text(yaml.safe_dump(job))

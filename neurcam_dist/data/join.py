@@ -11,7 +11,7 @@ from .sources import DataError, auto_features, footers, resolve
 
 
 def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
-    """Join the features and embeddings datasets on ``cfg.embeddings.key`` into Parquet shards under
+    """Join the features and embeddings datasets on ``cfg.embedding_table.key`` into Parquet shards under
     ``staging`` (once; every epoch then streams plain files). Every feature row must find exactly
     one embedding row: otherwise ``DataError`` with the counts of missing and duplicate keys.
     Returns the data config of the joined shards."""
@@ -19,9 +19,9 @@ def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
 
     from ray.data.aggregate import Count
 
-    key = cfg.embeddings.key
+    key = cfg.embedding_table.key
     emb_cols = [cfg.embedding] if isinstance(cfg.embedding, str) else list(cfg.embedding)
-    fsrc, esrc = resolve(cfg.path), resolve(cfg.embeddings.path)
+    fsrc, esrc = resolve(cfg.path), resolve(cfg.embedding_table.path)
     ffoot, efoot = footers(fsrc), footers(esrc)
     for foot, cols, what in ((ffoot, [key], "features"), (efoot, [key, *emb_cols], "embeddings")):
         for f, schema, _ in foot:
@@ -54,11 +54,11 @@ def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
     final = Location(staging) / "joined"
     if final.is_uri:  # an object store: a new version behind a manifest (storage.published)
         write_version(str(final), lambda root, fs: joined.write_parquet(root, filesystem=fs))
-        return cfg.model_copy(update={"path": str(final), "embeddings": None, "features": features})
+        return cfg.model_copy(update={"path": str(final), "embedding_table": None, "features": features})
     os.makedirs(staging, exist_ok=True)
     tmp = os.path.join(staging, f".joined.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     joined.write_parquet(tmp)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    return cfg.model_copy(update={"path": str(final), "embeddings": None, "features": features})
+    return cfg.model_copy(update={"path": str(final), "embedding_table": None, "features": features})

@@ -64,8 +64,8 @@ def plan(cfg: DataConfig) -> Plan:
     if n_rows == 0:
         raise DataError(f"the dataset at {cfg.path!r} is empty: {len(foot)} file(s), 0 rows")
     first = foot[0][1]
-    repr_in_features = cfg.embeddings is None and cfg.embedding is not None
-    reserved = {c for c in (cfg.label, cfg.id) if c} | ({cfg.embeddings.key} if cfg.embeddings else set())
+    repr_in_features = cfg.embedding_table is None and cfg.embedding is not None
+    reserved = {c for c in (cfg.label, cfg.id) if c} | ({cfg.embedding_table.key} if cfg.embedding_table else set())
     if repr_in_features:
         reserved |= set([cfg.embedding] if isinstance(cfg.embedding, str) else cfg.embedding)
     text = find_vocabulary(cfg.path)
@@ -84,7 +84,7 @@ def plan(cfg: DataConfig) -> Plan:
     refuse_lookalike_names(features, f"{foot[0][0]}: the features")
     categorical = _categorical(cfg, features, first)
     needed = {c: "feature" for c in features}
-    for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embeddings.key if cfg.embeddings else None, "key")):
+    for c, role in ((cfg.label, "label"), (cfg.id, "id"), (cfg.embedding_table.key if cfg.embedding_table else None, "key")):
         if c:
             needed[c] = role
     repr_kind, repr_columns, repr_dim = "features", list(features), len(features)

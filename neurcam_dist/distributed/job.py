@@ -125,7 +125,7 @@ def spec_for(model: ModelConfig, plan: data_mod.Plan) -> TrainingSpec:
 
 def needs_staging(cfg: JobConfig) -> bool:
     """True when a step must write the training data first (documents, an autoencoder, a join)."""
-    return cfg.text is not None or cfg.representation is not None or cfg.data.embeddings is not None
+    return cfg.text is not None or cfg.representation is not None or cfg.data.embedding_table is not None
 
 
 def resolve_early(cfg: JobConfig) -> ResolvedJob | None:
@@ -160,9 +160,9 @@ def staged_data(cfg: JobConfig) -> DataConfig:
     if cfg.representation is not None:
         from .autoencoder import dae_data
         data = dae_data(cfg, lambda: prepare(_resolved(cfg, cfg.data)))
-    if data.embeddings is not None:
+    if data.embedding_table is not None:
         staging = cfg.storage_path() / "staging"
-        say(f"joining features and embeddings on {data.embeddings.key!r} into {staging}/joined")
+        say(f"joining features and embeddings on {data.embedding_table.key!r} into {staging}/joined")
         data = data_mod.join_embeddings(data, staging)
     return data
 

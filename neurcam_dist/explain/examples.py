@@ -1,6 +1,6 @@
 """Rows as examples: a few typical rows per cluster, and any row as its terms' bars.
 
-A row's view is what the report and ``neurcam explain --rows`` show: its cluster and probability,
+A row's view is what the report and ``neurcam explain --show`` show: its cluster and probability,
 its values of the features the model reads, the terms that pushed it toward its cluster (or away,
 as bars: the term's contribution to the row's cluster minus its mean over all clusters, in logits)
 and the smallest one-feature change that would move it to its nearest other cluster

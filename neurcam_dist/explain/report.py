@@ -590,7 +590,7 @@ def _change_text(r: dict) -> str:
 
 def _rows_section(expl: Explanation) -> list[str]:
     """What would change a row's cluster: each cluster's borderline row, and every chosen row
-    (``neurcam explain --rows``) with its terms as bars and its values."""
+    (``neurcam explain --show``) with its terms as bars and its values."""
     ex = expl.examples or {}
     e = html.escape
     parts = ["<h2 id='rows'>What would change a row's cluster</h2><p>The logits are additive, so the "

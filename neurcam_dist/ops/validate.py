@@ -89,24 +89,24 @@ def unreachable(exc: BaseException, output=None) -> str:
 def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     sections = ("data", "model", "train", "search", "tracking", "recluster", "text", "representation")
     lines = [f"schema: ok ({', '.join(k for k in sections if getattr(cfg, k, None) is not None)})"]
-    lines += [f"environment: {n}" for n in cfg.notes()]
+    lines += [f"config: {n}" for n in cfg.notes()]
     data = cfg.data
     if cfg.recluster is not None or (isinstance(data.path, str) and PLACEHOLDER in data.path):
         path, value = pick_snapshot(data.path, cfg.recluster.snapshot if cfg.recluster else "latest")
         lines.append(f"snapshot: {value!r} -> {redact(path)}")
         data = data.model_copy(update={"path": path})
-    if data.embeddings is not None:
-        esrc = resolve(data.embeddings.path)
-        want = [data.embeddings.key] + ([data.embedding] if isinstance(data.embedding, str) else list(data.embedding))
+    if data.embedding_table is not None:
+        esrc = resolve(data.embedding_table.path)
+        want = [data.embedding_table.key] + ([data.embedding] if isinstance(data.embedding, str) else list(data.embedding))
         for f, schema, _ in footers(esrc):
             missing = [c for c in want if schema.get_field_index(c) < 0]
             if missing:
-                raise DataError(f"{f} (data.embeddings): no column(s) {missing}; columns: {schema.names}")
-        lines.append(f"embeddings: {len(esrc.files)} file(s) with {want}")
+                raise DataError(f"{f} (data.embedding_table): no column(s) {missing}; columns: {schema.names}")
+        lines.append(f"embedding table: {len(esrc.files)} file(s) with {want}")
     if cfg.text is not None:
         src = _check_text(cfg, data, lines)
     else:
-        p = plan(data)  # with data.embeddings, checks the features' side of the join (the key) only
+        p = plan(data)  # with data.embedding_table, checks the features' side of the join (the key) only
         lines.append(f"data: {p.describe()}")
         try:
             check_params_for_data(cfg.model.estimator_params(), p.n_rows, len(p.features))
