@@ -5,10 +5,17 @@
 Pendigits (10,992 rows) tiled ``--copies`` times with a little noise (43,968 rows by default),
 written as one Parquet file. The same model and schedule (``epochs`` epochs, no early stop) is
 fitted by ``NeurCAM.fit`` in memory and by ``neurcam train`` with one worker and ``train.cache:
-device`` (rows resident on the worker after the first epoch), both with the same torch thread
-count: 1 (``cpus_per_worker: 1``, the default) and 2 (``cpus_per_worker: 2``; the local Ray is
-started with 3 logical CPUs so one stays for Ray Data, as ``check_fits`` asks). The table has each
-driver's median epoch (the first left out: the worker's streams its shard), and their ratio.
+device`` (rows resident on the worker after the first epoch):
+
+* with the same torch thread count, the loop alone: 1 (``cpus_per_worker: 1``) and 2
+  (``cpus_per_worker: 2``; the local Ray is started with 3 logical CPUs so one stays for Ray Data,
+  as ``check_fits`` asks), both with ``train.take_idle_cpus: false``;
+* with the defaults on both sides (``--defaults``, the issue's pairing): the estimator on torch's
+  own thread count, the worker with ``cpus_per_worker: 1`` and ``train.take_idle_cpus`` (its rows
+  in memory, it adds the CPU kept for Ray Data, up to the machine's CPUs).
+
+The table has each driver's median epoch (the first left out: the worker's streams its shard),
+the worker's threads after the first epoch, and the ratio.
 """
 from __future__ import annotations
 
@@ -50,13 +57,14 @@ def in_memory(df: pd.DataFrame, model: dict, threads: int) -> float:
     return median_epoch(est.history_["epochs"])
 
 
-def on_ray(path: Path, out: Path, model: dict, threads: int) -> tuple[float, list[str]]:
+def on_ray(path: Path, out: Path, model: dict, threads: int, take_idle: bool) -> tuple[float, list[str], int]:
     from neurcam_dist.distributed import train
     result = train({"data": {"path": str(path)}, "model": model, "output": str(out),
-                    "train": {"num_workers": 1, "cpus_per_worker": threads, "cache": "device"},
+                    "train": {"num_workers": 1, "cpus_per_worker": threads, "cache": "device",
+                              "take_idle_cpus": take_idle},
                     "tracking": {"uri": f"sqlite:///{out.parent}/mlflow.db"}})
     records = result.estimator.history_["epochs"]
-    return median_epoch(records), sorted({r["source"] for r in records[1:]})
+    return median_epoch(records), sorted({r["source"] for r in records[1:]}), int(records[-1]["threads"])
 
 
 def main(argv=None) -> None:
@@ -69,6 +77,7 @@ def main(argv=None) -> None:
     import ray
 
     from neurcam_dist.distributed import quiet_data_progress
+    own_threads = torch.get_num_threads()   # torch's default here: what a plain NeurCAM.fit uses
     model = {**MODEL, "epochs": args.epochs}
     df = table(args.data_dir, args.copies)
     rows = []
@@ -77,13 +86,16 @@ def main(argv=None) -> None:
         df.to_parquet(path)
         ray.init(num_cpus=3, object_store_memory=512 * 2**20, include_dashboard=False, logging_level="WARNING")
         quiet_data_progress()
-        for threads in (1, 2):
+        for name, threads, estimator_threads, take_idle in (("same threads", 1, 1, False),
+                                                            ("same threads", 2, 2, False),
+                                                            ("defaults", 1, own_threads, True)):
             t0 = time.perf_counter()
-            memory = in_memory(df, model, threads)
-            worker, sources = on_ray(path, Path(tmp) / f"out{threads}", model, threads)
-            rows.append({"torch threads": threads, "rows": len(df), "estimator epoch (s)": round(memory, 3),
-                         "worker epoch (s)": round(worker, 3), "worker sources": ", ".join(sources),
-                         "estimator / worker": round(memory / worker, 3),
+            memory = in_memory(df, model, estimator_threads)
+            worker, sources, used = on_ray(path, Path(tmp) / f"out{len(rows)}", model, threads, take_idle)
+            rows.append({"pairing": name, "estimator threads": estimator_threads,
+                         "cpus_per_worker": threads, "worker threads": used, "rows": len(df),
+                         "estimator epoch (s)": round(memory, 3), "worker epoch (s)": round(worker, 3),
+                         "worker sources": ", ".join(sources), "worker / estimator speed": round(memory / worker, 3),
                          "wall (s)": round(time.perf_counter() - t0, 1)})
             print(rows[-1], flush=True)
         ray.shutdown()

@@ -195,6 +195,11 @@ class TrainConfig(_Strict):
     num_workers: int = Field(2, ge=1)
     use_gpu: bool = False
     cpus_per_worker: float = Field(1.0, gt=0.0, description="also the torch thread count of a CPU worker")
+    take_idle_cpus: bool = Field(True, description="a CPU run that is not a search trial: once a worker's rows no "
+                                                   "longer come from Ray Data (held rows, or resident after the "
+                                                   "first epoch) it adds its share of the CPUs kept for Ray Data "
+                                                   "to its torch threads, up to its node's CPUs; false on a "
+                                                   "cluster that other jobs share")
     checkpoint_every: int = Field(10, ge=1, description="epochs between checkpoints (the last is always kept)")
     max_failures: int = Field(2, ge=-1, description="worker failures to recover from (-1: unlimited)")
     placement: Literal["pack", "spread"] = Field(

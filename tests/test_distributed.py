@@ -1,4 +1,5 @@
 """Ray Data + Ray Train: a real local Ray, real Parquet shards on disk, two DDP workers."""
+import dataclasses
 import json
 import os
 import re
@@ -103,6 +104,7 @@ def test_streamed_workers_run_the_teacher_once_per_row(two_workers):
     worker 0's), not on every batch of every annealing epoch."""
     h = two_workers.estimator.history_["epochs"]
     assert {r["source"] for r in h} == {"stream"}
+    assert {r["threads"] for r in h} == {1}   # rows from Ray Data every epoch: the CPUs stay Ray Data's
     annealing = [r for r in h if r["phase"] in ("anneal_single", "anneal_pairs", "final")]
     assert len(annealing) >= 3 and all(r["teacher_rows"] == 0 for r in h if r not in annealing)
     # the first annealing epoch: every row worker 0 sees is new to it (about half of them)
@@ -150,6 +152,17 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     assert all(r["teacher_rows"] == 0 for r in h["epochs"])
     assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
     assert is_one_hot(run.estimator.net_.single.gates.matrix(run.estimator.temperatures_[0]))
+    # rows in memory from the start (held): the lone worker adds the CPUs kept for Ray Data to its
+    # torch threads, up to this node's CPUs; a search trial, or train.take_idle_cpus: false, adds none
+    import ray
+    from neurcam_dist.distributed.driver import idle_cpus
+    from neurcam_dist.distributed.job import resolve_early
+    cpus = ray.cluster_resources()["CPU"]
+    want = int(min(cpus, len(os.sched_getaffinity(0))))
+    assert {r["threads"] for r in h["epochs"]} == {want}
+    lone = resolve_early(parse_config(job(shards, tmp_path / "x", workers=1)))
+    assert idle_cpus(lone) == cpus - 1 and idle_cpus(dataclasses.replace(lone, trial="t1")) == 0
+    assert idle_cpus(resolve_early(parse_config(job(shards, tmp_path / "y", workers=1, take_idle_cpus=False)))) == 0
     # the same config again, through the command line: the same model, bit for bit
     capsys.readouterr()
     config = tmp_path / "one.yaml"
@@ -161,6 +174,7 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     # a worker's line reaches the console once (Train v2's print both logs and prints it)
     assert said.count("worker 0: 3,000 rows resident on cpu") == 1, said
     assert len([ln for ln in said.splitlines() if " epoch 1 " in ln and "rows/s" in ln]) == 1, said
+    assert (f"rows in memory: each worker now trains on {want} torch threads" in said) == (want > 1)
     # small data: read in the driver once and handed over in memory (no Ray Data read tasks)
     assert "the 3,000 training rows are small: read here once and handed to the workers in memory" in said
     assert one["inertia"] == pytest.approx(two_workers.metrics["inertia"], rel=0.05)

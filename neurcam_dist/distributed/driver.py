@@ -106,11 +106,23 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
     tc = job.train
     return WorkerConfig(spec=job.spec, plan=job.plan, mean=init.mean, scale=init.scale, centroids=init.centroids,
                         allowed=init.allowed, shuffle_buffer=tc.shuffle_buffer, checkpoint_every=tc.checkpoint_every,
-                        cpus_per_worker=tc.cpus_per_worker, max_epochs=max_epochs, cache=tc.cache,
+                        cpus_per_worker=tc.cpus_per_worker, idle_cpus=idle_cpus(job), max_epochs=max_epochs,
+                        cache=tc.cache,
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
                         cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
                         loss_scale=float((init.kmeans or {}).get("explained", 0.0)), coding=init.coding,
                         level_init=init.level_init, cluster_sizes=(init.kmeans or {}).get("sizes"))
+
+
+def idle_cpus(job: ResolvedJob) -> float:
+    """CPUs per worker that the fit check keeps for Ray Data (``JobConfig.check_fits``) and that a
+    lone CPU run's workers may take as torch threads once their rows are in memory
+    (``train.take_idle_cpus``): none for a search trial (trials share them) or a GPU run."""
+    tc = job.train
+    if job.trial is not None or tc.use_gpu or not tc.take_idle_cpus:
+        return 0.0
+    import ray
+    return max(0.0, ray.cluster_resources().get("CPU", 0.0) - tc.num_workers * tc.cpus_per_worker) / tc.num_workers
 
 
 def training_dataset(job: ResolvedJob):

@@ -62,6 +62,7 @@ class WorkerConfig:
     shuffle_buffer: int
     checkpoint_every: int
     cpus_per_worker: float          # train.cpus_per_worker: a CPU worker's torch threads
+    idle_cpus: float = 0.0          # more threads once its rows are in memory (``driver.idle_cpus``)
     cache: str = "auto"             # train.cache: device keeps the shard on the device after epoch 1; auto: when
                                     # it fits; always (the object store holds it) and never stream every epoch
     device_cache_gib: float | None = None  # train.device_cache_gib: a resident shard's budget (None: from the device)
@@ -218,10 +219,13 @@ class ShardFeed:
     A heartbeat line on long epochs."""
 
     def __init__(self, shard: HeldShard | StreamedShard, batch_size: int, seed: int, group, keep: "_Resident",
-                 rows_cache: RowTargets | None, aims: loop.Targets):
+                 rows_cache: RowTargets | None, aims: loop.Targets, in_memory=lambda: None):
         self.shard, self.batch_size, self.seed, self.group = shard, batch_size, seed, group
         self.keep, self.rows_cache, self.aims = keep, rows_cache, aims
         self.resident: loop.Rows | None = None
+        self.in_memory = in_memory   # called once the rows no longer come from Ray Data
+        if shard.source == "held":
+            in_memory()
 
     @property
     def source(self) -> str:
@@ -235,8 +239,9 @@ class ShardFeed:
         return self._read(trainer)
 
     def counted(self) -> dict:
-        """This worker's teacher forwards in the epoch (``teacher_rows``)."""
-        return {"teacher_rows": self.rows_cache.take_computed() if self.rows_cache is not None else 0}
+        """This worker's teacher forwards in the epoch (``teacher_rows``) and its torch threads."""
+        return {"teacher_rows": self.rows_cache.take_computed() if self.rows_cache is not None else 0,
+                "threads": torch.get_num_threads()}
 
     def _read(self, trainer: Trainer):
         s, group = trainer.schedule, self.group
@@ -256,6 +261,7 @@ class ShardFeed:
             self.resident = loop.Rows(self.keep.x, self.keep.xr, self.batch_size, self.keep.gen, self.aims,
                                       source="resident")
             self.shard.release()
+            self.in_memory()
 
 
 def resident_budget(c: WorkerConfig, device: torch.device, local_world: int) -> int:
@@ -384,7 +390,8 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
     budget, and its cache of the frozen model's per-row assignments (for a shard that streams
     every epoch)."""
     import ray.train
-    budget = resident_budget(c, device, ray.train.get_context().get_local_world_size())
+    local_world = ray.train.get_context().get_local_world_size()
+    budget = resident_budget(c, device, local_world)
     expected = expected_shard_bytes(c, group.world)
     wanted = c.cache == "device" or (c.cache == "auto" and expected <= budget)
     if group.rank == 0 and c.cache in ("auto", "device") and not wanted:
@@ -398,7 +405,22 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
                             lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
     aims = loop.Targets(torch.tensor(np.asarray(c.centroids, np.float32), device=device), c.spec.m)
     return ShardFeed(_shard(c, group), max(1, c.spec.batch_size // group.world), c.spec.random_state, group, keep,
-                     rows_cache, aims)
+                     rows_cache, aims, in_memory=lambda: _take_idle_cpus(c, device, local_world, group.rank))
+
+
+def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, rank: int) -> None:
+    """A CPU worker whose rows are in memory: ``cpus_per_worker`` torch threads plus its share of
+    the CPUs kept for Ray Data (``WorkerConfig.idle_cpus``), at most its node's CPUs over the
+    workers on that node."""
+    if device.type != "cpu" or c.idle_cpus <= 0:
+        return
+    node = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = int(min(c.cpus_per_worker + c.idle_cpus, node / max(1, local_world)))
+    if threads > torch.get_num_threads():
+        torch.set_num_threads(threads)
+        if rank == 0:
+            say(f"rows in memory: each worker now trains on {threads} torch threads (the CPUs Ray Data read "
+                f"with; train.take_idle_cpus)")
 
 
 def train_loop_per_worker(config: dict) -> None:
