@@ -168,6 +168,14 @@ def held_rows(p: Plan) -> HeldRows:
     return HeldRows(ray.put(table))
 
 
+def representation(table: pa.Table, p: Plan, x, space) -> np.ndarray:
+    """The clustering space (the glossary's *representation*) of an Arrow batch whose features,
+    as the model reads them, are ``x``: ``space.clustering_space(x)`` (a model or its
+    ``columns.ColumnCoding``) when the representation is the features, else the batch's own
+    embedding column(s) (``embedding``)."""
+    return space.clustering_space(x) if p.repr_kind == "features" else embedding(table, p)
+
+
 def embedding(table: pa.Table, p: Plan) -> np.ndarray:
     """(n, R) float32 embedding (the clustering space) of an Arrow batch (zero-copy for fixed-size lists)."""
     if p.repr_kind == "list":

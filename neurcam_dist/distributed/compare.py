@@ -41,8 +41,7 @@ class _Comparer:
         else:
             xb = data_mod.matrix(table, b.feature_names, np.float64)
         lb = b.logits(xb).argmax(1)
-        xr = (a.clustering_space(xa) if plan.repr_kind == "features" else data_mod.embedding(table, plan))
-        xr = xr.astype(np.float64)
+        xr = data_mod.reading.representation(table, plan, xa, a).astype(np.float64)
         sq = (xr ** 2).sum(1)
         acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64), "unseen": unseen}
         np.add.at(acc["table"], (la, lb), 1)

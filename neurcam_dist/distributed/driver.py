@@ -86,7 +86,7 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
     raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
     x_sample = standardize(raw, mean, scale)
-    xr_sample = coding.clustering_space(x_sample) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
+    xr_sample = data_mod.reading.representation(table, plan, x_sample, coding)
     levels = {"coding": coding, "level_init": level_init(coding, xr_sample, raw, m.random_state)}
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="

@@ -46,8 +46,7 @@ class _Evaluator:
         x = data_mod.reading.feature_matrix(table, plan.features, fitted.coding)
         contrib = fitted.contributions(x)                                     # (n, channels, K)
         labels = contrib.sum(1).argmax(1)
-        xr = fitted.clustering_space(x) if plan.repr_kind == "features" else data_mod.embedding(table, plan)
-        xr = xr.astype(np.float64)
+        xr = data_mod.reading.representation(table, plan, x, fitted).astype(np.float64)
         k = fitted.n_clusters
         acc = {"n": len(labels), "counts": np.bincount(labels, minlength=k),
                "sums": np.zeros((k, xr.shape[1])), "sumsq": np.bincount(labels, (xr ** 2).sum(1), minlength=k),

@@ -370,7 +370,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     from ray import tune
 
     from ..choosing import MAX_ROWS, SILHOUETTE_ROWS, choice_html, decide, describe_clusters, fit_record, measure
-    from ..data import embedding
+    from ..data.reading import representation
     from ..storage import atomic_directory
     s, tc = job.config.search, job.train
     plan, prof = prepare(job)
@@ -397,7 +397,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
         est = NeurCAM.load(t.model_path)
         set_reference(est, first, plan, tc.reference_rows, 0)
         if space is None:
-            space = est.clustering_space(X) if plan.repr_kind == "features" else embedding(rows, plan)
+            space = representation(rows, plan, X, est)
         kk = int(t.params["n_clusters"])
         fits[kk].append(fit_record(est, X, t.metrics.get("train_seconds", 0.0)))
         first_seed.setdefault(kk, est)
