@@ -95,27 +95,27 @@ class KChoice:
         return out
 
 
-def k_range(spec) -> list[int]:
+def k_range(given) -> list[int]:
     """``"2-12"``, ``"3,5,8"``, a range or a list -> sorted distinct ints (each >= 2)."""
-    if isinstance(spec, str):
+    if isinstance(given, str):
         try:
-            if "-" in spec.strip("-"):
-                lo, hi = (int(p) for p in spec.split("-", 1))
+            if "-" in given.strip("-"):
+                lo, hi = (int(p) for p in given.split("-", 1))
                 ks = list(range(lo, hi + 1))
             else:
-                ks = [int(p) for p in spec.replace(",", " ").split()]
+                ks = [int(p) for p in given.replace(",", " ").split()]
         except ValueError:
-            raise ConfigError(f"k must be a range such as 2-12 or a list such as 3,5,8, got {spec!r}") from None
+            raise ConfigError(f"k must be a range such as 2-12 or a list such as 3,5,8, got {given!r}") from None
     else:
         try:
-            ks = [int(v) for v in spec]
+            ks = [int(v) for v in given]
         except (TypeError, ValueError):
-            raise ConfigError(f"k must be a range or a list of whole numbers, got {spec!r}") from None
+            raise ConfigError(f"k must be a range or a list of whole numbers, got {given!r}") from None
     ks = sorted(set(ks))
     if len(ks) < 2:
-        raise ConfigError(f"k must give at least two values of K to choose between, got {spec!r}")
+        raise ConfigError(f"k must give at least two values of K to choose between, got {given!r}")
     if ks[0] < 2:
-        raise ConfigError(f"k must start at 2 or more (a single cluster explains nothing), got {spec!r}")
+        raise ConfigError(f"k must start at 2 or more (a single cluster explains nothing), got {given!r}")
     return ks
 
 

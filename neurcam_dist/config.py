@@ -460,18 +460,18 @@ class JobConfig(_Strict):
         if self.search is None:
             return self
         base = self.model.model_dump()
-        for key, spec in self.search.space().items():
-            if isinstance(spec, list):
-                values = spec
+        for key, entry in self.search.space().items():
+            if isinstance(entry, list):
+                values = entry
             else:
-                (kind, args), = spec.items()
+                (kind, args), = entry.items()
                 values = args if kind == "choice" else ([] if kind == "randn" else args[:2])
             for i, value in enumerate(values):
                 try:
                     ModelConfig.model_validate({**base, key: value})
                 except ValidationError as exc:
                     msg = "; ".join(e["msg"] for e in exc.errors())
-                    where = f"[{i}]" if isinstance(spec, list) else f".{next(iter(spec))}[{i}]"
+                    where = f"[{i}]" if isinstance(entry, list) else f".{next(iter(entry))}[{i}]"
                     raise ConfigError(f"search.{key}{where} = {value!r}: {msg}") from None
         return self
 

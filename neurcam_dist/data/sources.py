@@ -31,7 +31,7 @@ BATCH_ROWS = 16384
 class Source:
     """The files a ``data.path`` resolves to, on their file system, and how many entries were
     skipped (hidden, ``_`` and non-Parquet names)."""
-    spec: object                       # what the config said (str or list)
+    given: object                      # what the config said: data.path (str or list)
     files: list[str]
     filesystem: pa.fs.FileSystem | None = None
     skipped: int = 0                   # entries left out: hidden / underscore names, non-Parquet files
@@ -163,7 +163,7 @@ def _static_prefix(pattern: str) -> str:
     return pattern[:cut].rpartition("/")[0] + "/"
 
 
-def resolve(spec, suffixes: tuple[str, ...] = PARQUET) -> Source:
+def resolve(given, suffixes: tuple[str, ...] = PARQUET) -> Source:
     """Parquet files behind a directory, glob, file or list of those (local or a pyarrow/fsspec URI).
 
     A directory is read recursively, leaving out names that start with '.' or '_' at every level
@@ -171,7 +171,7 @@ def resolve(spec, suffixes: tuple[str, ...] = PARQUET) -> Source:
     path that exists is taken literally even when it holds glob characters such as '['.
     """
     kind = KIND_NAMES.get(suffixes, "data")
-    entries = [spec] if isinstance(spec, str) else list(spec)
+    entries = [given] if isinstance(given, str) else list(given)
     if not entries:
         raise DataError("data.path is an empty list")
     files: list[str] = []
@@ -199,14 +199,14 @@ def resolve(spec, suffixes: tuple[str, ...] = PARQUET) -> Source:
             more = f" ({n_skipped} hidden, '_' or non-{kind} entries skipped)" if n_skipped else ""
             raise DataError(f"no {kind} files found at {entry!r}{more}")
         files.extend(found)
-    return Source(spec=spec, files=files, filesystem=filesystem, skipped=skipped)
+    return Source(given=given, files=files, filesystem=filesystem, skipped=skipped)
 
 
-def find_vocabulary(spec) -> dict | None:
+def find_vocabulary(given) -> dict | None:
     """The text vocabulary (``_vocabulary.json``) of a dataset written by ``featurize-text``, or
     None: its term columns are the features when a config names none."""
     import json
-    entries = [spec] if isinstance(spec, str) else list(spec)
+    entries = [given] if isinstance(given, str) else list(given)
     if len(entries) != 1 or any(c in str(entries[0]) for c in "*?["):
         return None
     root = str(entries[0])
@@ -235,14 +235,14 @@ def refuse_output_inside(out, src: Source, what: str = "output") -> None:
     if src.filesystem is not None or out is None or "://" in str(out):
         return
     out_abs = os.path.abspath(str(out))
-    for spec in ([src.spec] if isinstance(src.spec, str) else list(src.spec)):
-        spec = str(spec)
-        root = local_path(spec)
+    for given in ([src.given] if isinstance(src.given, str) else list(src.given)):
+        given = str(given)
+        root = local_path(given)
         if not os.path.isdir(root):
             continue
         root_abs = os.path.abspath(root)
         if out_abs == root_abs or out_abs.startswith(os.path.join(root_abs, "")):
-            raise DataError(f"the {what} directory {out} is inside the input directory {spec}: the next run "
+            raise DataError(f"the {what} directory {out} is inside the input directory {given}: the next run "
                             f"would read it as data. Write it somewhere else")
 
 

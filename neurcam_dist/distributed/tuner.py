@@ -102,11 +102,11 @@ def param_space(s: SearchConfig) -> dict:
     """Tune's ``param_space``: seeds and lists as grids, mappings as Tune distributions."""
     from ray import tune
     space = {"random_state": tune.grid_search(list(s.seeds))}
-    for key, spec in s.space().items():
-        if isinstance(spec, list):
-            space[key] = tune.grid_search(spec)
+    for key, entry in s.space().items():
+        if isinstance(entry, list):
+            space[key] = tune.grid_search(entry)
         else:
-            (kind, args), = spec.items()
+            (kind, args), = entry.items()
             space[key] = tune.choice(args) if kind == "choice" else getattr(tune, kind)(*args)
     return space
 

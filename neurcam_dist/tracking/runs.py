@@ -28,7 +28,7 @@ from .uri import run_url, use
 
 def data_fingerprint(plan) -> dict:
     """The data's identity as MLflow params: path, rows, files, schema hash, features, embedding."""
-    return {"data.path": redact(plan.source.spec), "data.n_rows": plan.n_rows, "data.n_files": len(plan.source.files),
+    return {"data.path": redact(plan.source.given), "data.n_rows": plan.n_rows, "data.n_files": len(plan.source.files),
             "data.schema_hash": plan.schema_hash, "data.features": ",".join(plan.features)[:6000],
             "data.repr": f"{plan.repr_kind}:{plan.repr_dim}"}
 
