@@ -9,7 +9,11 @@ comes back to a module it had left, and how many names it goes by.
 A *step* is a function of the package that receives the object (as ``self`` or an argument),
 counted once, in the order of its first call (``calls`` counts every call); *returns* count the
 steps into a module the object had already left; *names* are the distinct (function, parameter)
-names it arrives under. The object: for ``explain``, every
+names it arrives under; *path questions* count the package's calls, from outside ``uris.py``, that
+work a path out from its text again: ``is_uri``, ``local``, ``join``, ``as_path``, ``expand``,
+``filesystem``, and a ``uris.Location`` made from a string (a location resolved once at the door and
+passed on asks none of them: ``location / "name"`` and its properties are not counted).
+The object: for ``explain``, every
 ``NeurCAM`` and its ``FittedNet`` (the model as loaded, then scored); for ``recluster``, every
 ``JobConfig`` (the config and the copies made of it on the way). Traced with ``sys.setprofile``;
 only the driver process is seen (Ray's workers are not).
@@ -27,16 +31,24 @@ import numpy as np
 import pandas as pd
 
 
+QUESTIONS = {"is_uri", "local", "join", "as_path", "expand", "filesystem"}   # uris.py's functions
+
+
 def trace(kinds: tuple, run) -> dict:
     """Run ``run()`` and count the steps of objects of ``kinds`` through the package."""
     import neurcam_dist
     root = str(Path(neurcam_dist.__file__).resolve().parent)
-    steps = []
+    steps, uris = [], [0]
+    uris_file = os.path.join(root, "uris.py")
 
     def profile(frame, event, arg):
         if event != "call" or not frame.f_code.co_filename.startswith(root):
             return
         code = frame.f_code
+        if code.co_filename == uris_file and frame.f_back is not None and frame.f_back.f_code.co_filename != uris_file:
+            if code.co_qualname in QUESTIONS or (code.co_qualname == "Location.__init__"
+                                                 and isinstance(frame.f_locals.get("where"), str)):
+                uris[0] += 1
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         got = [n for n in names if isinstance(frame.f_locals.get(n), kinds)]
         if got:
@@ -57,7 +69,7 @@ def trace(kinds: tuple, run) -> dict:
         previous = module
     names = {(f, n) for _, f, got in steps for n in got}
     return {"steps": len(first), "calls": len(steps), "modules": len(seen), "returns": returns, "names": len(names),
-            "path": [f"{m}.{f}" for m, f in first]}
+            "path questions": uris[0], "path": [f"{m}.{f}" for m, f in first]}
 
 
 def explain_flow(tmp: Path) -> dict:

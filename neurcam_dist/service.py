@@ -357,7 +357,8 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         Where the lines about a sample, the chosen rows and the comparison go.
     """
     from .explain.report import write_report
-    _check_explain(data, output, model, compare, sample, grid_size, pair_grid_size, id_column, rows)
+    where = Location(output)   # resolved once here: the checks and the report go there
+    _check_explain(data, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows)
     est = load_model(model)
     old = load_model(compare) if compare else None
     features = [str(c) for c in est.feature_names_in_]
@@ -378,7 +379,7 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
                             new_name=redact(model))
     expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,
                       grid_size=grid_size, pair_grid_size=pair_grid_size)
-    return ExplainResult(explanation=expl, report=str(write_report(expl, output)), output=output, n_rows=len(df))
+    return ExplainResult(explanation=expl, report=str(write_report(expl, where)), output=output, n_rows=len(df))
 
 
 def _explained(est, df, label: str | None, chosen, compared, say, **grids):

@@ -138,7 +138,9 @@ class Location(os.PathLike):
     __slots__ = ("text", "_opened")
 
     def __init__(self, where):
-        self.text = where.text if isinstance(where, Location) else os.fspath(expand(where))
+        # text as it comes in (a flag, a config value) expands ~ and $VAR; a path object is taken as it is
+        self.text = (where.text if isinstance(where, Location) else
+                     os.fspath(expand(where)) if isinstance(where, str) else os.fspath(where))
         self._opened = where._opened if isinstance(where, Location) else None
 
     def __truediv__(self, part: str) -> "Location":

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..uris import is_uri, local
+from ..uris import Location, is_uri, local
 from .published import publish_dir, put_text, write_version
 
 
@@ -22,10 +22,11 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
     ``own`` (the names this kind of output holds), a ``target`` holding anything else was written
     by another command (a training run with its checkpoints, say): refuse rather than delete it.
     An object-store URI is built locally and published as a new version (``published``)."""
-    if is_uri(target):
-        _publish_built(str(target), write, refuse_foreign=marker is not None or own is not None)
+    where = Location(target)
+    if where.is_uri:
+        _publish_built(str(where), write, refuse_foreign=marker is not None or own is not None)
         return
-    target = Path(local(target))
+    target = where.path
     recover(target)
     if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
         raise ConfigError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
@@ -55,11 +56,12 @@ def write_dataset(output, write, marker: str | None = None) -> None:
     """``write(root, filesystem)`` (a Ray Data ``write_parquet`` and its side files) into a new
     local directory swapped in whole (``atomic_directory``), or into a new published version on an
     object store, where the shards go straight to the bucket."""
-    if is_uri(output):
-        write_version(str(output), write)
+    where = Location(output)
+    if where.is_uri:
+        write_version(str(where), write)
         return
     from pyarrow.fs import LocalFileSystem
-    atomic_directory(Path(local(output)), lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
+    atomic_directory(where.path, lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
 
 
 def _publish_built(uri: str, write, refuse_foreign: bool = False, mirror: bool = False) -> None:
@@ -89,10 +91,11 @@ def recover(target: Path) -> Path | None:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write a file through a temporary sibling and one rename; on an object store (``path`` a
     URI) as one object (a PUT is whole or absent)."""
-    if is_uri(path):
-        put_text(text, str(path))
+    where = Location(path)
+    if where.is_uri:
+        put_text(text, str(where))
         return
-    path = Path(local(path))
+    path = where.path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -150,12 +153,12 @@ def check_writable(out, what: str = "output") -> None:
     for root or on a read-only mount.) An object-store URI is looked up once (an endpoint that is
     closed, hangs or denies access fails here, in bounded time: ``uris.bounded_s3``); whether a
     write is allowed shows when the output is published."""
-    if is_uri(out):
-        from ..uris import filesystem
-        fs, root = filesystem(str(out))
+    where = Location(out)
+    if where.is_uri:
+        fs, root = where.filesystem()
         fs.get_file_info(root)
         return
-    target = Path(local(out)).absolute()
+    target = where.path.absolute()
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{what}: {out} is a file, not a folder: choose another output folder")
     above = target.parent
@@ -184,9 +187,10 @@ def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> No
     place for a query), or an existing file for which ``ours(first_bytes)`` is False (a user's
     CSV, not a query that an earlier ``export`` wrote). Object-store URIs are left to the
     publication, which refuses foreign content itself."""
-    if out is None or is_uri(out):
+    where = Location(out) if out is not None else None
+    if where is None or where.is_uri:
         return
-    target = Path(local(out)).expanduser().absolute()
+    target = where.path.expanduser().absolute()
     real = Path(os.path.realpath(target))
     for given in inputs:
         if given is None or is_uri(given):
@@ -212,9 +216,10 @@ def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> No
 def check_room(out, need: int, what: str = "--output") -> None:
     """Before any work: refuse (``ConfigError``) a local ``out`` whose file system has less free
     space than ``need`` bytes (what the command will write, estimated), naming both."""
-    if is_uri(out):
+    where = Location(out)
+    if where.is_uri:
         return
-    above = Path(local(out)).expanduser().absolute()
+    above = where.path.expanduser().absolute()
     while not above.exists() and above != above.parent:
         above = above.parent
     free = shutil.disk_usage(above).free
@@ -228,9 +233,10 @@ def refuse_foreign_output(out, own: set[str]) -> None:
     than ``own`` (and hidden ones): another command's output, or a user's files. Called before
     any work, so nothing is trained only to be refused. (On an object store the publication
     itself refuses foreign content.)"""
-    if is_uri(out):
+    where = Location(out)
+    if where.is_uri:
         return
-    target = Path(local(out))
+    target = where.path
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{target} exists and was not written by neurcam (a file, not a folder): refusing to "
                           f"replace it; choose another output directory")
@@ -272,12 +278,13 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     (``out`` a URI) the set is published as one version through a manifest instead, with a copy of
     each top-level file at ``out/NAME`` (``aws s3 cp OUT/metrics.json -`` works). With ``own``
     (the names this kind of run writes), ``out`` must hold nothing else (``refuse_foreign_output``)."""
+    where = Location(out)
     if own is not None:
-        refuse_foreign_output(out, own | {CURRENT})
-    if is_uri(out):
-        _publish_built(str(out), write, refuse_foreign=own is not None, mirror=True)
+        refuse_foreign_output(where, own | {CURRENT})
+    if where.is_uri:
+        _publish_built(str(where), write, refuse_foreign=own is not None, mirror=True)
         return
-    out = Path(local(out))
+    out = where.path
     versions = out / VERSIONS
     versions.mkdir(parents=True, exist_ok=True)
     version = versions / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"

@@ -19,7 +19,7 @@ from ..errors import ModelFileError
 from ..redaction import redact
 from .atomic import atomic_directory, recover
 from .published import NotPublishedError, local_copy
-from ..uris import as_path, is_uri, local
+from ..uris import Location
 
 FORMAT = "neurcam-dist/model"
 FORMAT_VERSION = 2   # 2: the training rows' labels and the importance/profile summary
@@ -49,20 +49,21 @@ def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
         manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
-    atomic_directory(as_path(path), write, marker=MANIFEST)
+    atomic_directory(Location(path), write, marker=MANIFEST)
 
 
 def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(config, state)`` of the model directory at ``path`` (local, or a URI read through its
     published manifest), after checking every file against the model's manifest; ``ValueError``
     names what is missing, altered or of another version."""
-    if is_uri(path):
+    where = Location(path)
+    if where.is_uri:
         try:
-            with local_copy(path) as copy:
-                return _read_local(copy, shown=redact(str(path)))
+            with local_copy(where) as copy:
+                return _read_local(copy, shown=redact(str(where)))
         except NotPublishedError as exc:
-            raise ModelFileError(f"no model at {redact(str(path))}: {exc}") from None
-    return _read_local(Path(local(path)))
+            raise ModelFileError(f"no model at {redact(str(where))}: {exc}") from None
+    return _read_local(where.path)
 
 
 def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -35,7 +35,7 @@ from pathlib import Path
 from ..names import utc
 from ..errors import ConfigError, DataError, NotPublishedError  # noqa: F401 - NotPublishedError re-exported
 from ..redaction import redact
-from ..uris import filesystem, is_uri, local
+from ..uris import Location, filesystem
 
 MANIFEST = "_neurcam_manifest.json"
 RUN = "run="          # a version's partition: URI/run=VERSION/
@@ -302,14 +302,15 @@ def fetch(uri: str, dest) -> Path:
 
 def read_text(path) -> str:
     """A file's text, local or through a published output's manifest."""
-    if not is_uri(path):
-        return Path(local(path)).read_text()
+    where = Location(path)
+    if not where.is_uri:
+        return where.path.read_text()
     try:
         with tempfile.TemporaryDirectory(prefix="neurcam-fetch-") as tmp:
             return fetch(str(path), tmp).read_text()
     except NotPublishedError:  # a plain object (a record written with one PUT, such as recluster.json)
         from pyarrow.fs import FileType
-        fs, target = filesystem(str(path))
+        fs, target = where.filesystem()
         if fs.get_file_info(target).type != FileType.File:
             raise
         with fs.open_input_stream(target) as f:
@@ -320,8 +321,9 @@ def read_text(path) -> str:
 def local_copy(path):
     """A local path to read ``path`` from: itself when local, else a temporary download (through
     the manifest) that is removed on exit."""
-    if not is_uri(path):
-        yield Path(local(path))
+    where = Location(path)
+    if not where.is_uri:
+        yield where.path
         return
     tmp = tempfile.mkdtemp(prefix="neurcam-fetch-")
     try:
