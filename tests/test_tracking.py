@@ -183,3 +183,36 @@ def test_a_process_s_mlflow_lines_go_to_one_file_said_once(tmp_path, capsys, mon
     assert [p.name for p in (tmp_path / "logs").iterdir()] == [path.name]
     text = path.read_text()
     assert "Creating initial MLflow database tables" in text and "block 0" in text and "block 1" in text
+
+
+def test_an_alias_another_process_creates_in_the_same_instant_is_set_on_the_next_try():
+    """Two re-clusterings registering at once: MLflow's SQL store reads the alias, finds none, and
+    both insert it; the later insert hits the unique key (seen once in test_ops' two concurrent
+    re-clusterings). The alias is set again (then found and moved); any other error is raised at
+    once. The race itself cannot be timed from a test: the store's answer is replayed here."""
+    from mlflow.exceptions import MlflowException
+
+    from neurcam_dist.tracking.promotion import set_alias
+
+    class Answers:   # the client's set_registered_model_alias, answering with these errors first
+        def __init__(self, errors):
+            self.errors, self.calls = list(errors), []
+
+        def set_registered_model_alias(self, name, alias, version):
+            self.calls.append((name, alias, version))
+            if self.errors:
+                raise MlflowException(self.errors.pop(0))
+
+    race = ("BAD_REQUEST: (sqlite3.IntegrityError) UNIQUE constraint failed: registered_model_aliases.workspace, "
+            "registered_model_aliases.name, registered_model_aliases.alias")
+    once = Answers([race])
+    set_alias(once, "m", "candidate", 2)
+    assert once.calls == [("m", "candidate", "2")] * 2
+    denied = Answers(["PERMISSION_DENIED: not allowed"])
+    with pytest.raises(MlflowException, match="PERMISSION_DENIED"):
+        set_alias(denied, "m", "candidate", "2")
+    assert len(denied.calls) == 1
+    stuck = Answers([race] * 9)
+    with pytest.raises(MlflowException, match="UNIQUE constraint"):
+        set_alias(stuck, "m", "candidate", "2", tries=3)
+    assert len(stuck.calls) == 3

@@ -122,6 +122,27 @@ def _delete(client, lease_name: str, holder: str | None) -> None:
         pass
 
 
+# What a SQL store's unique key says when two processes create the same alias at once (SQLite,
+# PostgreSQL, MySQL): MLflow reads the alias, finds none, and both insert it.
+_ALIAS_RACE = ("UNIQUE constraint failed", "duplicate key value", "Duplicate entry")
+
+
+def set_alias(client, name: str, alias: str, version: str, tries: int = 5) -> None:
+    """``client.set_registered_model_alias``, tried again when another process created the same
+    alias in the same instant (two re-clusterings registering at once): the store's unique key
+    refuses the second insert, and the next try finds the alias and moves it. Any other error is
+    raised at once."""
+    from mlflow.exceptions import MlflowException
+    for attempt in range(tries):
+        try:
+            client.set_registered_model_alias(name, alias, str(version))
+            return
+        except MlflowException as exc:
+            if attempt == tries - 1 or not any(s in str(exc) for s in _ALIAS_RACE):
+                raise
+            time.sleep(0.1 * (attempt + 1))
+
+
 def promote_if_unchanged(name: str, version: str, expected: str | None, alias: str = "champion",
                          **lease_kwargs) -> tuple[bool, str | None]:
     """Compare-and-set: move ``alias`` to ``version`` only if it still points at ``expected``
@@ -131,8 +152,7 @@ def promote_if_unchanged(name: str, version: str, expected: str | None, alias: s
         current = champion_version(name, alias)
         if current != (None if expected is None else str(expected)):
             return False, current
-        client = MlflowClient()
-        client.set_registered_model_alias(name, alias, str(version))
+        set_alias(MlflowClient(), name, alias, str(version))
         if alias == "champion":
             record_champion(name, str(version))
         return True, current

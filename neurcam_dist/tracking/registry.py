@@ -82,7 +82,8 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
             client.set_model_version_tag(registered_name, version, "cluster_ids",
                                          ",".join(str(int(v)) for v in est.cluster_ids_))
             client.set_model_version_tag(registered_name, version, "next_cluster_id", str(int(est.next_cluster_id_)))
-            client.set_registered_model_alias(registered_name, alias, version)
+            from .promotion import set_alias
+            set_alias(client, registered_name, alias, version)
         except BaseException:
             # a version nobody can find by alias is a half-done registration: take it back
             try:
@@ -102,9 +103,9 @@ def promote(name: str, version: str, alias: str = "champion") -> None:
         client.get_model_version(name, str(version))
     except MlflowException as exc:
         raise ConfigError(f"registered model {name!r} has no version {version}: {exc.message}") from None
-    client.set_registered_model_alias(name, alias, str(version))
+    from .promotion import record_champion, set_alias
+    set_alias(client, name, alias, str(version))
     if alias == "champion":
-        from .promotion import record_champion
         record_champion(name, str(version))
 
 
