@@ -144,7 +144,8 @@ class Location(os.PathLike):
         self._opened = where._opened if isinstance(where, Location) else None
 
     def __truediv__(self, part: str) -> "Location":
-        child = Location(join(self.text, part))
+        child = Location(self)                 # this location's text is expanded already: not again
+        child.text, child._opened = join(self.text, part), None
         if self._opened is not None:
             fs, root = self._opened
             child._opened = (fs, f"{root.rstrip('/')}/{part.strip('/')}" if self.is_uri else os.path.join(root, part))
@@ -174,7 +175,7 @@ class Location(os.PathLike):
     def resolved(self) -> "Location":
         """A local location made absolute (links resolved: a Ray worker in another folder finds
         it); a URI as it is."""
-        return self if self.is_uri else Location(str(Path(local(self.text)).resolve()))
+        return self if self.is_uri else Location(Path(local(self.text)).resolve())   # a path: not expanded again
 
     @property
     def path(self):

@@ -514,6 +514,13 @@ def test_home_and_variables_in_paths_expand_on_the_command_line_and_in_configs(t
                                      "output: $NEURCAM_TEST_DIR/out\n")
     cfg = load_config(tmp_path / "c.yaml")
     assert cfg.data.path == str(tmp_path / "home" / "data") and cfg.output == str(tmp_path / "out")
+    # expanded once, at the door: a folder whose name holds a '$' (a variable's value, say) is
+    # joined and resolved below without being read as a variable again
+    from neurcam_dist.uris import Location
+    odd = tmp_path / "cost$NEURCAM_NOT_SET_ANYWHERE"
+    assert Location(odd).resolved() / "model" == str(odd.resolve() / "model")
+    monkeypatch.setenv("NEURCAM_ODD", str(odd))
+    assert Location("$NEURCAM_ODD") / "m" / "n" == str(odd / "m" / "n")
 
 
 def test_yaml_anchors_and_merge_keys_are_yaml_not_errors(tmp_path):
