@@ -12,6 +12,7 @@ import time
 import unicodedata
 
 import numpy as np
+import pyarrow as pa
 import pandas as pd
 import pytest
 import yaml
@@ -242,6 +243,12 @@ def test_int_and_float_shards_of_one_feature_are_unified_not_refused(table, tmp_
     scored = pd.read_parquet(tmp_path / "p")
     est = NeurCAM.load(tmp_path / "o" / "model")
     np.testing.assert_array_equal(scored["cluster"].to_numpy(), est.predict(pd.concat([a, b]).astype(float)))
+    # the files' one schema, as every pass reads them: f3 as float64 wherever it is int64
+    from neurcam_dist.data import resolve
+    from neurcam_dist.data.reading import tables_here
+    src = resolve(str(folder))
+    assert src.schema.field("f3").type == pa.float64() and src.schema.names[:len(a.columns)] == list(a.columns)
+    assert {t.schema.field("f3").type for t in tables_here(src, ["f3"])} == {pa.float64()}
 
 
 def test_int_float_decimal_and_three_list_types_across_shards_train_on_ray(table, tmp_path, ray_cluster):

@@ -50,7 +50,7 @@ class ParquetFiles(Datasource):
                  fold: Callable | None = None, paths: bool = False, keys: bool = True):
         super().__init__()
         if columns is None:
-            columns = list(dict.fromkeys(n for _, schema, _ in src.footers() for n in schema.names))
+            columns = src.schema.names
         self.src, self.columns, self.batch_rows = src, list(dict.fromkeys(columns)), batch_rows
         self.rows_per_file = rows_per_file if rows_per_file is not None else src.rows_per_file
         self.picks, self.fold, self.paths, self.keys = picks, fold, paths, keys

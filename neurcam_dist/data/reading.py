@@ -27,11 +27,11 @@ def read_source(src: Source, columns: list[str] | None, *, with_paths: bool = Fa
     column), without row keys: ``dataset`` sized from the footers. ``ordered``: blocks come out
     in file order, not completion order, so a seeded sample or a one-worker training stream is
     the same from run to run."""
-    from .parquet_files import ParquetFiles
     from .sources import column_bytes
-    names = ParquetFiles(src, columns).columns
+    schema = src.schema
+    names = list(dict.fromkeys(schema.names if columns is None else columns))
     n_rows = sum(src.rows_per_file.values())
-    width = column_bytes(src, src.footers()[0][1], n_rows, names) / max(1, n_rows)
+    width = column_bytes(src, schema, n_rows, names) / max(1, n_rows)
     ds = dataset(src, names, bytes_per_row=width, keys=False, paths=with_paths)
     if ordered:
         ds.context.execution_options.preserve_order = True

@@ -52,6 +52,16 @@ class Source:
         return {**self.__dict__, "_footers": None}
 
     @property
+    def schema(self) -> pa.Schema:
+        """Every column of the files, in the order first seen, with the type it is read as
+        (``casts``; else its first file's)."""
+        fields: dict[str, pa.Field] = {}
+        for _, schema, _ in self.footers():
+            for f in schema:
+                fields.setdefault(f.name, f)
+        return pa.schema([pa.field(n, self.casts.get(n, f.type)) for n, f in fields.items()])
+
+    @property
     def rows_per_file(self) -> dict[str, int]:
         """File -> its row count (from ``footers``), in file order."""
         return {f: n for f, _, n in self.footers()}

@@ -102,7 +102,7 @@ def _read_parquet(path: str, columns: list[str] | None) -> pd.DataFrame:
     from .sources import footers, resolve
     src = resolve(path)
     found = footers(src)
-    names = list(dict.fromkeys(n for _, schema, _ in found for n in schema.names))
+    names = src.schema.names
     wanted = names if columns is None else [c for c in columns if c in set(names)]
     for col in wanted:
         lacking = [f for f, schema, _ in found if schema.get_field_index(col) < 0]
