@@ -73,13 +73,16 @@ def s3_settings():
 def ray_cluster(s3_settings):
     """One local Ray for the whole test session: 4 logical CPUs on the 2 cores (two training
     workers plus Ray Data's readers), a small object store, no dashboard; the test S3 server's
-    settings in its environment (``s3_settings``)."""
+    settings in its environment (``s3_settings``); the product's defaults for a local Ray
+    (``session.local_ray_defaults``)."""
     import os
 
     import ray
     os.environ.update(s3_settings)
 
     from neurcam_dist.distributed import quiet_data_progress
+    from neurcam_dist.distributed.session import local_ray_defaults
+    local_ray_defaults()   # what ``ensure_ray`` sets before it starts a local Ray
     ray.init(num_cpus=4, object_store_memory=256 * 2**20, include_dashboard=False,
              configure_logging=True, logging_level="WARNING")
     quiet_data_progress()

@@ -20,6 +20,8 @@ import yaml
 
 from ray.job_submission import JobSubmissionClient
 
+from neurcam_dist.distributed.session import LOCAL_TRAIN_POLL_S, TRAIN_POLL_VAR
+
 from .conftest import blobs, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +40,7 @@ def ray_head(tmp_path_factory):
     token = secrets.token_hex(16)   # Ray's token authentication, as the k8s manifests turn it on
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NEURCAM_VERBOSE")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    env.setdefault(TRAIN_POLL_VAR, LOCAL_TRAIN_POLL_S)   # a small cluster, as a local Ray: quick looks at its workers
     proc = subprocess.Popen(
         ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
          "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",

@@ -11,6 +11,21 @@ from ..errors import Unreachable
 from ..settings import CUBLAS_WORKSPACE, DETERMINISTIC_WORKSPACE
 from ..uris import configure_s3
 
+# Ray Train's controller looks at its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (2 s by default)
+# and each step of a run (workers up, first report, finished) waits for its next look: on a local Ray
+# that was about 5 s of every run (12.3 s -> 7.3 s for a two-worker run that only reports, here).
+# A look is one small call per worker, so a local Ray's few workers can afford it often.
+LOCAL_TRAIN_POLL_S = "0.2"
+TRAIN_POLL_VAR = "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"
+
+
+def local_ray_defaults() -> None:
+    """Environment defaults for a Ray this process starts itself, set before it starts (its
+    workers, Tune's trials among them, inherit the environment then; Ray Train hands the variable
+    on to each run's controller): Ray Train looks at its workers every 0.2 s instead of 2 s. A value
+    the user set wins; a cluster at ``RAY_ADDRESS`` keeps its own."""
+    os.environ.setdefault(TRAIN_POLL_VAR, LOCAL_TRAIN_POLL_S)
+
 
 def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
     """Connect to ``RAY_ADDRESS`` when set, else start a local Ray (once per process), first
@@ -37,6 +52,7 @@ def ensure_ray(min_cpus: float = 0, **init_kwargs) -> None:
     if not address:
         from .events import say
         from .leftovers import clean_up
+        local_ray_defaults()
         clean_up(say)   # a killed command's local Ray would hold CPUs and memory (``leftovers``)
     try:
         context = ray.init(address=address or "local", **kwargs)  # "local": never attach to a stray `ray start` cluster
