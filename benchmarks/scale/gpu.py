@@ -5,8 +5,9 @@
     python benchmarks/scale/gpu.py repeat --data-dir D          # the same seed twice: reproducible?
     python benchmarks/scale/gpu.py ray  --data-dir D [--out F]  # neurcam train, 1 GPU worker, vs in memory
     python benchmarks/scale/gpu.py pack --data-dir D [--out F]  # Ray Tune: 1 trial vs 4 packed on one GPU
+    python benchmarks/scale/gpu.py batch --data-dir D [--out F] # batch 512 .. 65,536: epoch, fit, inertia
 
-``step`` and ``fit`` need only torch, entmax, numpy, pandas and scikit-learn; ``ray`` and ``pack``
+``step``, ``fit`` and ``batch --no-ray`` need only torch, entmax, numpy, pandas and scikit-learn; ``ray`` and ``pack``
 need Ray too. A GPU host without Ray or network runs them with the kit of ``../shared/gpu/make_kit.sh``
 (``benchmarks/scale/gpu_run.sh`` installs it and runs every mode under its own time limit).
 ``--device cpu`` runs the same code on a CPU with tiny sizes (a dry run of the script itself; the
@@ -176,11 +177,11 @@ def mode_step(args, device) -> str:
 
 
 def load(args, device):
-    """(features, labels, schedule): the whole dataset on a GPU; on a CPU dry run its first 1,500
-    rows and a short schedule."""
+    """(features, labels, schedule): the whole dataset on a GPU (or with ``--full``); on a CPU dry
+    run its first 1,500 rows and a short schedule."""
     from common import load_dataset
     df, y = load_dataset(args.dataset, Path(args.data_dir))
-    if device.type == "cpu":
+    if device.type == "cpu" and not args.full:
         return df.iloc[:1500], y[:1500], {"epochs": 12, "warmup_epochs": 4}
     return df, y, {}
 
@@ -308,7 +309,10 @@ def mode_repeat(args, device) -> str:
 
 def start_ray(device) -> None:
     import ray
+
+    from neurcam_dist.distributed.session import local_ray_defaults
     if not ray.is_initialized():
+        local_ray_defaults()   # as the product's own local Ray: Ray Train looks at its workers every 0.2 s
         cpus = os.cpu_count() if device.type == "cuda" else max(os.cpu_count(), 6)  # a CPU dry run oversubscribes
         ray.init(num_cpus=cpus, include_dashboard=False,
                  num_gpus=1 if device.type == "cuda" else 0, log_to_driver=False)
@@ -382,9 +386,98 @@ def mode_pack(args, device) -> str:
                   ["trials", "GPU per trial", "wall s", "vs 1 trial", "epochs per trial", "trials ok"], rows, ray=True)
 
 
+# The learning rate of a batch b: Adam's square-root rule from the default's (lr at batch 512) ---
+# lr(b) = lr(512) * sqrt(b / 512) (Hoffer et al. 2017; Malladi et al. 2022 derive it for adaptive
+# optimisers), so the gradient noise per step stays about the same as the batch grows.
+REFERENCE_BATCH = 512
+
+
+def lr_for_batch(batch: int, lr: float | None = None) -> float:
+    """``lr`` (default: the hyperparameter table's) scaled from batch 512 to ``batch`` by the
+    square-root rule."""
+    base = DEFAULTS["lr"] if lr is None else lr
+    return base * (batch / REFERENCE_BATCH) ** 0.5
+
+
+def lloyd_inertia(df) -> float:
+    """Lloyd KMeans (n_init=10, K clusters) in the standardized features, measured as ``scored``
+    measures (``metrics.inertia``: the mean squared distance to the cluster means)."""
+    from sklearn.cluster import KMeans
+
+    from neurcam_dist import metrics
+    a = df.to_numpy(np.float64)
+    x = (a - a.mean(0)) / a.std(0)
+    return metrics.inertia(x, KMeans(n_clusters=K, n_init=10, random_state=0).fit_predict(x))
+
+
+def batch_row(run: str, batch: int, lr: float, r: dict, secs: list[float], predicted: float, lloyd: float,
+              ref: dict | None) -> str:
+    """One line of the batch table (``ref``: batch 512's result of the same kind of run)."""
+    med = statistics.median(secs[1:] or secs)   # epoch 1 of a Ray run fills its resident shard: apart
+    vs = "" if ref is None else f"{ref['wall'] / r['wall']:.2f}x"
+    inertia_vs = "" if ref is None else f"{r['inertia'] / ref['inertia']:.4f}"
+    row = (f"| {run} | {batch:,} | {lr:.3g} | {med * 1e3:.1f} | {predicted:.1f} | {len(secs)} "
+           f"| {r['wall']:.1f} | {vs} | {r['inertia'] / lloyd:.4f} | {inertia_vs} | {r['ari']:.3f} |")
+    print(row, flush=True)
+    return row
+
+
+def mode_batch(args, device) -> str:
+    """The batch a GPU worker needs (issue 56): the in-memory estimator and ``neurcam train`` (1
+    worker, cache: device) at each of ``--batches``, the learning rate by ``lr_for_batch``; the
+    median epoch beside the cost model's resident epoch n / R_step(b) (R_step measured in this run),
+    the epochs to the end, the whole fit and the inertia against Lloyd KMeans'. The notes name the
+    largest batch whose inertia stays within 1.005x of batch 512's, and its speed-up per fit."""
+    df, y, quick = load(args, device)
+    warm_up(df, y, device)
+    lloyd = lloyd_inertia(df)
+    rows, results = [], {}
+    lr = {b: lr_for_batch(min(b, len(df))) for b in args.batches}
+    ray_results: dict[int, dict] = {}   # a batch past the rows is all of them
+    for b in args.batches:
+        rate, _ = step_rate(len(df), df.shape[1], df.shape[1], 0, "fp32", min(b, len(df)), 3, device, graphed=True,
+                            hidden=DEFAULTS["hidden"], bases=DEFAULTS["n_bases"])
+        predicted = len(df) / rate * 1e3
+        r = fit_once(df, y, seed=0, n_pairs=0, precision="fp32", graphed=True, device=device, batch_size=b,
+                     lr=lr[b], **quick)
+        secs = [e["seconds"] for e in r["est"].history_["epochs"]]
+        results[("memory", b)] = (r, predicted)
+        rows.append(batch_row("in memory (estimator)", b, lr[b], r, secs, predicted, lloyd,
+                              None if b == args.batches[0] else results[("memory", args.batches[0])][0]))
+    if args.ray:
+        os.environ[CUDA_GRAPHS] = "1"
+        start_ray(device)
+        with tempfile.TemporaryDirectory() as tmp:
+            for b in args.batches:
+                args.model = {**quick, "batch_size": b, "lr": lr[b]}
+                r = ray_results[b] = ray_fit(args, tmp, df, y)
+                rows.append(batch_row("`neurcam train`, 1 worker, cache: device", b, lr[b], r, r["secs"],
+                                      results[("memory", b)][1], lloyd,
+                                      None if b == args.batches[0] else ray_results[args.batches[0]]))
+    base = results[("memory", args.batches[0])][0]
+    kept = [b for b in args.batches if results[("memory", b)][0]["inertia"] <= 1.005 * base["inertia"]]
+    best = max(kept)
+    notes = [f"Lloyd KMeans (n_init=10) inertia in the standardized features: {lloyd:.6g}",
+             f"largest batch within 1.005x of batch {args.batches[0]:,}'s inertia (in memory): {best:,}, "
+             f"{base['wall'] / results[('memory', best)][0]['wall']:.2f}x faster per fit"]
+    if args.ray:   # issue 56's first target, at the first batch: the Ray epoch against the in-memory one
+        ray_first = ray_results[args.batches[0]]
+        notes.append(f"batch {args.batches[0]:,}: `neurcam train` (cache: device) median epoch "
+                     f"{statistics.median(ray_first['secs'][1:] or ray_first['secs']) / base['epoch_s']:.2f}x the "
+                     f"in-memory one, inertia {(ray_first['inertia'] / base['inertia'] - 1) * 100:+.2f}%")
+    return report(device, f"{args.dataset} ({len(df):,} rows), NeurCAM seed 0, fp32, default schedule"
+                          f"{'' if not quick else f' {quick}'}; lr = {DEFAULTS['lr']:g} x sqrt(batch / 512); "
+                          f"ms/epoch = median epoch (a Ray run's first, which fills its resident shard, apart); "
+                          f"predicted = the cost model's resident epoch n / R_step(b), R_step measured here (anneal "
+                          f"phase, captured step); fit s = the whole fit; vs 512 = batch 512's fit s / this one's; a batch "
+                          f"past the rows is all of them (its lr by the rows).",
+                  ["run", "batch", "lr", "median ms/epoch", "predicted ms/epoch", "epochs", "fit s", "vs 512",
+                   "inertia / Lloyd", "inertia / batch 512's", "ARI"], rows, notes, ray=args.ray)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("step", "fit", "repeat", "ray", "pack"))
+    ap.add_argument("mode", choices=("step", "fit", "repeat", "ray", "pack", "batch"))
     ap.add_argument("--out", default=None, help="also write the table here")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--epochs", type=int, default=3, help="step: timed epochs per case")
@@ -396,6 +489,10 @@ def main() -> None:
                     help="repeat: also the deterministic=True hyperparameter, in memory and on Ray")
     ap.add_argument("--eager", type=int, default=0, choices=(0, 1), help="repeat: also an eager pair (1)")
     ap.add_argument("--trials", type=int, default=4, help="pack: trials sharing the GPU")
+    ap.add_argument("--batches", type=int, nargs="+", default=[512, 4096, 16384, 65536],
+                    help="batch: global batch sizes, the first the reference")
+    ap.add_argument("--no-ray", dest="ray", action="store_false", help="batch: the estimator only")
+    ap.add_argument("--full", action="store_true", help="with --device cpu: the whole dataset, default schedule")
     args = ap.parse_args()
     args.model = {}
     if args.deterministic:   # before the first cuBLAS handle is made (cuBLAS reads it once)
@@ -403,7 +500,8 @@ def main() -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: pass --device cpu for a dry run")
     device = torch.device(args.device)
-    table = {"step": mode_step, "fit": mode_fit, "repeat": mode_repeat, "ray": mode_ray, "pack": mode_pack}[args.mode](args, device)
+    table = {"step": mode_step, "fit": mode_fit, "repeat": mode_repeat, "ray": mode_ray, "pack": mode_pack,
+             "batch": mode_batch}[args.mode](args, device)
     print(table, flush=True)
     if args.out:
         Path(args.out).write_text(table + "\n")
