@@ -190,7 +190,6 @@ def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
     """SIGTERM (kill, a pod stopping) unwinds the command: exit 143, no half-written output."""
     import os
     import signal
-    import time
 
     from .conftest import blobs
     X, _ = blobs(n=20000, d=6)
@@ -200,10 +199,15 @@ def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
                              "--warmup-epochs", "4000", "--no-early-stopping"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "NEURCAM_VERBOSE": ""})
-    time.sleep(8)
-    assert proc.poll() is None, proc.stdout.read()
+    said = []
+    for line in proc.stdout:           # until it is training
+        said.append(line)
+        if "NeurCAM: epoch" in line:
+            break
+    assert proc.poll() is None, "".join(said) + proc.stdout.read()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
+    out = "".join(said) + out
     assert proc.returncode == 143, out[-2000:]
     assert not (tmp_path / "out" / "model").exists()
 

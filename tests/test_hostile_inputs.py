@@ -429,6 +429,14 @@ def test_an_object_store_that_hangs_is_a_clear_error_in_bounded_time(tmp_path):
 
 
 # ------------------------------------------------------------------ a killed command's Ray
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_path):
     """SIGKILL leaves a local Ray's processes running (nothing of the driver is left to stop
     them); the next command that starts a local Ray stops them and says so."""
@@ -453,7 +461,10 @@ def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_p
         time.sleep(0.5)
     assert record.exists(), "the first command never recorded its Ray session"
     session = json.loads(record.read_text())["session_dir"]
-    time.sleep(8)                      # its training workers are up
+    deadline = time.monotonic() + 120  # until its training workers are up
+    while not any(b"RayTrainWorker" in _cmdline(p) for p in session_processes(session)):
+        assert first.poll() is None and time.monotonic() < deadline, "the first command's workers never started"
+        time.sleep(0.5)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     time.sleep(2)
