@@ -153,6 +153,8 @@ def test_the_sql_query_reads_levels_nulls_quotes_and_booleans_in_duckdb_and_sqli
 def test_fit_predict_export_on_a_csv_with_text_ids_free_text_categories_and_blanks(tmp_path, capsys):
     df, _ = mixed_table(300, seed=4, defined_by="level")
     df["comment"] = [f"called on day {i}" for i in range(len(df))]
+    df["price"] = [f"${v:,.2f}" for v in np.linspace(5, 5000, len(df))]   # an amount exported as formatted text
+    df["zip"] = [f"0{2000 + i}" for i in range(len(df))]                   # codes: digits, leading zeros kept
     df.to_csv(tmp_path / "t.csv", index=False)
     args = ["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "run"), "--n-clusters", "3",
             *[a for k, v in FAST.items() if k not in ("verbose", "device")
@@ -161,6 +163,9 @@ def test_fit_predict_export_on_a_csv_with_text_ids_free_text_categories_and_blan
     err = capsys.readouterr().err
     assert "categorical: plan, region, paperless" in err
     assert "comment (text with 300 distinct values, more than a category's max_levels=64" in err
+    assert ("price (numbers written as text with '$', thousands separators (e.g. '$5.00', '$21.71'), 300 distinct "
+            "values: write them as plain numbers (1234.5)") in err
+    assert "zip (text with 300 distinct values" in err
     assigned = pd.read_csv(tmp_path / "run" / "assignments.csv", dtype={"customer_id": str})
     assert assigned["customer_id"].tolist() == df["customer_id"].tolist()
     new = df.head(30).copy()

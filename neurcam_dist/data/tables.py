@@ -252,9 +252,29 @@ def is_csv(path) -> bool:
     return Path(path).name.lower().endswith(CSV_SUFFIXES)
 
 
+# A number as people write it in a spreadsheet: a currency sign or a percent, digits grouped by
+# thousands ('7,111', '1.234.567', '12 500'), a decimal point or comma ('$1,234.50', '1.234,50 €').
+MARKS = "$€£¥%"
+WRITTEN_NUMBER = re.compile(r"^[+-]?[$€£¥]?\s?[+-]?(\d{1,3}([,. '’]\d{3})+|\d+)([.,]\d+)?\s?[%$€£¥]?$")
+GROUPED = r"\d[,. '’]\d{3}(?!\d)"
+
+
+def _written_numbers(values: pd.Series) -> str | None:
+    """The marks (``'$'``, ``'%'``, thousands separators) of a text column whose cells are
+    nearly all (90%) numbers written with them: a price or an amount exported as formatted text,
+    which is neither free text nor an id. None for anything else (plain digits: codes, zips)."""
+    text = values.astype(str).str.strip()
+    if text.str.match(WRITTEN_NUMBER).mean() < 0.9:
+        return None
+    marks = [repr(m) for m in MARKS if text.str.contains(m, regex=False).any()]
+    if text.str.contains(GROUPED, regex=True).any():
+        marks.append("thousands separators")
+    return ", ".join(marks) or None
+
+
 def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
     """Why a text column is not a category feature (None: it is one): more distinct values than
-    ``max_levels`` (free text, ids), or nothing in it."""
+    ``max_levels`` (free text, ids, or numbers written as formatted text), or nothing in it."""
     values = df[col].dropna()
     values = values[values.astype(str).str.strip() != ""]
     if values.empty:
@@ -263,6 +283,11 @@ def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
     if distinct == 1 and not df[col].isna().any():
         return f"one value, {str(values.iloc[0])[:40]!r}, in every row"
     if distinct > max_levels:
+        marks = _written_numbers(values)
+        if marks:
+            examples = ", ".join(repr(str(v)) for v in values.drop_duplicates().head(2))
+            return (f"numbers written as text with {marks} (e.g. {examples}), {distinct:,} distinct values: "
+                    f"write them as plain numbers (1234.5) to use the column as a number")
         return (f"text with {distinct:,} distinct values, more than a category's max_levels={max_levels}: "
                 f"`neurcam featurize-text` for text, --id for an id")
     return None
