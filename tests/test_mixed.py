@@ -212,7 +212,7 @@ def test_counterfactuals_move_rows_to_another_level_and_rules_read_levels(mixed)
 
 
 @pytest.mark.usefixtures("ray_cluster")
-def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
+def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, capsys):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -221,6 +221,7 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
     from neurcam_dist.distributed import train
     df, _ = mixed_table(600, seed=5, defined_by="level")
     df["id"] = np.arange(len(df))
+    df["price"] = [f"${v:,.2f}" for v in np.linspace(5, 5000, len(df))]   # every value in one row: all 'other'
     d = tmp_path / "shards"
     d.mkdir()
     a, b = df.iloc[:300].copy(), df.iloc[300:].copy()
@@ -229,7 +230,7 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
     t = pa.Table.from_pandas(b, preserve_index=False)
     i = t.schema.get_field_index("plan")
     pq.write_table(t.set_column(i, "plan", t["plan"].dictionary_encode()), d / "b.parquet")   # dictionary here
-    features = ["plan", "region", "paperless", "usage", "tenure", "income"]
+    features = ["plan", "region", "paperless", "usage", "tenure", "income", "price"]
     prof = profile(plan(DataConfig(path=str(d), id="id", features=features)), missing="learn")
     assert prof.levels["plan"] == {"monthly": int((df.plan == "monthly").sum()), "yearly": int((df.plan == "yearly").sum()),
                                    "two-year": int((a.plan == "two-year").sum()),
@@ -243,6 +244,13 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path):
                  "train": {"num_workers": 2, "cpus_per_worker": 1}, "output": str(tmp_path / "out")})
     est = res.estimator
     coding = est.fitted_.coding
+    # a named text column whose values are all rare is 'other' in every row: said why, and no gate takes it
+    # (as the estimator leaves it out in memory)
+    said = capsys.readouterr()
+    assert ("price: none of its 600 distinct values is in min_level_rows=5 rows, so it is 'other' in every row and "
+            "no gate may select it; numbers written as text with '$', thousands separators") in said.out + said.err
+    assert coding.columns[6].levels == ("other",) and "price" not in est.selected_features_
+    assert "price" not in NeurCAM(**FAST, n_clusters=3).fit(df[features]).selected_features_
     assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
     assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
     assert res.metrics["repr_dim"] == coding.space_width()

@@ -51,6 +51,16 @@ class Profile:
                 out[j] = miss == self.n_rows   # one value and some missing cells vary
         return out
 
+    def coded_constant(self, coding: ColumnCoding) -> np.ndarray:
+        """``constant`` as the model reads the features once coded (``coding``, from these counts):
+        a categorical feature none of whose values is in ``min_level_rows`` rows (free text, ids)
+        is 'other' in every row, so constant, as the estimator finds it in memory."""
+        out = self.constant.copy()
+        for j, col in enumerate(coding.columns):
+            if col.categorical:
+                out[j] = sum(r > 0 for r in col.rows) + (col.missing_rows > 0) <= 1
+        return out
+
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as
         ``fit`` would choose them from the same counts) and every feature's missing cells."""

@@ -259,7 +259,7 @@ WRITTEN_NUMBER = re.compile(r"^[+-]?[$€£¥]?\s?[+-]?(\d{1,3}([,. '’]\d{3})+
 GROUPED = r"\d[,. '’]\d{3}(?!\d)"
 
 
-def _written_numbers(values: pd.Series) -> str | None:
+def written_numbers(values: pd.Series) -> str | None:
     """The marks (``'$'``, ``'%'``, thousands separators) of a text column whose cells are
     nearly all (90%) numbers written with them: a price or an amount exported as formatted text,
     which is neither free text nor an id. None for anything else (plain digits: codes, zips)."""
@@ -283,7 +283,7 @@ def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
     if distinct == 1 and not df[col].isna().any():
         return f"one value, {str(values.iloc[0])[:40]!r}, in every row"
     if distinct > max_levels:
-        marks = _written_numbers(values)
+        marks = written_numbers(values)
         if marks:
             examples = ", ".join(repr(str(v)) for v in values.drop_duplicates().head(2))
             return (f"numbers written as text with {marks} (e.g. {examples}), {distinct:,} distinct values: "
