@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import data as data_mod
+from ..columns import ColumnCoding
 from ..config import DataConfig, JobConfig, ModelConfig
 from ..data.tables import written_numbers
 from ..errors import DataError
@@ -213,26 +214,26 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     return plan, prof
 
 
-def model_coding(job: ResolvedJob, prof: data_mod.Profile):
+def model_coding(job: ResolvedJob, prof: data_mod.Profile) -> ColumnCoding:
     """The model's ``ColumnCoding`` from the profile's counts, by the job's level settings."""
     m = job.model
     return prof.coding(job.plan, min_level_rows=m.min_level_rows, max_levels=m.max_levels, missing=m.missing)
 
 
-def hollow_notes(coding, prof: data_mod.Profile, min_level_rows: int) -> list[str]:
+def hollow_notes(coding: ColumnCoding, prof: data_mod.Profile, min_level_rows: int) -> list[str]:
     """A line for each categorical feature none of whose values is in ``min_level_rows`` rows:
     'other' in every row, so no gate may select it; what it looks like (numbers written as text,
     else free text or ids) and what to do, as ``fit``'s "not used" line says in memory."""
     lines = []
     for col in coding.columns:
-        if not col.categorical or len(col.levels) > 1:
-            continue
         seen = list(prof.levels.get(col.name, {}))
-        marks = written_numbers(pd.Series(seen, dtype=object)) if seen else None
+        if not col.categorical or len(col.levels) > 1 or not seen:   # no value at all: a constant, named as such
+            continue
+        marks = written_numbers(pd.Series(seen, dtype=object))
         why = (f"numbers written as text with {marks} (e.g. {', '.join(map(repr, seen[:2]))}): write them as plain "
                f"numbers (1234.5) to use it as a number" if marks else
-               "free text or ids are no category: leave it out of data.features (`neurcam featurize-text` for text)")
+               "free text or ids are no category: list the features in data.features without it (`neurcam "
+               "featurize-text` for text)")
         lines.append(f"{col.name}: none of its {len(seen):,} distinct values is in min_level_rows={min_level_rows} rows, "
                      f"so it is 'other' in every row and no gate may select it; {why}")
     return lines
-
