@@ -626,22 +626,14 @@ def test_the_streams_idle_scheduling_loop_pauses_and_the_stream_is_unchanged(sha
     assert off.off and caplog.text.count("idle scheduling loop is not paced") == 1
 
 
-def test_a_local_ray_looks_at_its_training_workers_often_unless_told_otherwise(monkeypatch):
-    """Ray Train's controller waits one poll interval at each step of a run (2 s by default: about
-    5 s of every short run). A local Ray that ``ensure_ray`` starts gets 0.2 s, set before the start
-    so that its workers (Tune's trials) inherit it; a value the user set is kept."""
-    import subprocess
-    import sys
 
+def test_a_users_poll_interval_wins_over_the_local_default(monkeypatch):
+    """``session.local_ray_defaults`` (before a local Ray starts; that its workers get 0.2 s is
+    checked in ``test_hostile_inputs``' killed-command test) keeps a value the user set."""
     from neurcam_dist.distributed.session import TRAIN_POLL_VAR, local_ray_defaults
-    code = ("import os, ray\nfrom neurcam_dist.distributed.session import ensure_ray\n"
-            "ensure_ray(object_store_memory=80 * 2**20)\n"
-            f"seen = ray.get(ray.remote(lambda: os.environ.get('{TRAIN_POLL_VAR}')).remote())\n"
-            f"print(os.environ.get('{TRAIN_POLL_VAR}'), seen)\nray.shutdown()\n")
-    env = {k: v for k, v in os.environ.items() if k not in (TRAIN_POLL_VAR, "RAY_ADDRESS")}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split()[-2:] == ["0.2", "0.2"]          # the driver and a worker of its local Ray
     monkeypatch.setenv(TRAIN_POLL_VAR, "1.5")
     local_ray_defaults()
     assert os.environ[TRAIN_POLL_VAR] == "1.5"
+    monkeypatch.delenv(TRAIN_POLL_VAR)
+    local_ray_defaults()
+    assert os.environ[TRAIN_POLL_VAR] == "0.2"

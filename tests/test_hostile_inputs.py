@@ -429,9 +429,9 @@ def test_an_object_store_that_hangs_is_a_clear_error_in_bounded_time(tmp_path):
 
 
 # ------------------------------------------------------------------ a killed command's Ray
-def _cmdline(pid: int) -> bytes:
+def _proc(pid: int, what: str) -> bytes:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
+        with open(f"/proc/{pid}/{what}", "rb") as f:
             return f.read()
     except OSError:
         return b""
@@ -444,10 +444,12 @@ def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_p
     import signal
 
     from neurcam_dist.distributed.leftovers import _alive, session_processes
+    from neurcam_dist.distributed.session import LOCAL_TRAIN_POLL_S, TRAIN_POLL_VAR
     (tmp_path / "d").mkdir()
     pd.concat([table] * 20, ignore_index=True).to_parquet(tmp_path / "d" / "p.parquet")
     env = {**os.environ, "NEURCAM_RAY_RECORDS": str(tmp_path / "records")}
     env.pop("RAY_ADDRESS", None)
+    env.pop(TRAIN_POLL_VAR, None)   # the command's local Ray sets it (session.local_ray_defaults)
 
     def config(name, epochs):
         cfg = {"data": {"path": str(tmp_path / "d")}, "output": str(tmp_path / name), "train": {"num_workers": 1},
@@ -462,9 +464,11 @@ def test_a_killed_commands_local_ray_is_stopped_by_the_next_command(table, tmp_p
     assert record.exists(), "the first command never recorded its Ray session"
     session = json.loads(record.read_text())["session_dir"]
     deadline = time.monotonic() + 120  # until its training workers are up
-    while not any(b"RayTrainWorker" in _cmdline(p) for p in session_processes(session)):
+    while not (workers := [p for p in session_processes(session) if b"RayTrainWorker" in _proc(p, "cmdline")]):
         assert first.poll() is None and time.monotonic() < deadline, "the first command's workers never started"
         time.sleep(0.5)
+    # a local Ray's training workers are looked at every 0.2 s, not Ray Train's 2 s (about 5 s of every run)
+    assert f"{TRAIN_POLL_VAR}={LOCAL_TRAIN_POLL_S}".encode() in _proc(workers[0], "environ").split(b"\0")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
     time.sleep(2)
