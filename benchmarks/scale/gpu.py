@@ -198,13 +198,18 @@ def largest_difference(a: dict, b: dict) -> float:
                if u.is_floating_point() and u.numel())
 
 
+def standardized(df) -> np.ndarray:
+    """The features standardized: the space every inertia here is measured in."""
+    a = df.to_numpy(np.float64)
+    return (a - a.mean(0)) / a.std(0)
+
+
 def scored(est, df, y) -> dict:
     """A fitted model's labels of ``df``, their inertia in the standardized features and ARI."""
     from neurcam_dist import metrics
     labels = est.predict(df)
-    a = df.to_numpy(np.float64)
-    x = (a - a.mean(0)) / a.std(0)
-    return {"labels": labels, "inertia": metrics.inertia(x, labels), "ari": metrics.ari(y, labels), "est": est}
+    return {"labels": labels, "inertia": metrics.inertia(standardized(df), labels), "ari": metrics.ari(y, labels),
+            "est": est}
 
 
 def fit_once(df, y, *, seed: int, n_pairs: int, precision: str, graphed: bool, device, **extra):
@@ -405,8 +410,7 @@ def lloyd_inertia(df) -> float:
     from sklearn.cluster import KMeans
 
     from neurcam_dist import metrics
-    a = df.to_numpy(np.float64)
-    x = (a - a.mean(0)) / a.std(0)
+    x = standardized(df)
     return metrics.inertia(x, KMeans(n_clusters=K, n_init=10, random_state=0).fit_predict(x))
 
 

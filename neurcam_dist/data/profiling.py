@@ -32,6 +32,7 @@ class Profile:
     levels: dict = field(default_factory=dict)     # categorical feature -> {level text: rows}
     dtypes: dict = field(default_factory=dict)     # categorical feature -> text | bool | number
     names: tuple = ()                              # the features, in order
+    min_level_rows: int = 1                        # a level in fewer rows is 'other' to the model
 
     def scale(self) -> np.ndarray:
         """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
@@ -39,26 +40,19 @@ class Profile:
 
     @property
     def constant(self) -> np.ndarray:
-        """Features with one value in every row (a categorical one: one level and no missing
-        cell, or no value at all)."""
+        """Features with one value in every row as the model reads them (a categorical one: one
+        level and no missing cell, or no value at all; its levels in fewer than ``min_level_rows``
+        rows count as one, 'other', as the estimator codes them in memory)."""
         out = self.lo == self.hi
         names = list(self.names)
         for j, name in enumerate(names):
             miss = self.missing.get(name, 0)
             if name in self.levels:
-                out[j] = len(self.levels[name]) + (miss > 0) <= 1
+                rows = self.levels[name].values()
+                frequent = sum(n >= self.min_level_rows for n in rows)
+                out[j] = frequent + any(n < self.min_level_rows for n in rows) + (miss > 0) <= 1
             elif miss:
                 out[j] = miss == self.n_rows   # one value and some missing cells vary
-        return out
-
-    def coded_constant(self, coding: ColumnCoding) -> np.ndarray:
-        """``constant`` as the model reads the features once coded (``coding``, from these counts):
-        a categorical feature none of whose values is in ``min_level_rows`` rows (free text, ids)
-        is 'other' in every row, so constant, as the estimator finds it in memory."""
-        out = self.constant.copy()
-        for j, col in enumerate(coding.columns):
-            if col.categorical:
-                out[j] = sum(r > 0 for r in col.rows) + (col.missing_rows > 0) <= 1
         return out
 
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
@@ -225,11 +219,11 @@ class _Tally:
                 "missing": json.dumps(missing)}
 
 
-def profile(p: Plan, missing: str = "refuse") -> Profile:
+def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profile:
     """One streaming pass over the data: refuse inf, wrong list lengths and (``missing='refuse'``,
     or outside the features) NaN / null; return the standardization moments, the missing cells
-    per feature and the categorical features' level counts. Raises ``DataError`` naming each
-    offending file and column.
+    per feature and the categorical features' level counts (``min_level_rows``: the model's, for
+    ``Profile.constant``). Raises ``DataError`` naming each offending file and column.
 
     Each file is tallied where it is read (in its Ray Data read task, or here for small data)
     and the tallies are merged here in file order, so the numbers do not depend on which task
@@ -269,4 +263,5 @@ def profile(p: Plan, missing: str = "refuse") -> Profile:
     return Profile(n_rows=n, mean=mean, std=std, bad=bad, lengths=json.loads(acc["len"]),
                    lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]), missing=json.loads(acc["missing"]),
                    levels={c: v["counts"] for c, v in levels.items()},
-                   dtypes={c: v["dtype"] for c, v in levels.items()}, names=tuple(p.features))
+                   dtypes={c: v["dtype"] for c, v in levels.items()}, names=tuple(p.features),
+                   min_level_rows=min_level_rows)

@@ -35,7 +35,7 @@ from .scoring import evaluate
 from . import events
 from .console import held_stderr, routed_logs
 from .events import say
-from .job import ResolvedJob, model_coding, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
+from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
 from .session import check_resources, ensure_ray, worker_env, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
 
@@ -81,8 +81,7 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     plan, m, tc = job.plan, job.model, job.train
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
-    coding = model_coding(job, prof)
-    allowed = ~prof.coded_constant(coding)
+    coding = prof.coding(plan, min_level_rows=m.min_level_rows, max_levels=m.max_levels, missing=m.missing)
     cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))
     table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
     raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
@@ -93,12 +92,12 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
     centroids, info = initial_centroids(job.spec, x_sample, xr_sample, method=m.kmeans, n_init=m.kmeans_n_init,
-                                        allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
+                                        allowed=~prof.constant, baseline=standardized_zero(mean, scale), **levels)
     chosen = f", chosen by {info['chosen_by']}" if "chosen_by" in info else ""
     say(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
-                        allowed=allowed, coding=coding, level_init=levels["level_init"])
+                        allowed=~prof.constant, coding=coding, level_init=levels["level_init"])
 
 
 def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None = None) -> WorkerConfig:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import data as data_mod
-from ..columns import ColumnCoding
 from ..config import DataConfig, JobConfig, ModelConfig
 from ..data.tables import written_numbers
 from ..errors import DataError
@@ -200,13 +199,12 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     say(f"data: {plan.describe()}")
     data_mod.sources.refuse_output_inside(job.output, plan.source)
     t0 = time.perf_counter()
-    prof = data_mod.profile(plan, missing=m.missing)
+    prof = data_mod.profile(plan, missing=m.missing, min_level_rows=m.min_level_rows)
     say(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
-    coding = model_coding(job, prof)
-    for line in hollow_notes(coding, prof, m.min_level_rows):
+    for line in hollow_notes(prof):
         say(line)
     try:
-        note = constant_features_note(prof.coded_constant(coding), plan.features, m.constant_features, m.n_pairs)
+        note = constant_features_note(prof.constant, plan.features, m.constant_features, m.n_pairs)
     except ValueError as exc:
         raise data_mod.DataError(f"data: {exc}") from None
     if note:
@@ -214,26 +212,21 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     return plan, prof
 
 
-def model_coding(job: ResolvedJob, prof: data_mod.Profile) -> ColumnCoding:
-    """The model's ``ColumnCoding`` from the profile's counts, by the job's level settings."""
-    m = job.model
-    return prof.coding(job.plan, min_level_rows=m.min_level_rows, max_levels=m.max_levels, missing=m.missing)
-
-
-def hollow_notes(coding: ColumnCoding, prof: data_mod.Profile, min_level_rows: int) -> list[str]:
+def hollow_notes(prof: data_mod.Profile) -> list[str]:
     """A line for each categorical feature none of whose values is in ``min_level_rows`` rows:
-    'other' in every row, so no gate may select it; what it looks like (numbers written as text,
-    else free text or ids) and what to do, as ``fit``'s "not used" line says in memory."""
-    lines = []
-    for col in coding.columns:
-        seen = list(prof.levels.get(col.name, {}))
-        if not col.categorical or len(col.levels) > 1 or not seen:   # no value at all: a constant, named as such
+    'other' in every row, so constant and no gate may select it; what it looks like (numbers
+    written as text, else free text or ids) and what to do, as ``fit``'s "not used" line says in
+    memory."""
+    lines, k = [], prof.min_level_rows
+    for name, counts in prof.levels.items():
+        if not counts or any(n >= k for n in counts.values()):
             continue
+        seen = list(counts)
         marks = written_numbers(pd.Series(seen, dtype=object))
         why = (f"numbers written as text with {marks} (e.g. {', '.join(map(repr, seen[:2]))}): write them as plain "
                f"numbers (1234.5) to use it as a number" if marks else
                "free text or ids are no category: list the features in data.features without it (`neurcam "
                "featurize-text` for text)")
-        lines.append(f"{col.name}: none of its {len(seen):,} distinct values is in min_level_rows={min_level_rows} rows, "
+        lines.append(f"{name}: none of its {len(seen):,} distinct values is in min_level_rows={k} rows, "
                      f"so it is 'other' in every row and no gate may select it; {why}")
     return lines
