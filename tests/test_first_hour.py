@@ -135,7 +135,6 @@ def test_a_first_tracked_run_says_it_is_creating_the_local_store(tmp_path, monke
 def test_the_report_reads_clean_pushes_above_noise_numbers_short_moves_whole(tmp_path):
     import re
 
-    import numpy as np
     from sklearn.datasets import load_digits
 
     from neurcam_dist import NeurCAM

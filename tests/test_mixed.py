@@ -251,6 +251,19 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
             "no gate may select it; numbers written as text with '$', thousands separators") in said.out + said.err
     assert coding.columns[6].levels == ("other",) and "price" not in est.selected_features_
     assert "price" not in NeurCAM(**FAST, n_clusters=3).fit(df[features]).selected_features_
+    # with the features chosen from the schema, the profile pass leaves it out (as fit's "not used"),
+    # and the plan, the profile and the model's width follow
+    from neurcam_dist.config import JobConfig
+    from neurcam_dist.distributed.job import prepare, resolve
+    job, prof = prepare(resolve(JobConfig.model_validate({"data": {"path": str(d), "id": "id"}, "model": {"n_clusters": 3},
+                                                          "output": str(tmp_path / "auto")})))
+    said = capsys.readouterr()
+    assert ("not used: price (numbers written as text with '$', thousands separators (e.g. '$5.00', '$13.34'), "
+            "600 distinct values: write them as plain numbers") in said.out + said.err
+    assert job.plan.features == list(prof.names) == job.plan.repr_columns and "price" not in job.plan.features
+    assert set(features) - {"price"} <= set(job.plan.features) and "plan" in job.plan.categorical
+    assert job.spec.n_features == len(job.plan.features) and len(prof.mean) == len(job.plan.features)
+    assert "price: none of its" not in said.out + said.err
     assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
     assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
     assert res.metrics["repr_dim"] == coding.space_width()

@@ -45,6 +45,16 @@ class Plan:
             cols += [c for c in self.repr_columns if c not in cols]
         return cols
 
+    def without(self, names) -> "Plan":
+        """This plan without the features ``names`` (text columns the profile pass found to be no
+        category): neither read nor modelled, the representation of standardized features too."""
+        drop = set(names)
+        features = [c for c in self.features if c not in drop]
+        own = self.repr_kind == "features"
+        return dataclasses.replace(self, features=features, categorical=[c for c in self.categorical if c not in drop],
+                                   repr_columns=list(features) if own else self.repr_columns,
+                                   repr_dim=len(features) if own else self.repr_dim)
+
     def describe(self) -> str:
         """One line for the console: rows, files, features, embedding, label and id."""
         rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",

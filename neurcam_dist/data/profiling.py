@@ -5,7 +5,7 @@ column's level counts are capped at ``LEVEL_CAP`` distinct values per file)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow.compute as pc
@@ -54,6 +54,15 @@ class Profile:
             elif miss:
                 out[j] = miss == self.n_rows   # one value and some missing cells vary
         return out
+
+    def without(self, names) -> "Profile":
+        """This profile without the features ``names`` (``Plan.without``)."""
+        drop = set(names)
+        keep = [j for j, c in enumerate(self.names) if c not in drop]
+        return replace(self, mean=self.mean[keep], std=self.std[keep], names=tuple(self.names[j] for j in keep),
+                       lo=None if self.lo is None else self.lo[keep], hi=None if self.hi is None else self.hi[keep],
+                       **{k: {c: v for c, v in getattr(self, k).items() if c not in drop}
+                          for k in ("missing", "levels", "dtypes")})
 
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..columns import level_counts
 from ..errors import ConfigError, DataError
 from ..validation import auto_features, missing_columns_note
 
@@ -272,25 +273,39 @@ def written_numbers(values: pd.Series) -> str | None:
     return ", ".join(marks) or None
 
 
-def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
-    """Why a text column is not a category feature (None: it is one): more distinct values than
-    ``max_levels`` (free text, ids, or numbers written as formatted text), or nothing in it."""
-    values = df[col].dropna()
-    values = values[values.astype(str).str.strip() != ""]
-    if values.empty:
+PLAIN_NUMBERS = "write them as plain numbers (1234.5) to use the column as a number"
+
+
+def category_reason(counts: dict, missing: int, max_levels: int, *, at_least: bool = False) -> str | None:
+    """Why a text column chosen automatically is not a category feature (None: it is one), from
+    its level counts (level text -> rows) and missing cells: nothing in it, one value in every
+    row, or more distinct values than ``max_levels`` (free text, ids, or numbers written as
+    formatted text). What the "not used" line says; ``fit`` and a Ray job's profile pass share it
+    (``at_least``: the counts were capped)."""
+    if not counts:
         return "every cell blank"
-    distinct = int(values.astype(str).nunique())
-    if distinct == 1 and not df[col].isna().any():
-        return f"one value, {str(values.iloc[0])[:40]!r}, in every row"
-    if distinct > max_levels:
-        marks = written_numbers(values)
-        if marks:
-            examples = ", ".join(repr(str(v)) for v in values.drop_duplicates().head(2))
-            return (f"numbers written as text with {marks} (e.g. {examples}), {distinct:,} distinct values: "
-                    f"write them as plain numbers (1234.5) to use the column as a number")
-        return (f"text with {distinct:,} distinct values, more than a category's max_levels={max_levels}: "
-                f"`neurcam featurize-text` for text, --id for an id")
-    return None
+    if len(counts) == 1 and not missing:
+        return f"one value, {next(iter(counts))[:40]!r}, in every row"
+    if len(counts) <= max_levels:
+        return None
+    distinct = f"{'at least ' if at_least else ''}{len(counts):,} distinct values"
+    numbers = written_as_numbers(list(counts))
+    if numbers:
+        return f"{numbers}, {distinct}: {PLAIN_NUMBERS}"
+    return (f"text with {distinct}, more than a category's max_levels={max_levels}: "
+            f"`neurcam featurize-text` for text, --id for an id")
+
+
+def written_as_numbers(seen: list) -> str | None:
+    """``"numbers written as text with '$' (e.g. '$916.87', '$491.25')"`` for a column whose
+    values (``seen``) are amounts exported as formatted text (``written_numbers``), else None."""
+    marks = written_numbers(pd.Series(seen, dtype=object))
+    return f"numbers written as text with {marks} (e.g. {', '.join(repr(str(v)) for v in seen[:2])})" if marks else None
+
+
+def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
+    """``category_reason`` of a column of ``df``."""
+    return category_reason(*level_counts(df[col]), max_levels)
 
 
 def is_category_column(series: pd.Series) -> bool:

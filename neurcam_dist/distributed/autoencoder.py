@@ -145,12 +145,13 @@ class _Encoder:
 
 def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     """Train the autoencoder and write the data with its embedding; the ``data:`` of that data.
-    ``prepare()``: the checks and profile pass of the input, ``(plan, profile)`` (``job.prepare``)."""
+    ``prepare()``: the checks and profile pass of the input, ``(job, profile)`` (``job.prepare``)."""
     from ray.train import RunConfig
     from ray.train.torch import TorchTrainer
 
     r, tc, m = cfg.representation, cfg.train, cfg.model
-    plan, prof = prepare()
+    resolved, prof = prepare()
+    plan = resolved.plan
     if plan.categorical or any(prof.missing.values()):
         missing = [c for c, n in prof.missing.items() if n]
         raise data_mod.DataError(f"representation: the denoising autoencoder reads numbers without missing cells; the "

@@ -212,7 +212,8 @@ def train(config, *, name: str | None = None) -> TrainResult:
 
 
 def _train(job: ResolvedJob, name: str | None, t_start: float) -> TrainResult:
-    plan, prof = prepare(job)
+    job, prof = prepare(job)
+    plan = job.plan
     with unchanged_input(plan):
         init = initial_state(job, prof)
         wcfg = worker_config(job, init)

@@ -14,11 +14,10 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 
-import pandas as pd
-
 from .. import data as data_mod
 from ..config import DataConfig, JobConfig, ModelConfig
-from ..data.tables import written_numbers
+from ..data.profiling import LEVEL_CAP
+from ..data.tables import PLAIN_NUMBERS, category_reason, written_as_numbers
 from ..errors import DataError
 from ..storage import check_writable
 from ..validation import constant_features_note
@@ -189,11 +188,13 @@ def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
                        output=Location(cfg.output), text_defaults=filled)
 
 
-def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
+def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
     """The pass that must succeed before a worker starts: the training step against a worker's
     memory (``session.check_worker_memory``, before reading anything), every value of every file
-    checked, the standardization moments, the constant features (named, or refused with
-    ``constant_features: error``). Returns the job's plan and the profile."""
+    checked, the standardization moments, the text columns that are no category left out when
+    the features were chosen from the schema (``not_categories``), the constant features (named,
+    or refused with ``constant_features: error``). Returns the job (on the features it trains
+    on) and the profile."""
     plan, m = job.plan, job.model
     check_worker_memory(job, say)
     say(f"data: {plan.describe()}")
@@ -201,6 +202,15 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
     t0 = time.perf_counter()
     prof = data_mod.profile(plan, missing=m.missing, min_level_rows=m.min_level_rows)
     say(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
+    left_out = not_categories(job, prof)
+    if left_out:
+        say("not used: " + ", ".join(f"{c} ({why})" for c, why in left_out.items()))
+        if len(left_out) == len(plan.features):
+            raise data_mod.DataError("no feature columns left: name them in data.features")
+        plan, prof = plan.without(left_out), prof.without(left_out)
+        job = dataclasses.replace(job, plan=plan, spec=spec_for(m, plan))
+        say(f"features ({len(plan.features)}): {', '.join(plan.features[:20])}"
+            + (f" and {len(plan.features) - 20} more" if len(plan.features) > 20 else ""))
     for line in hollow_notes(prof):
         say(line)
     try:
@@ -209,24 +219,41 @@ def prepare(job: ResolvedJob) -> tuple[data_mod.Plan, data_mod.Profile]:
         raise data_mod.DataError(f"data: {exc}") from None
     if note:
         say(note)
-    return plan, prof
+    return job, prof
+
+
+def not_categories(job: ResolvedJob, prof: data_mod.Profile) -> dict[str, str]:
+    """The text, dictionary and boolean features a job took from the schema (no ``data.features``)
+    that the profile pass found to be no category, with why (``tables.category_reason``, as
+    ``fit``'s "not used" line in memory): nothing in them, one value in every row, or more
+    distinct values than ``max_levels`` (free text, ids, amounts written as text)."""
+    if job.data.features or job.plan.text is not None:
+        return {}
+    named = set(job.data.categorical or [])
+    out = {}
+    for c in job.plan.categorical:
+        if c in named:
+            continue
+        counts = prof.levels.get(c, {})
+        why = category_reason(counts, prof.missing.get(c, 0), job.model.max_levels,
+                              at_least=len(counts) >= LEVEL_CAP)
+        if why:
+            out[c] = why
+    return out
 
 
 def hollow_notes(prof: data_mod.Profile) -> list[str]:
     """A line for each categorical feature none of whose values is in ``min_level_rows`` rows:
     'other' in every row, so constant and no gate may select it; what it looks like (numbers
-    written as text, else free text or ids) and what to do, as ``fit``'s "not used" line says in
-    memory."""
+    written as text, else free text or ids) and what to do."""
     lines, k = [], prof.min_level_rows
     for name, counts in prof.levels.items():
         if not counts or any(n >= k for n in counts.values()):
             continue
-        seen = list(counts)
-        marks = written_numbers(pd.Series(seen, dtype=object))
-        why = (f"numbers written as text with {marks} (e.g. {', '.join(map(repr, seen[:2]))}): write them as plain "
-               f"numbers (1234.5) to use it as a number" if marks else
+        numbers = written_as_numbers(list(counts))
+        why = (f"{numbers}: {PLAIN_NUMBERS}" if numbers else
                "free text or ids are no category: list the features in data.features without it (`neurcam "
                "featurize-text` for text)")
-        lines.append(f"{name}: none of its {len(seen):,} distinct values is in min_level_rows={k} rows, "
+        lines.append(f"{name}: none of its {len(counts):,} distinct values is in min_level_rows={k} rows, "
                      f"so it is 'other' in every row and no gate may select it; {why}")
     return lines

@@ -205,7 +205,8 @@ def _begin(config, search_of) -> tuple:
 
 def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | None) -> SearchResult:
     s, tc = job.config.search, job.train
-    plan, prof = prepare(job)
+    job, prof = prepare(job)
+    plan = job.plan
     with unchanged_input(plan):
         inits = {(job.model.n_clusters, seed): initial_state(job.with_seed(seed), prof) for seed in s.seeds}
         t_search = time.perf_counter()
@@ -373,7 +374,8 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     from ..data.reading import representation
     from ..storage import atomic_directory
     s, tc = job.config.search, job.train
-    plan, prof = prepare(job)
+    job, prof = prepare(job)
+    plan = job.plan
     if ks[-1] >= min(tc.kmeans_sample, plan.n_rows):
         raise ConfigError(f"k goes up to {ks[-1]}, but the k-means sample has {min(tc.kmeans_sample, plan.n_rows)} "
                           f"rows: use K below that, or raise train.kmeans_sample")
