@@ -228,8 +228,10 @@ def test_data_paths_skip_hidden_and_underscore_entries_and_take_brackets_literal
     src = resolve(str(root))
     assert sorted(Path(f).relative_to(root).as_posix() for f in src.files) == ["part=a/x.parquet", "x.parquet"]
     assert src.skipped == 4 and "4 hidden, '_' or non-Parquet entries skipped" in src.describe()
-    with pytest.raises(DataError, match=r"the output directory .* is inside the input directory"):
+    with pytest.raises(ConfigError, match=r"output .* is inside the input"):
         refuse_output_inside(root / "scored", src)
+    with pytest.raises(ConfigError, match=r"output .* holds the input"):   # replacing it would delete the data
+        refuse_output_inside(tmp_path, src)
     refuse_output_inside(tmp_path / "elsewhere", src)
 
 
@@ -395,7 +397,7 @@ def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monk
     got = pd.read_parquet(tmp_path / "out").sort_values("id")
     np.testing.assert_array_equal(got["cluster"], fitted.predict(pd.concat([df.iloc[:120], bad]).drop(columns="id")))
     assert summary["missing_cells"] == {"f3": 1} and summary["where"] == where
-    with pytest.raises(DataError, match="is inside the input directory"):
+    with pytest.raises(ConfigError, match="prediction output .* is inside the input"):
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "in" / "scored")
 
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import DataError  # noqa: F401 - re-exported here
+from ..storage import refuse_overwrite
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 from ..uris import local as local_path
@@ -241,19 +242,9 @@ def find_vocabulary(given) -> dict | None:
 
 
 def refuse_output_inside(out, src: Source, what: str = "output") -> None:
-    """An output directory inside the input would be read back as data by the next run."""
-    if src.filesystem is not None or out is None or "://" in str(out):
-        return
-    out_abs = os.path.abspath(str(out))
-    for given in ([src.given] if isinstance(src.given, str) else list(src.given)):
-        given = str(given)
-        root = local_path(given)
-        if not os.path.isdir(root):
-            continue
-        root_abs = os.path.abspath(root)
-        if out_abs == root_abs or out_abs.startswith(os.path.join(root_abs, "")):
-            raise DataError(f"the {what} directory {out} is inside the input directory {given}: the next run "
-                            f"would read it as data. Write it somewhere else")
+    """An output that is the input, inside an input folder (the next run would read it back as
+    data) or holding the input: refused as every command's output is (``storage.refuse_overwrite``)."""
+    refuse_overwrite(out, inputs=[src.given] if isinstance(src.given, str) else list(src.given), what=what)
 
 
 def footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
