@@ -25,7 +25,7 @@ from .model.perf import keep_freed_memory
 from .params import HYPERPARAMETERS
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import check_float32_range, column_moments, constant_columns, softmax, standardized_zero
+from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
 from .columns import ColumnCoding, level_init
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
                          refuse_lookalike_names)
@@ -34,7 +34,6 @@ from .version import __version__
 if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is made
     import pandas as pd
 
-PROBA_CHUNK = 65_536     # rows predict_proba turns into probabilities at a time
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
 
 
@@ -407,11 +406,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """(N, K) cluster probabilities (softmax of the logits); column ``k`` is cluster
         ``cluster_ids_[k]``."""
         fitted = self._validated_state()   # fitted-ness first, then X
-        arr = self._validated(X)
-        out = np.empty((arr.shape[0], len(fitted.cluster_ids)))
-        for i in range(0, arr.shape[0], PROBA_CHUNK):   # memory: the output and one chunk
-            out[i:i + PROBA_CHUNK] = softmax(fitted.logits(arr[i:i + PROBA_CHUNK]))
-        return out
+        return fitted.proba(self._validated(X))
 
     def score_frame(self, X, top_terms: int = 0) -> "pd.DataFrame":
         """Scored rows as a DataFrame, the columns batch scoring and the registry model return:
@@ -448,10 +443,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
         Column ``k`` of ``predict_proba`` is cluster ``cluster_ids_[k]``."""
         fitted = self._validated_state()   # fitted-ness first, then X
-        arr = self._validated(X)
-        raw = np.concatenate([fitted.logits(arr[i:i + PROBA_CHUNK]).argmax(1)    # (rows, K) a chunk at a time
-                              for i in range(0, arr.shape[0], PROBA_CHUNK)] or [np.zeros(0, np.int64)])
-        return self.cluster_ids_[raw]
+        return self.cluster_ids_[fitted.assign(self._validated(X))]
 
     def set_cluster_ids(self, ids, next_id: int | None = None) -> "NeurCAM":
         """Rename the clusters (``neurcam recluster`` keeps a segment's id across versions); ``next_id``
@@ -493,7 +485,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         if X_repr is None and not self.uses_features_as_repr_:
             raise ConfigError("this model was fitted with X_repr: pass the same representation to inertia()")
         rep = self.fitted_.clustering_space(arr) if X_repr is None else _representation(X_repr, arr.shape[0])
-        return metrics.inertia(rep, self.fitted_.cluster_ids[self.fitted_.logits(arr).argmax(1)])
+        return metrics.inertia(rep, self.fitted_.cluster_ids[self.fitted_.assign(arr)])
 
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32, **measured):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``

@@ -731,18 +731,19 @@ def test_a_disk_without_room_for_the_outputs_is_refused_before_training(table, t
 
 # ------------------------------------------------------------------ memory bounded by a chunk
 def test_scoring_a_frame_is_chunked_and_equals_scoring_it_whole(table, monkeypatch):
-    from neurcam_dist import estimator
     from neurcam_dist.explain import assignments as scorer
+    from neurcam_dist.model import fitted as fitted_mod
     est = NeurCAM(n_clusters=3, random_state=0, **SMALL).fit(table)
     whole = est.score_frame(table, top_terms=3)
     proba = est.predict_proba(table)
     rows = scorer.chunk_rows(est.fitted_, 3)
     assert rows * 8 * 3 * 3 * (est.fitted_.net.single.n + 1) <= scorer.CHUNK_BYTES   # the budget holds
     monkeypatch.setattr(scorer, "chunk_rows", lambda fitted, top: 7)    # 150 rows in chunks of 7 ...
-    monkeypatch.setattr(estimator, "PROBA_CHUNK", 11)
+    monkeypatch.setattr(fitted_mod, "CHUNK", 11)
     # ... the same answer, to float32's rounding (a matmul over 7 rows sums in another order than over 150)
     pd.testing.assert_frame_equal(est.score_frame(table, top_terms=3), whole, check_exact=False, rtol=0, atol=1e-6)
     np.testing.assert_allclose(est.predict_proba(table), proba, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(est.predict(table), est.cluster_ids_[proba.argmax(1)])
 
 
 # ------------------------------------------------------------------ one-line errors before any call

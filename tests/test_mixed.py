@@ -204,6 +204,19 @@ def test_counterfactuals_move_rows_to_another_level_and_rules_read_levels(mixed)
         moved.loc[moved.index[i], m["feature"]] = value
     done = moves["feature"].map(lambda f: isinstance(f, str)).to_numpy()
     assert (est.predict(moved)[done] == moves["target"].to_numpy()[done]).all()
+    # the candidates of a move are scored around their row (only the moved features' channels run),
+    # as the whole network scores them: a level, a number and a missing cell moved, from a row with one
+    fitted = est.fitted_
+    arr = fitted.coding.encode(rows) if fitted.coding is not None else rows.to_numpy(float)
+    r = int(np.flatnonzero(np.isnan(arr).any(1))[0])
+    block = np.repeat(arr[r:r + 1], 9, axis=0)
+    for i, (j, v) in enumerate([(0, 0), (0, 1), (1, 2), (2, 1), (3, np.nan), (3, -2.0), (4, 40.0), (5, 1e5), (4, 0)]):
+        block[i, j] = v
+    import torch
+    x, base = (torch.from_numpy(fitted.standardize(a)) for a in (block, arr[r:r + 1]))
+    assert fitted.net.single._sparse_inputs(*fitted.net._coded(x, base[0])) is not None   # few channels run
+    np.testing.assert_allclose(fitted.logits(block, around=arr[r]), fitted.logits(block), rtol=0, atol=1e-4)
+    assert (fitted.assign(block, around=arr[r]) == fitted.assign(block)).all()
     from neurcam_dist.explain.rules import cluster_rules
     rules = cluster_rules(X, est.predict(X), est.cluster_ids_)
     text = " ".join(r.text() for r in rules)

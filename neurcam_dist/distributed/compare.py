@@ -34,13 +34,13 @@ class _Comparer:
     def __call__(self, table: pa.Table) -> dict:
         a, b, plan = self.a, self.b, self.plan
         xa = data_mod.reading.feature_matrix(table, a.feature_names, a.coding)
-        la = a.logits(xa).argmax(1)
+        la = a.assign(xa)
         unseen = {}
         if b.coding is not None and b.coding.has_categorical:
             xb, unseen = b.encode_counted(table.select(b.feature_names).to_pandas(), "the snapshot")
         else:
             xb = data_mod.matrix(table, b.feature_names, np.float64)
-        lb = b.logits(xb).argmax(1)
+        lb = b.assign(xb)
         xr = data_mod.reading.representation(table, plan, xa, a).astype(np.float64)
         sq = (xr ** 2).sum(1)
         acc = {"n": len(la), "table": np.zeros((a.n_clusters, b.n_clusters), np.int64), "unseen": unseen}

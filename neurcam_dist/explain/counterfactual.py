@@ -44,10 +44,6 @@ def value_span(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.where(none, 0.0, low), np.where(none, 0.0, high)
 
 
-def _labels(fitted, arr: np.ndarray) -> np.ndarray:
-    return fitted.logits(arr).argmax(1)
-
-
 def counterfactuals(fitted, arr: np.ndarray, names: list[str], low: np.ndarray, high: np.ndarray,
                     target: int | None = None, grid_size: int = 64, steps: int = 30, index=None,
                     pairs: bool = True) -> pd.DataFrame:
@@ -65,7 +61,7 @@ def counterfactuals(fitted, arr: np.ndarray, names: list[str], low: np.ndarray, 
         raise ConfigError(f"target {target} is not one of this model's cluster ids {ids.tolist()}")
     index = np.arange(len(arr)) if index is None else np.asarray(index)
     low, high = np.where(np.isnan(low), 0.0, low), np.where(np.isnan(high), 0.0, high)
-    current = _labels(fitted, arr)
+    current = fitted.assign(arr)
     scale = np.where(np.asarray(fitted.scale, dtype=np.float64) > 0, fitted.scale, 1.0)
     wanted = [[c for c in range(len(ids)) if c != current[r] and (target is None or ids[c] == int(target))]
               for r in range(len(arr))]
@@ -90,27 +86,35 @@ def _whole_columns(arr: np.ndarray) -> np.ndarray:
 def _whole_moves(fitted, arr: np.ndarray, best: dict, whole: np.ndarray, scale, low, high,
                  tries: int = 3) -> dict:
     """Moves of whole-number features rounded to whole numbers: away from the row's value, past
-    the boundary (``8 -> 7``, never ``8 -> 7.99``), one more step at a time (up to ``tries``)
-    until the row lands in the target, within ``[low, high]``; a move no whole number makes is
-    left as found."""
-    out = dict(best)
-    for r, (length, t, cols, values) in best.items():
-        if not any(whole[c] for c in cols):
+    the boundary (``8 -> 7``, never ``8 -> 7.99``), one more step at a time (up to ``tries``, all
+    scored in one pass) until the row lands in the target, within ``[low, high]``; a move no
+    whole number makes is left as found."""
+    moves = []   # (row, target, columns, start, candidate): a row's candidates one step further each
+    for r, (_, t, cols, values) in best.items():
+        c = list(cols)
+        if not whole[c].any():
             continue
-        start = arr[r, list(cols)]
+        start = arr[r, c]
         step = np.sign(np.asarray(values) - start)
-        first = np.array([np.ceil(v) if d > 0 else np.floor(v) if whole[c] else v
-                          for v, d, c in zip(values, step, cols)])
+        first = np.array([np.ceil(v) if d > 0 else np.floor(v) if whole[j] else v
+                          for v, d, j in zip(values, step, c)])
         for k in range(tries):
-            cand = np.where([whole[c] for c in cols], first + k * step, first)
-            if np.any(cand < low[list(cols)]) or np.any(cand > high[list(cols)]):
+            cand = np.where(whole[c], first + k * step, first)
+            if np.any(cand < low[c]) or np.any(cand > high[c]):
                 break
-            row = arr[r].copy()
-            row[list(cols)] = cand
-            if int(fitted.logits(row[None, :]).argmax(1)[0]) == t:
-                out[r] = (float(np.sqrt((((cand - start) / scale[list(cols)]) ** 2).sum())), t, cols,
-                          tuple(float(v) for v in cand))
-                break
+            moves.append((r, t, cols, start, cand))
+    out = dict(best)
+    if not moves:
+        return out
+    rows = arr[[m[0] for m in moves]].copy()
+    for i, (_, _, cols, _, cand) in enumerate(moves):
+        rows[i, list(cols)] = cand
+    done = set()
+    for (r, t, cols, start, cand), landed in zip(moves, fitted.assign(rows)):
+        if r not in done and landed == t:   # the row's first candidate that lands
+            done.add(r)
+            out[r] = (float(np.sqrt((((cand - start) / scale[list(cols)]) ** 2).sum())), t, cols,
+                      tuple(float(v) for v in cand))
     return out
 
 
@@ -145,7 +149,7 @@ def _grid_moves(fitted, arr, names, wanted, low, high, grid_size: int, scale, pa
         block = np.repeat(arr[r][None, :], sizes[-1], axis=0)
         for (cols, values), lo in zip(blocks, sizes):
             block[lo:lo + len(values), list(cols)] = values
-        labels = _labels(fitted, block)
+        labels = fitted.assign(block, around=arr[r])   # only the moved features' channels run
         for (cols, values), lo in zip(blocks, sizes):
             c = list(cols)
             if np.isnan(arr[r, c]).any():
@@ -186,7 +190,7 @@ def _refine(fitted, arr: np.ndarray, found: list, steps: int, scale: np.ndarray,
         point = start + mid[:, None] * (end - start)
         probe[at, cols[:, 0]] = point[:, 0]
         probe[at[two], cols[two, 1]] = point[two, 1]
-        inside = _labels(fitted, probe) == targets
+        inside = fitted.assign(probe) == targets
         hi, lo = np.where(inside, mid, hi), np.where(inside, lo, mid)
     best: dict = {}
     for i in np.argsort(hi * full, kind="stable"):
@@ -201,7 +205,7 @@ def _refine(fitted, arr: np.ndarray, found: list, steps: int, scale: np.ndarray,
             new = np.clip(start[i, :len(c)] + s * (end[i, :len(c)] - start[i, :len(c)]), low[c], high[c])
             one = arr[r:r + 1].copy()
             one[0, c] = new
-            if _labels(fitted, one)[0] == targets[i] and _labels(fitted, np.repeat(one, 2, 0))[0] == targets[i]:
+            if fitted.assign(one)[0] == targets[i] and fitted.assign(np.repeat(one, 2, 0))[0] == targets[i]:
                 best[r] = (float(np.sqrt((((new - arr[r, c]) / scale[c]) ** 2).sum())), int(targets[i]),
                            tuple(int(x) for x in c), tuple(float(v) for v in new))
                 break

@@ -17,7 +17,7 @@ import torch
 
 from ..columns import ColumnCoding
 from ..errors import ModelFileError, TrainingError
-from ..numerics import standardize, standardized_zero
+from ..numerics import softmax, standardize, standardized_zero
 from .network import NeurCAMNet
 
 CHUNK = 8192
@@ -258,14 +258,39 @@ class FittedNet:
         return np.concatenate(list(self.contribution_chunks(arr)))
 
     @torch.no_grad()
-    def logits(self, arr: np.ndarray) -> np.ndarray:
-        """(n, K) logits of raw feature rows ``arr`` (fp32, no autograd), standardized and scored
-        ``CHUNK`` rows at a time into one output array: no whole standardized copy of ``arr``."""
-        out = np.empty((arr.shape[0], self.net.n_clusters), np.float32)
+    def logit_chunks(self, arr: np.ndarray, around: np.ndarray | None = None):
+        """``(first row, (rows, K) logits)`` of raw feature rows ``arr``, ``CHUNK`` rows at a time
+        (fp32, no autograd): neither a whole standardized copy of ``arr`` nor, for ``assign``,
+        every row's logits is held. ``around``: one raw row that the rows of ``arr`` differ from
+        in a few features (a counterfactual's candidates): only the channels of those run."""
         t, t2 = self.temperatures
+        device = self._device()
+        base = None if around is None else torch.from_numpy(self.standardize(around[None])[0]).to(device)
         for i in range(0, arr.shape[0], CHUNK):
-            x = torch.from_numpy(self.standardize(arr[i:i + CHUNK])).to(self._device())
-            out[i:i + CHUNK] = self.net(x, t, t2).float().cpu().numpy()
+            x = torch.from_numpy(self.standardize(arr[i:i + CHUNK])).to(device)
+            yield i, self.net(x, t, t2, around=base).float().cpu().numpy()
+
+    def logits(self, arr: np.ndarray, around: np.ndarray | None = None) -> np.ndarray:
+        """(n, K) logits of raw feature rows ``arr``, in one output array (``around`` as
+        ``logit_chunks``')."""
+        out = np.empty((arr.shape[0], self.net.n_clusters), np.float32)
+        for i, z in self.logit_chunks(arr, around):
+            out[i:i + len(z)] = z
+        return out
+
+    def proba(self, arr: np.ndarray) -> np.ndarray:
+        """(n, K) cluster probabilities (float64 softmax of the logits) of raw feature rows ``arr``."""
+        out = np.empty((arr.shape[0], self.net.n_clusters))
+        for i, z in self.logit_chunks(arr):
+            out[i:i + len(z)] = softmax(z)
+        return out
+
+    def assign(self, arr: np.ndarray, around: np.ndarray | None = None) -> np.ndarray:
+        """(n,) the cluster column of each of the raw feature rows ``arr`` (its largest logit);
+        ``around`` as ``logit_chunks``'."""
+        out = np.empty(arr.shape[0], np.int64)
+        for i, z in self.logit_chunks(arr, around):
+            out[i:i + len(z)] = z.argmax(1)
         return out
 
     def selected(self) -> tuple[list[str], list[tuple[str, str]]]:

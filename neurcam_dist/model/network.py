@@ -188,12 +188,13 @@ class NeurCAMNet(nn.Module):
         self.baseline = None if baseline is None else torch.as_tensor(baseline, dtype=torch.float32).to(
             self.centroids.device)
 
-    def _coded(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The inputs the gates read and the baseline in the same terms."""
+    def _coded(self, x: torch.Tensor, around: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The inputs the gates read and the baseline (``around``, else ``self.baseline``) in the
+        same terms."""
+        base = self.baseline if around is None else around.to(x.dtype)
         if self.coding is None:
-            return x, self.baseline
-        base = None if self.baseline is None else self.coding(self.baseline[None])[0]
-        return self.coding(x), base
+            return x, base
+        return self.coding(x), None if base is None else self.coding(base[None])[0]
 
     def _missing_share(self, x: torch.Tensor, t: float) -> torch.Tensor:
         """(N, C) how much of each single-feature channel's input is a missing cell: 0 or 1 once
@@ -203,10 +204,12 @@ class NeurCAMNet(nn.Module):
             return nan[:, self.single.gates.index[:, 0]].to(self.missing_delta.dtype)
         return torch.einsum("nd,cd->nc", nan.to(self.missing_delta.dtype), self.single.matrix(t)[:, 0, :])
 
-    def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0) -> torch.Tensor:
-        """(n, K) logits: the sum of the single-feature and pair shape functions' outputs."""
+    def forward(self, x: torch.Tensor, t: float = 1.0, t2: float = 1.0, around: torch.Tensor | None = None) -> torch.Tensor:
+        """(n, K) logits: the sum of the single-feature and pair shape functions' outputs.
+        ``around``: (n_features,) standardized inputs that locked channels measure from instead of
+        the baseline (rows that differ from one row in a few features: only their channels run)."""
         share = self._missing_share(x, t) if self.missing_delta is not None and self.single.n else None
-        x, base = self._coded(x)
+        x, base = self._coded(x, around)
         out = self.single.logits(x, t, base) if self.single.n else None
         if share is not None:
             out = out + (share @ (self.missing_delta * MISSING_GAIN)).to(out.dtype)
