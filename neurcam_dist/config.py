@@ -85,6 +85,13 @@ class DataConfig(_Strict):
                                                                      "joined to the rows on a key (once, before "
                                                                      "training); earlier name: data.embeddings")
 
+    def inputs(self) -> list:
+        """The paths this section reads: ``path`` (each of a list) and the embedding table's."""
+        out = []
+        for given in (self.path, self.embedding_table.path if self.embedding_table else None):
+            out += [] if given is None else [given] if isinstance(given, str) else list(given)
+        return out
+
     @model_validator(mode="after")
     def _join_needs_embedding(self):
         if self.embedding_table is not None and self.embedding is None:

@@ -235,6 +235,7 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     df, _ = mixed_table(600, seed=5, defined_by="level")
     df["id"] = np.arange(len(df))
     df["price"] = [f"${v:,.2f}" for v in np.linspace(5, 5000, len(df))]   # every value in one row: all 'other'
+    df["note"] = [f"called on day {i}" for i in range(len(df))]              # free text
     d = tmp_path / "shards"
     d.mkdir()
     a, b = df.iloc[:300].copy(), df.iloc[300:].copy()
@@ -273,10 +274,20 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     said = capsys.readouterr()
     assert ("not used: price (numbers written as text with '$', thousands separators (e.g. '$5.00', '$13.34'), "
             "600 distinct values: write them as plain numbers") in said.out + said.err
-    assert job.plan.features == list(prof.names) == job.plan.repr_columns and "price" not in job.plan.features
+    assert ("note (text with 600 distinct values, more than a category's max_levels=64: `neurcam featurize-text` "
+            "for text, data.id for an id)") in said.out + said.err
+    assert job.plan.features == list(prof.names) == job.plan.repr_columns and not {"price", "note"} & set(job.plan.features)
     assert set(features) - {"price"} <= set(job.plan.features) and "plan" in job.plan.categorical
     assert job.spec.n_features == len(job.plan.features) and len(prof.mean) == len(job.plan.features)
     assert "price: none of its" not in said.out + said.err
+    # an output inside the data it reads is refused before the pass, and by validate, by one rule
+    from neurcam_dist.errors import ConfigError
+    from neurcam_dist.ops.validate import validate
+    inside = JobConfig.model_validate({"data": {"path": str(d), "id": "id"}, "model": {"n_clusters": 3},
+                                       "output": str(d / "run")})
+    for check in (lambda: prepare(resolve(inside)), lambda: validate(inside)):
+        with pytest.raises(ConfigError, match=r"output .*/shards/run is inside the input .*/shards"):
+            check()
     assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
     assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
     assert res.metrics["repr_dim"] == coding.space_width()

@@ -276,12 +276,13 @@ def written_numbers(values: pd.Series) -> str | None:
 PLAIN_NUMBERS = "write them as plain numbers (1234.5) to use the column as a number"
 
 
-def category_reason(counts: dict, missing: int, max_levels: int, *, at_least: bool = False) -> str | None:
+def category_reason(counts: dict, missing: int, max_levels: int, *, at_least: bool = False,
+                    id_flag: str = "--id") -> str | None:
     """Why a text column chosen automatically is not a category feature (None: it is one), from
     its level counts (level text -> rows) and missing cells: nothing in it, one value in every
     row, or more distinct values than ``max_levels`` (free text, ids, or numbers written as
     formatted text). What the "not used" line says; ``fit`` and a Ray job's profile pass share it
-    (``at_least``: the counts were capped)."""
+    (``at_least``: the counts were capped; ``id_flag``: how the caller names an id column)."""
     if not counts:
         return "every cell blank"
     if len(counts) == 1 and not missing:
@@ -293,7 +294,7 @@ def category_reason(counts: dict, missing: int, max_levels: int, *, at_least: bo
     if numbers:
         return f"{numbers}, {distinct}: {PLAIN_NUMBERS}"
     return (f"text with {distinct}, more than a category's max_levels={max_levels}: "
-            f"`neurcam featurize-text` for text, --id for an id")
+            f"`neurcam featurize-text` for text, {id_flag} for an id")
 
 
 def written_as_numbers(seen: list) -> str | None:

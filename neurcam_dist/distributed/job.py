@@ -19,7 +19,7 @@ from ..config import DataConfig, JobConfig, ModelConfig
 from ..data.profiling import LEVEL_CAP
 from ..data.tables import PLAIN_NUMBERS, category_reason, written_as_numbers
 from ..errors import DataError
-from ..storage import check_writable
+from ..storage import check_writable, refuse_overwrite
 from ..validation import constant_features_note
 from ..model import TrainingSpec
 from ..uris import Location
@@ -198,7 +198,9 @@ def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
     plan, m = job.plan, job.model
     check_worker_memory(job, say)
     say(f"data: {plan.describe()}")
-    data_mod.sources.refuse_output_inside(job.output, plan.source)
+    # against the data the config names: a step's staged data (documents featurized, an autoencoder's
+    # embedding, a join) lies in the output's storage folder by design
+    refuse_overwrite(job.output, inputs=job.config.data.inputs(), what="output")
     t0 = time.perf_counter()
     prof = data_mod.profile(plan, missing=m.missing, min_level_rows=m.min_level_rows)
     say(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
@@ -236,7 +238,7 @@ def not_categories(job: ResolvedJob, prof: data_mod.Profile) -> dict[str, str]:
             continue
         counts = prof.levels.get(c, {})
         why = category_reason(counts, prof.missing.get(c, 0), job.model.max_levels,
-                              at_least=len(counts) >= LEVEL_CAP)
+                              at_least=len(counts) >= LEVEL_CAP, id_flag="data.id")
         if why:
             out[c] = why
     return out

@@ -10,10 +10,9 @@ from ..errors import ConfigError
 from ..config import JobConfig
 from ..data import DataError, footers, plan, resolve
 from ..data.snapshots import PLACEHOLDER, pick_snapshot
-from ..data.sources import refuse_output_inside
 from ..params import check_params_for_data
 from ..redaction import redact
-from ..storage import check_writable
+from ..storage import check_writable, refuse_overwrite
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
 
@@ -104,7 +103,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
                 raise DataError(f"{f} (data.embedding_table): no column(s) {missing}; columns: {schema.names}")
         lines.append(f"embedding table: {len(esrc.files)} file(s) with {want}")
     if cfg.text is not None:
-        src = _check_text(cfg, data, lines)
+        _check_text(cfg, data, lines)
     else:
         p = plan(data)  # with data.embedding_table, checks the features' side of the join (the key) only
         lines.append(f"data: {p.describe()}")
@@ -112,12 +111,11 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
             check_params_for_data(cfg.model.estimator_params(), p.n_rows, len(p.features))
         except ValueError as exc:
             raise DataError(f"model: {exc}") from None
-        src = p.source
     if cfg.representation is not None:
         r = cfg.representation
         lines.append(f"representation: {r.kind} ({'-'.join(map(str, r.hidden))}-{r.bottleneck}), computed on Ray "
                      f"before clustering")
-    refuse_output_inside(cfg.output, src)
+    refuse_overwrite(cfg.output, inputs=data.inputs(), what="output")   # as training checks it (job.prepare)
     out = cfg.output
     if is_uri(out):
         try:
@@ -143,7 +141,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     return lines
 
 
-def _check_text(cfg: JobConfig, data, lines: list[str]):
+def _check_text(cfg: JobConfig, data, lines: list[str]) -> None:
     """The documents' files and columns, and the embedding model on disk (nothing is read)."""
     from ..text import TextJob, check_model_path
     from ..text.featurize import check_documents
@@ -157,4 +155,3 @@ def _check_text(cfg: JobConfig, data, lines: list[str]):
     if changed:
         lines.append("model: the paper's text settings where model: is silent: "
                      + ", ".join(f"{k}={v}" for k, v in changed.items()))
-    return src
