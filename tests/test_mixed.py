@@ -285,6 +285,9 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     from neurcam_dist.ops.validate import validate
     inside = JobConfig.model_validate({"data": {"path": str(d), "id": "id"}, "model": {"n_clusters": 3},
                                        "output": str(d / "run")})
+    said = validate(inside.model_copy(update={"output": str(tmp_path / "elsewhere")}))
+    assert ("categorical: plan, region, paperless, price, note: training counts their levels first and leaves out "
+            "one that is no category") in "\n".join(said)
     for check in (lambda: prepare(resolve(inside)), lambda: validate(inside)):
         with pytest.raises(ConfigError, match=r"output .*/shards/run is inside the input .*/shards"):
             check()

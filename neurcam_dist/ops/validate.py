@@ -107,6 +107,11 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     else:
         p = plan(data)  # with data.embedding_table, checks the features' side of the join (the key) only
         lines.append(f"data: {p.describe()}")
+        judged = [c for c in p.categorical if c not in (data.categorical or [])] if not data.features else []
+        if judged:
+            lines.append(f"categorical: {', '.join(judged[:20])}{' and more' if len(judged) > 20 else ''}: training counts "
+                         f"their levels first and leaves out one that is no category (one value, no value, more "
+                         f"distinct values than model.max_levels={cfg.model.max_levels})")
         try:
             check_params_for_data(cfg.model.estimator_params(), p.n_rows, len(p.features))
         except ValueError as exc:
