@@ -44,6 +44,12 @@ def auto_features(columns, reserved) -> list:
     return [name for name, numeric in columns if numeric and name not in reserved and not is_id_like(name)]
 
 
+def first_names(names, shown: int = 20) -> str:
+    """``"a, b, c and 5 more"``: the first ``shown`` names for a console line."""
+    names = [str(n) for n in names]
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 def nearest_name(name, names) -> str | None:
     """The existing name a wrong one most likely meant (a typo, a case slip), or None."""
     import difflib

@@ -291,6 +291,12 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     for check in (lambda: prepare(resolve(inside)), lambda: validate(inside)):
         with pytest.raises(ConfigError, match=r"output .*/shards/run is inside the input .*/shards"):
             check()
+    # a table of nothing but free text has no feature left: said, before any worker starts
+    (tmp_path / "text").mkdir()
+    pd.DataFrame({"id": range(100), "note": [f"note {i}" for i in range(100)]}).to_parquet(tmp_path / "text" / "a.parquet")
+    with pytest.raises(DataError, match="no feature columns left: name them in data.features"):
+        prepare(resolve(JobConfig.model_validate({"data": {"path": str(tmp_path / "text"), "id": "id"},
+                                                  "model": {"n_clusters": 3}, "output": str(tmp_path / "t")})))
     assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
     assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
     assert res.metrics["repr_dim"] == coding.space_width()

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..config import DataConfig
-from ..validation import missing_columns_note, refuse_lookalike_names
+from ..validation import first_names, missing_columns_note, refuse_lookalike_names
 from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
                       is_category, is_float_list, is_number, listing, resolve)
 
@@ -59,8 +59,8 @@ class Plan:
         """One line for the console: rows, files, features, embedding, label and id."""
         rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",
                "columns": f"{len(self.repr_columns)} columns"}[self.repr_kind]
-        shown = ", ".join(self.features[:20]) + (f" and {len(self.features) - 20} more" if len(self.features) > 20 else "")
-        return (f"{self.n_rows:,} rows in {self.source.describe()}; {len(self.features)} features ({shown}); "
+        return (f"{self.n_rows:,} rows in {self.source.describe()}; {len(self.features)} features "
+                f"({first_names(self.features)}); "
                 f"representation: {rep} (dim {self.repr_dim})" + (f"; label {self.label!r}" if self.label else ""))
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from ..columns import level_counts
 from ..errors import ConfigError, DataError
-from ..validation import auto_features, missing_columns_note
+from ..validation import auto_features, first_names, missing_columns_note
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.zst")
 
@@ -378,10 +378,9 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     if not quiet:
         cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
         skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]
-        print(f"features ({len(cols)}): {', '.join(map(str, cols[:20]))}"
-              + (f" and {len(cols) - 20} more" if len(cols) > 20 else "")
-              + (f"; categorical: {', '.join(cat[:20])}" if cat else "")
-              + (f"; not used: {', '.join(skipped[:20])}" if skipped else ""), file=sys.stderr)
+        print(f"features ({len(cols)}): {first_names(cols)}"
+              + (f"; categorical: {first_names(cat)}" if cat else "")
+              + (f"; not used: {first_names(skipped)}" if skipped else ""), file=sys.stderr)
     y = None
     if label is not None:
         blank = df[label].isna()

@@ -20,7 +20,7 @@ from ..data.profiling import LEVEL_CAP
 from ..data.tables import PLAIN_NUMBERS, category_reason, written_as_numbers
 from ..errors import DataError
 from ..storage import check_writable, refuse_overwrite
-from ..validation import constant_features_note
+from ..validation import constant_features_note, first_names
 from ..model import TrainingSpec
 from ..uris import Location
 from .events import say
@@ -211,8 +211,7 @@ def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
             raise data_mod.DataError("no feature columns left: name them in data.features")
         plan, prof = plan.without(left_out), prof.without(left_out)
         job = dataclasses.replace(job, plan=plan, spec=spec_for(m, plan))
-        say(f"features ({len(plan.features)}): {', '.join(plan.features[:20])}"
-            + (f" and {len(plan.features) - 20} more" if len(plan.features) > 20 else ""))
+        say(f"features ({len(plan.features)}): {first_names(plan.features)}")
     for line in hollow_notes(prof):
         say(line)
     try:

@@ -11,6 +11,7 @@ from ..config import JobConfig
 from ..data import DataError, footers, plan, resolve
 from ..data.snapshots import PLACEHOLDER, pick_snapshot
 from ..params import check_params_for_data
+from ..validation import first_names
 from ..redaction import redact
 from ..storage import check_writable, refuse_overwrite
 from ..uris import filesystem as uri_filesystem
@@ -109,7 +110,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         lines.append(f"data: {p.describe()}")
         judged = [c for c in p.categorical if c not in (data.categorical or [])] if not data.features else []
         if judged:
-            lines.append(f"categorical: {', '.join(judged[:20])}{' and more' if len(judged) > 20 else ''}: training counts "
+            lines.append(f"categorical: {first_names(judged)}: training counts "
                          f"their levels first and leaves out one that is no category (one value, no value, more "
                          f"distinct values than model.max_levels={cfg.model.max_levels})")
         try:
