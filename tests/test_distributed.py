@@ -626,7 +626,6 @@ def test_the_streams_idle_scheduling_loop_pauses_and_the_stream_is_unchanged(sha
     assert off.off and caplog.text.count("idle scheduling loop is not paced") == 1
 
 
-
 def test_a_users_poll_interval_wins_over_the_local_default(monkeypatch):
     """``session.local_ray_defaults`` (before a local Ray starts; that its workers get 0.2 s is
     checked in ``test_hostile_inputs``' killed-command test) keeps a value the user set."""

@@ -55,6 +55,15 @@ class Plan:
                                    repr_columns=list(features) if own else self.repr_columns,
                                    repr_dim=len(features) if own else self.repr_dim)
 
+    def judged(self, cfg: DataConfig) -> list[str]:
+        """The categorical features taken from the schema (no ``data.features``, no vocabulary, not
+        named in ``data.categorical``): the profile pass judges whether each is a category at all
+        (``job.not_categories``), as ``fit`` does its text columns."""
+        if cfg.features or self.text is not None:
+            return []
+        named = set(cfg.categorical or [])
+        return [c for c in self.categorical if c not in named]
+
     def describe(self) -> str:
         """One line for the console: rows, files, features, embedding, label and id."""
         rep = {"features": "the standardized features", "list": f"list column {self.repr_columns[0]!r}",

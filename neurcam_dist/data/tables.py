@@ -304,11 +304,6 @@ def written_as_numbers(seen: list) -> str | None:
     return f"numbers written as text with {marks} (e.g. {', '.join(repr(str(v)) for v in seen[:2])})" if marks else None
 
 
-def _text_category(df: pd.DataFrame, col, max_levels: int) -> str | None:
-    """``category_reason`` of a column of ``df``."""
-    return category_reason(*level_counts(df[col]), max_levels)
-
-
 def is_category_column(series: pd.Series) -> bool:
     """Text, ``category`` and boolean columns: the categorical features automatic selection
     considers (as scikit-learn's ``categorical_features="from_dtype"``; ``columns.is_category_dtype``)."""
@@ -329,7 +324,7 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
         if is_category_column(df[c]) and c not in named_cat and auto_features([(c, True)], {label}):
             if not pd.api.types.is_bool_dtype(df[c]):
                 _numeric_or_error(df, c)   # a numbers column with a few text cells is a typo
-            reason = _text_category(df, c, max_levels)
+            reason = category_reason(*level_counts(df[c]), max_levels)
             if reason:
                 why[c] = reason
                 continue

@@ -228,13 +228,8 @@ def not_categories(job: ResolvedJob, prof: data_mod.Profile) -> dict[str, str]:
     that the profile pass found to be no category, with why (``tables.category_reason``, as
     ``fit``'s "not used" line in memory): nothing in them, one value in every row, or more
     distinct values than ``max_levels`` (free text, ids, amounts written as text)."""
-    if job.data.features or job.plan.text is not None:
-        return {}
-    named = set(job.data.categorical or [])
     out = {}
-    for c in job.plan.categorical:
-        if c in named:
-            continue
+    for c in job.plan.judged(job.data):
         counts = prof.levels.get(c, {})
         why = category_reason(counts, prof.missing.get(c, 0), job.model.max_levels,
                               at_least=len(counts) >= LEVEL_CAP, id_flag="data.id")

@@ -270,28 +270,25 @@ class FittedNet:
             x = torch.from_numpy(self.standardize(arr[i:i + CHUNK])).to(device)
             yield i, self.net(x, t, t2, around=base).float().cpu().numpy()
 
+    def _per_chunk(self, arr: np.ndarray, out: np.ndarray, of_logits, around=None) -> np.ndarray:
+        """``out`` filled chunk by chunk with ``of_logits`` of each chunk's logits."""
+        for i, z in self.logit_chunks(arr, around):
+            out[i:i + len(z)] = of_logits(z)
+        return out
+
     def logits(self, arr: np.ndarray, around: np.ndarray | None = None) -> np.ndarray:
         """(n, K) logits of raw feature rows ``arr``, in one output array (``around`` as
         ``logit_chunks``')."""
-        out = np.empty((arr.shape[0], self.net.n_clusters), np.float32)
-        for i, z in self.logit_chunks(arr, around):
-            out[i:i + len(z)] = z
-        return out
+        return self._per_chunk(arr, np.empty((arr.shape[0], self.net.n_clusters), np.float32), lambda z: z, around)
 
     def proba(self, arr: np.ndarray) -> np.ndarray:
         """(n, K) cluster probabilities (float64 softmax of the logits) of raw feature rows ``arr``."""
-        out = np.empty((arr.shape[0], self.net.n_clusters))
-        for i, z in self.logit_chunks(arr):
-            out[i:i + len(z)] = softmax(z)
-        return out
+        return self._per_chunk(arr, np.empty((arr.shape[0], self.net.n_clusters)), softmax)
 
     def assign(self, arr: np.ndarray, around: np.ndarray | None = None) -> np.ndarray:
         """(n,) the cluster column of each of the raw feature rows ``arr`` (its largest logit);
         ``around`` as ``logit_chunks``'."""
-        out = np.empty(arr.shape[0], np.int64)
-        for i, z in self.logit_chunks(arr, around):
-            out[i:i + len(z)] = z.argmax(1)
-        return out
+        return self._per_chunk(arr, np.empty(arr.shape[0], np.int64), lambda z: z.argmax(1), around)
 
     def selected(self) -> tuple[list[str], list[tuple[str, str]]]:
         """Names of the features the single gates picked, and of the pairs the pair gates picked."""

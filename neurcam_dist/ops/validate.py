@@ -108,7 +108,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
     else:
         p = plan(data)  # with data.embedding_table, checks the features' side of the join (the key) only
         lines.append(f"data: {p.describe()}")
-        judged = [c for c in p.categorical if c not in (data.categorical or [])] if not data.features else []
+        judged = p.judged(data)
         if judged:
             lines.append(f"categorical: {first_names(judged)}: training counts "
                          f"their levels first and leaves out one that is no category (one value, no value, more "
