@@ -395,6 +395,25 @@ def test_kmeans_init_is_lloyd_while_cheap_and_recorded(data, fitted):
     assert mb.history_["init"]["method"] == "minibatch" and mb.history_["init"]["n_init"] == 3
 
 
+def test_kmeans_init_gives_the_same_centroids_on_a_many_core_machine(monkeypatch):
+    """One seed, one set of centroids however many OpenMP threads the machine offers: with three or
+    more, scikit-learn's Lloyd sums its threads' partial centroids in the order they finish (seen on a
+    16-core GPU host as one label of pendigits changing between two ``deterministic=True`` runs).
+    ``OMP_NUM_THREADS`` lets this 2-core machine run the 16 threads such a host would."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from neurcam_dist.model.kmeans import kmeans_centroids
+    monkeypatch.setenv("OMP_NUM_THREADS", "16")
+    x = np.random.default_rng(0).lognormal(size=(10_000, 16)).astype(np.float32)
+    with threadpool_limits(limits=16, user_api="openmp"):
+        runs = [kmeans_centroids(x, 10, 0) for _ in range(5)]
+        # the caller's own thread setting is back after each call
+        assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "openmp"} == {16}
+    for cents, info in runs[1:]:
+        np.testing.assert_array_equal(cents, runs[0][0])
+        assert info["inertia"] == runs[0][1]["inertia"] and info["sizes"] == runs[0][1]["sizes"]
+
+
 def _run(s: Schedule, hot_below: float = 0.0, limit: int = 10_000) -> list:
     """End epochs (loss 1.0) until ``s`` finishes; gates are one-hot below ``hot_below``."""
     actions = []

@@ -370,7 +370,7 @@ def mode_pack(args, device) -> str:
     from neurcam_dist.distributed.tuner import search
     df, y, args.model = load(args, device)
     if device.type == "cuda":
-        args.model = {"warmup_epochs": 60, "epochs": 120}   # the same bounded schedule in both searches
+        args.model = {"warmup_epochs": 20, "epochs": 40}   # the same bounded schedule in both searches
     start_ray(device)
     share = {"gpus_per_worker": 1.0 / args.trials} if device.type == "cuda" else {}
     rows, walls = [], {}
@@ -452,12 +452,12 @@ def mode_batch(args, device) -> str:
         os.environ[CUDA_GRAPHS] = "1"
         start_ray(device)
         with tempfile.TemporaryDirectory() as tmp:
-            for b in args.batches:
+            for b in args.ray_batches or args.batches:
                 args.model = {**quick, "batch_size": b, "lr": lr[b]}
                 r = ray_results[b] = ray_fit(args, tmp, df, y)
                 rows.append(batch_row("`neurcam train`, 1 worker, cache: device", b, lr[b], r, r["secs"],
                                       results[("memory", b)][1], lloyd,
-                                      None if b == args.batches[0] else ray_results[args.batches[0]]))
+                                      None if b == args.batches[0] else ray_results.get(args.batches[0])))
     base = results[("memory", args.batches[0])][0]
     kept = [b for b in args.batches if results[("memory", b)][0]["inertia"] <= 1.005 * base["inertia"]]
     best = max(kept)
@@ -496,6 +496,9 @@ def main() -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=[512, 4096, 16384, 65536],
                     help="batch: global batch sizes, the first the reference")
     ap.add_argument("--no-ray", dest="ray", action="store_false", help="batch: the estimator only")
+    ap.add_argument("--ray-batches", type=int, nargs="+", default=None,
+                    help="batch: the batches `neurcam train` runs (default: all of --batches; the first must be "
+                         "the first of --batches)")
     ap.add_argument("--full", action="store_true", help="with --device cpu: the whole dataset, default schedule")
     args = ap.parse_args()
     args.model = {}

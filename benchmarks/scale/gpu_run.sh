@@ -2,7 +2,7 @@
 # gpu.py's modes in one call on a GPU host, each under its own time limit (seconds), tables last:
 #   bash benchmarks/scale/gpu_run.sh step:90 fit:150                      # 111 s on one H100
 #   bash benchmarks/scale/gpu_run.sh ray:120:--caches,device repeat:180:--deterministic pack:220   # issue 41
-#   bash benchmarks/scale/gpu_run.sh batch:360 repeat:200:--deterministic; then pack:240          # issue 56
+#   bash benchmarks/scale/gpu_run.sh batch:230:--ray-batches,512,65536 repeat:150:--deterministic pack:170  # issue 71
 # (mode:seconds[:extra arguments, comma-separated]; a mode given twice writes <mode>_2.log and so on)
 # On a host without Ray (the lent GPU machine) the kit of ../shared/gpu/make_kit.sh, built into
 # .gpukit/, is installed first; pendigits.csv.gz is read from $DATA (default .gpudata/).
