@@ -214,7 +214,8 @@ def _add_demo(sub) -> argparse.ArgumentParser:
     """``neurcam demo``'s flags."""
     demo = _sub(sub, "demo", help="the whole service on embedded defaults: a Ray Tune search of Neur2CAM on "
                                   "the bundled digits (as Parquet shards), logged to a local MLflow store")
-    _flag(demo, "--output", "--out", default="runs/demo", help="shards, trials, the winner and its report go here")
+    _flag(demo, "--output", "--out", default="runs/demo", help="trials, the winner and its report go here (the bundled digits as Parquet "
+                                                    "shards beside it, in OUTPUT-data)")
     demo.add_argument("--seeds", type=int, default=3, help="seeds searched (the lowest inertia wins)")
     demo.add_argument("--workers", type=int, default=2, help="Ray Train workers per trial")
     _sets(demo)
@@ -286,7 +287,10 @@ def _add_explain(sub) -> argparse.ArgumentParser:
     _flag(exp, "--show", "--rows", **LIST, default=None, metavar="ID",
           help="show these rows one by one: their terms as bars, their values and the smallest change that moves "
                "them to another cluster (0-based positions, or values of --id)")
-    _flag(exp, "--id", default=None, help="the column whose values --show names")
+    _flag(exp, "--id", default=None, help="the column whose values --show names and that names the report's rows "
+                                          "(default: the model's id column when the input has it, else the one "
+                                          "id-like column)")
+    exp.add_argument("--no-id", action="store_true", help="name rows by their 0-based position (--show too)")
     exp.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
                      help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
                           "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
@@ -311,7 +315,8 @@ def _add_export(sub) -> argparse.ArgumentParser:
                      help="sql: the query; rules: one rule per cluster with its coverage and precision")
     exp.add_argument("--table", default=None, help="the table the query reads (schema.table allowed; sql)")
     exp.add_argument("--keep", **LIST, default=None,
-                     help="columns the query returns beside cluster (default: the features)")
+                     help="columns the query returns beside cluster (default: the model's id column when the "
+                          "input has it, and the features)")
     _flag(exp, "--output", default=None, help="write the query to this file (default: print it)")
     _flag(exp, "--sample", "--rows", type=int, default=100_000,
           help="build on a seeded sample of this many rows when the data has more (0: every row)")
@@ -426,8 +431,10 @@ def _add_predict(sub) -> argparse.ArgumentParser:
     pred.add_argument("--model", default=None, help=MODEL_HELP)
     _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI, or a CSV file (read as fit reads it)")
     _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
-    _flag(pred, "--id", default=None, help="id column copied to the output (default: id)")
-    pred.add_argument("--no-id", action="store_true", help="the input has no id column")
+    _flag(pred, "--id", default=None, help="id column copied to the output (default: the model's id column when the "
+                                           "input has it, else 'id', else the input's one id-like column, else none)")
+    pred.add_argument("--no-id", action="store_true",
+                      help="no id column: each row's 0-based number in the input goes to column 'row'")
     pred.add_argument("--carry", **LIST, default=[], help="more input columns to copy to the output")
     _encoding(pred)
     pred.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
@@ -603,7 +610,7 @@ def _explain(args) -> None:
     rows = args.show or None
     result = service.explain(args.compare[1] if args.compare else args.model, args.input, args.output,
                              sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
-                             label=args.label, rows=rows, id_column=args.id,
+                             label=args.label, rows=rows, id_column=args.id, no_id=args.no_id,
                              compare=args.compare[0] if args.compare else None, say=print, **_csv(args))
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")

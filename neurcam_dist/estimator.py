@@ -201,7 +201,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
                                         scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
                                         precision=precision, init_info=init_info, deterministic=deterministic,
-                                        coding=coding)
+                                        coding=coding, id_column=_index_name(X))
         _label_pass(fitted, arr)
         if choice is not None:
             fitted.history["k_choice"] = choice.to_dict()
@@ -313,6 +313,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                          doc="With n_clusters='auto': what choose_k measured and proposed (KChoice.to_dict()), "
                              "saved with the model; else None.")
     n_iter_ = property(lambda self: self.fitted_.history.get("n_epochs"), doc="Epochs trained.")
+    id_column_ = property(lambda self: self.fitted_.history.get("id_column"),
+                          doc="The name the training rows' ids went by (the name of ``X``'s index, ``neurcam "
+                              "fit``'s id column, a Ray job's ``data.id``), None when they had none: "
+                              "``neurcam predict`` and ``explain`` look for this column first.")
     cluster_centers_ = property(lambda self: self.fitted_.net.centroids.detach().cpu().numpy(),
                                 doc="(K, repr_dim) centroids in the clustering space.")
     repr_dim_ = property(lambda self: self.fitted_.repr_dim, doc="Width of the clustering space.")
@@ -582,6 +586,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         params["hidden"] = tuple(params["hidden"])
         params["device"] = device
         return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
+
+
+def _index_name(X) -> str | None:
+    """The name of a DataFrame's row index (the rows' id column, set aside), else None."""
+    name = X.index.name if is_frame(X) and X.index.nlevels == 1 else None
+    return None if name is None else str(name)
 
 
 def _standardization(arr: np.ndarray, coding: ColumnCoding, standardize: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -32,7 +32,7 @@ from .errors import ConfigError, DataError
 from .redaction import redact
 from .uris import Location, is_uri
 
-__all__ = ["ExplainResult", "ExportResult", "FitResult", "PredictSettings", "demo", "demo_config", "explain", "export",
+__all__ = ["ExplainResult", "ExportResult", "FitResult", "PredictSettings", "demo", "demo_config", "demo_data", "explain", "export",
            "featurize_text", "fit",
            "generate", "load_config", "load_model", "predict", "predict_settings", "promote", "recluster",
            "sample", "search", "submit", "train", "validate"]
@@ -172,7 +172,7 @@ def _fit_table(df, features, label, id_column, params: dict):
     name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
     if name is not None:
         print(f"id: {name} (carried into the assignments; names the report's rows)", file=sys.stderr)
-        X = X.set_axis(pd.Index(df[name].to_numpy(), name=None), axis=0)
+        X = X.set_axis(pd.Index(df[name].to_numpy(), name=name), axis=0)   # the model records it (id_column_)
     return X, y, ids
 
 
@@ -323,7 +323,8 @@ class ExplainResult:
 def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid_size: int = 128,
             pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
             decimal: str | None = None, label: str | None = None, rows: list | None = None,
-            id_column: str | None = None, compare: str | None = None, say=print) -> ExplainResult:
+            id_column: str | None = None, no_id: bool = False, compare: str | None = None,
+            say=print) -> ExplainResult:
     """Shape graphs, purified pair heat maps, importance and the HTML report of ``model`` over the
     rows of ``data``, written to ``output``.
 
@@ -349,7 +350,10 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         of ``id_column``, or 0-based row positions in ``data`` when there is none. Looked up
         before any sampling, so a chosen row is always found.
     id_column : str, optional
-        The column whose values ``rows`` names.
+        The column whose values ``rows`` names and that names the report's rows (default: the
+        model's id column when ``data`` has it, else the one id-like column: ``rows_id``).
+    no_id : bool
+        Name rows by their 0-based position, whatever the model's id.
     compare : str, optional
         An earlier version of the model (directory or MLflow URI): the report shows how the rows
         moved between the two versions' cluster ids and which terms now drive each cluster.
@@ -358,9 +362,14 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     """
     from .explain.report import write_report
     where = Location(output)   # resolved once here: the checks and the report go there
+    _one_id(id_column, no_id)
     _check_explain(data, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows)
     est = load_model(model)
     old = load_model(compare) if compare else None
+    if id_column is None and not no_id:   # follow the model, as predict does
+        from .data.tables import table_columns
+        id_column = rows_id(est, [str(c) for c in table_columns(data, encoding, delimiter=delimiter, decimal=decimal)],
+                            lambda line: say(line) if rows else None)
     features = [str(c) for c in est.feature_names_in_]
     df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
                           {"the model's feature columns": features,
@@ -516,6 +525,10 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         from .explain.sql import run_agreement
         expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
         dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
+        if keep is None and est.id_column_ is not None:   # the rows' id beside cluster, as predict writes it
+            from .data.tables import table_columns
+            if est.id_column_ in map(str, table_columns(data, encoding, delimiter=delimiter, decimal=decimal)):
+                keep = [est.id_column_, *features]
         text = to_sql(expl, table, keep, dtypes=dtypes)
         engines = run_agreement(expl, df[features], est.predict(df[features]), dtypes)
         agreement = min(engines.values())
@@ -544,10 +557,10 @@ class PredictSettings:
     model: str
     input: object
     output: str
-    id_column: str | None
+    id_column: str | None            # None: no id (the rows are numbered), or, with ``id_given`` False, not yet chosen
     log_dir: str
     tracking_uri: str | None = None
-    id_given: bool = True            # False: ``id`` is the default, and another id-like column may stand in
+    id_given: bool = True            # False: ``predict`` chooses the id by the model (``rows_id``)
 
 
 def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: str | None = None,
@@ -556,18 +569,20 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
     """``predict``'s model, input, output, id column and log folder: as given, else from the job
     config ``config`` (the model ``models:/NAME@champion`` with ``tracking.model_name``, else
     ``OUTPUT/model``; the input ``data.path``, its latest snapshot with ``recluster:``; the output
-    ``OUTPUT/predictions``; the id ``data.id``; Ray's lines in ``OUTPUT/logs``).
+    ``OUTPUT/predictions``; the id ``data.id``; Ray's lines in ``OUTPUT/logs``). With no id given
+    (``--id``, ``--no-id``, ``data.id``), ``predict`` follows the model (``rows_id``).
 
     Raises
     ------
     ConfigError
         Without a config, when the model, input or output is missing.
     """
+    _one_id(id_column, no_id)
     if config is None:
         missing = [f"--{k}" for k, v in (("model", model), ("input", input), ("output", output)) if v is None]
         if missing:
             raise ConfigError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
-        return PredictSettings(model=model, input=input, output=output, id_column=None if no_id else id_column or "id",
+        return PredictSettings(model=model, input=input, output=output, id_column=None if no_id else id_column,
                                log_dir=log_dir or _temp_logs(), id_given=no_id or id_column is not None)
     cfg = load_config(config, overrides)
     tracking_uri = None
@@ -582,7 +597,7 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
             input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
     out = Location(cfg.output)
     return PredictSettings(model=model, input=input, output=output or str(out / "predictions"),
-                           id_column=None if no_id else id_column or cfg.data.id or "id",
+                           id_column=None if no_id else id_column or cfg.data.id,
                            log_dir=log_dir or str(out / "logs"), tracking_uri=tracking_uri,
                            id_given=no_id or id_column is not None or cfg.data.id is not None)
 
@@ -592,9 +607,10 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     """Score ``settings.input`` with ``settings.model`` into Parquet shards at ``settings.output``:
     each row's id, cluster, probabilities and top terms. A CSV file is read like ``fit`` reads it
     and scored in this process; Parquet goes through ``distributed.predict_parquet`` (in this
-    process when small, else Ray Data). Without ``--id``, when the input has no ``id`` column,
-    its one id-like column that is not a feature (``customer_id``, say) is the id, and the line
-    says so.
+    process when small, else Ray Data). Without ``--id``, the id is the model's own when the
+    input has it, else a column named ``id``, else the input's one id-like column that is not a
+    feature (``customer_id``, say; a line says so); with none, each row's 0-based number in the
+    input goes to column ``row`` (``rows_id``).
 
     ``csv``: a CSV input's ``encoding``, ``delimiter`` and ``decimal`` (``data.tables.read_table``).
 
@@ -626,11 +642,7 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
                                                       csv.get("delimiter"), csv.get("decimal"))
     if not settings.id_given:
         columns = _input_columns(settings.input, table, csv or {})
-        if settings.id_column not in columns:
-            found = _id_candidates(columns, est)
-            if len(found) == 1:
-                log(f"id column: {found[0]!r} (the input has no 'id'; --id names another, --no-id none)")
-                settings = dataclasses.replace(settings, id_column=found[0])
+        settings = dataclasses.replace(settings, id_column=rows_id(est, columns, log))
     if table or to_csv:
         return _predict_table(est, settings, carry or [], log, csv or {} if table else {})
     from .distributed import predict_parquet
@@ -660,11 +672,33 @@ def _input_columns(path, table: bool, csv: dict) -> list[str]:
     return list(footers(resolve(path))[0][1].names)
 
 
-def _id_candidates(columns: list[str], est) -> list[str]:
-    """The input's id-like columns that are not the model's features."""
+def _one_id(id_column: str | None, no_id: bool) -> None:
+    """``--id COLUMN`` and ``--no-id`` together contradict each other: refused."""
+    if id_column is not None and no_id:
+        raise ConfigError(f"--id {id_column} and --no-id contradict each other: give one of them")
+
+
+def rows_id(est, columns: list[str], say) -> str | None:
+    """The id column of rows scored or explained with ``est`` when no ``--id`` (or ``--no-id``)
+    says: the model's (``id_column_``, what the training rows' ids went by) when ``columns`` has it;
+    else a column named ``id``; else the one id-like column of ``columns`` that is not a feature
+    (``fit``'s rule); else None: ``predict`` then numbers the rows (``row``) and ``explain`` names
+    them by position. Every choice but the model's own is said through ``say``."""
     from .validation import is_id_like
+    # a model saved before the id was recorded: 'id', which predict looked for then
+    model_id = est.history_.get("id_column", "id")
+    if model_id is not None and model_id in columns:
+        return model_id
     features = set(map(str, est.feature_names_in_))
-    return [c for c in columns if is_id_like(c) and c not in features]
+    found = ["id"] if "id" in columns and "id" not in features else \
+        [c for c in columns if is_id_like(c) and c not in features]
+    why = "the model was fitted without an id" if model_id is None else f"the input has no {model_id!r}, the model's id"
+    if len(found) == 1:
+        say(f"id column: {found[0]!r} ({why}; --id names another, --no-id none)")
+        return found[0]
+    say(f"no id column ({why}{'' if not found else f'; several id-like columns: {found[:5]}'}): rows go by their "
+        f"number in the input (--id COLUMN names one)")
+    return None
 
 
 def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: dict) -> dict:
@@ -672,6 +706,7 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     the summary marker, atomically)."""
     import json
 
+    import numpy as np
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -682,15 +717,15 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     from .validation import missing_columns_note
     t0 = time.perf_counter()
     df = read_table(str(settings.input), **csv)
-    wanted = list(map(str, est.feature_names_in_)) + ([settings.id_column] if settings.id_column else []) + carry
+    ids = [settings.id_column] if settings.id_column else []
+    wanted = list(map(str, est.feature_names_in_)) + ids + carry
     missing = [c for c in dict.fromkeys(wanted) if c not in df.columns]
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
-    from .explain.assignments import ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns
+    from .explain.assignments import ROW_NUMBER, ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns
     layout = file_layout(est.cluster_ids_)   # the columns fit's assignments have
-    refuse_collisions(([settings.id_column] if settings.id_column else []) + carry,
-                      scored_columns(est.cluster_ids_, ROW_TERMS, **layout))
+    refuse_collisions(ids + carry, ([] if ids else [ROW_NUMBER]) + scored_columns(est.cluster_ids_, ROW_TERMS, **layout))
     from .storage import check_room
     check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * ROW_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
@@ -699,8 +734,10 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):
         log(met_line(met))
-    kept = df[[c for c in dict.fromkeys(([settings.id_column] if settings.id_column else []) + carry)]]
-    out = pa.Table.from_pandas(pd.concat([kept.reset_index(drop=True), scored], axis=1), preserve_index=False)
+    kept = df[list(dict.fromkeys(ids + carry))].reset_index(drop=True)
+    if not ids:   # no id: each row's number in the input, as the Parquet pass writes it
+        kept.insert(0, ROW_NUMBER, np.arange(len(df), dtype=np.int64))
+    out = pa.Table.from_pandas(pd.concat([kept, scored], axis=1), preserve_index=False)
     summary = {"n_rows": len(df), "files": 1, "input": redact(str(settings.input)), "where": "here",
                "unseen_levels": met["unseen"], "missing_cells": met["missing"]}
 
@@ -757,12 +794,21 @@ def history_table(records: list[dict]):
     return _table(records)
 
 
+def demo_data(out: str) -> str:
+    """Where ``neurcam demo`` writes the bundled digits: beside its output (``runs/demo-data`` for
+    ``runs/demo``), never inside it, since no output may hold its own input
+    (``storage.refuse_overwrite``) and a demo run again replaces its output whole."""
+    path = Path(out)
+    path = path if path.name else path.absolute()
+    return str(path.with_name(f"{path.name}-data"))
+
+
 def demo_config(out: str, seeds: int, workers: int) -> dict:
-    """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards, a search over
-    ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
+    """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards (``demo_data``), a
+    search over ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
     ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
     few minutes on 2 cores."""
-    return {"data": {"path": str(Path(out) / "data"), "label": "label", "id": "id"},
+    return {"data": {"path": demo_data(out), "label": "label", "id": "id"},
             "model": {"n_clusters": 10, "n_pairs": 8, "precision": "auto", "epsilon": 0.8},
             "train": {"num_workers": workers, "checkpoint_every": 25},
             "search": {"seeds": seeds},
@@ -771,13 +817,18 @@ def demo_config(out: str, seeds: int, workers: int) -> dict:
 
 
 def demo(out: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
-    """The whole service on embedded defaults: the bundled digits as Parquet shards under
-    ``out/data``, a search of ``seeds`` seeds, MLflow in ``./mlflow.db``. The config is checked
-    before anything is written. Returns the ``SearchResult``."""
+    """The whole service on embedded defaults: the bundled digits as Parquet shards in
+    ``demo_data(out)``, a search of ``seeds`` seeds into ``out``, MLflow in ``./mlflow.db``. The
+    config is checked before anything is written; run again, the demo replaces its data and its
+    output, each whole. Returns the ``SearchResult``."""
     from .config import apply_overrides, parse_config
     from .data.bundled import digits_frame, write_frame_shards
     cfg = parse_config(apply_overrides(demo_config(out, seeds, workers), overrides or {}), "the demo config")
-    write_frame_shards(digits_frame(), str(Path(out) / "data"), 4)
+    if cfg.data.path == demo_data(out):   # not when --set data.path=... points the demo at other data
+        frame = digits_frame()
+        write_frame_shards(frame, cfg.data.path, 4)
+        _say(f"demo data: the bundled digits ({len(frame):,} rows, {frame.shape[1] - 1} pixel features and a "
+             f"label) as 4 Parquet shards in {cfg.data.path}")
     return search(cfg)
 
 

@@ -63,7 +63,6 @@ def _ended(proc: subprocess.Popen) -> str:
 
 
 # ---------------------------------------------------------------- the tracking server
-@pytest.mark.slow  # ~1.5 min: a search in its own Ray, then 30 s of a stopped server
 def test_a_tracking_server_down_for_30_s_when_a_search_ends_gets_the_runs_late(tmp_path):
     """The server stops as the search picks its winner and is back 30 s later: the search
     finishes, waits for it, logs every run once and registers once, and says the logging was late."""
@@ -279,7 +278,6 @@ def _train_workers_by_node(cluster: _Cluster, driver_pid: int) -> dict[str, list
     return found
 
 
-@pytest.mark.slow  # ~2 min on 2 cores: a head and 2 nodes, an uninterrupted run and one that loses a node
 def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tmp_path):
     import json
 
@@ -333,7 +331,6 @@ def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tm
     assert got["inertia"] == pytest.approx(ref["inertia"], rel=0.01), (got["inertia"], ref["inertia"])
 
 
-@pytest.mark.slow  # ~1.5 min on 2 cores: a head and 5 nodes, a two-trial search that loses a node
 def test_a_search_that_loses_a_node_resumes_that_trial_and_leaves_the_other(s3_server, tmp_path):
     import json
 
@@ -391,7 +388,6 @@ def test_a_search_that_loses_a_node_resumes_that_trial_and_leaves_the_other(s3_s
     assert all(e % 2 == 0 and e >= 2 for r in resumes.values() for e in r), resumes
 
 
-@pytest.mark.slow  # ~1 min on 2 cores: scores 2M rows on a head and 2 nodes and loses a scoring node
 def test_predict_that_loses_a_node_writes_every_row_exactly_once(tmp_path):
     import pandas as pd
     import pyarrow as pa
@@ -448,11 +444,10 @@ def test_predict_that_loses_a_node_writes_every_row_exactly_once(tmp_path):
 
 
 # ---------------------------------------------------------------- the object store
-@pytest.mark.slow  # ~3 min on 2 cores: two trainings, the object store restarted under the second
-def test_an_object_store_restarted_during_checkpoint_writes_never_costs_the_previous_model(tmp_path, monkeypatch):
-    """Checkpoints go to S3 every epoch; the store stops and comes back while the second run
-    writes them. The run resumes and finishes, or fails with one clear line: either way the first
-    run's model in the output is whole until a finished run replaces it."""
+def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_path, monkeypatch):
+    """Checkpoints go to S3 every epoch; the store stops for 8 s and comes back while the second
+    run writes them. Ray's storage waits for it (``storage.retrying``), and the run finishes and
+    replaces the first run's model, whole."""
     import json
     import secrets
 
@@ -491,15 +486,13 @@ def test_an_object_store_restarted_during_checkpoint_writes_never_costs_the_prev
         text, _ = proc.communicate(timeout=600)
     finally:
         store.stop()
-    if proc.returncode == 0:
-        h = NeurCAM.load(tmp_path / "out" / "model").history_
-        assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1)), h["resumes"]
-        assert (tmp_path / "out" / "model" / "manifest.json").read_text() != before
-        assert np.isfinite(json.loads((tmp_path / "out" / "metrics.json").read_text())["inertia"])
-    else:
-        lines = [x for x in text.splitlines() if x.startswith("neurcam:")]
-        assert len(lines) == 1 and "Traceback" not in text, text[-4000:]
-        assert "distributed training failed" in lines[0] and "did not answer during the run" in lines[0], lines
-        assert (tmp_path / "out" / "model" / "manifest.json").read_text() == before
+    # an 8 s outage is well inside the storage's outage bound (storage.retrying.STORE_OUTAGE_S):
+    # the run waits for the store and finishes
+    assert proc.returncode == 0, text[-4000:]
+    assert "Traceback" not in text
+    h = NeurCAM.load(tmp_path / "out" / "model").history_
+    assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1)), h["resumes"]
+    assert (tmp_path / "out" / "model" / "manifest.json").read_text() != before
+    assert np.isfinite(json.loads((tmp_path / "out" / "metrics.json").read_text())["inertia"])
     print(f"object store restarted mid-run: exit {proc.returncode}; "
           + " | ".join(x for x in text.splitlines() if x.startswith("neurcam:"))[:1500])

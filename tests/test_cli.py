@@ -119,22 +119,34 @@ def test_console_script_is_installed():
     assert res.returncode == 0 and "neurcam-dist" in res.stdout
 
 
-@pytest.mark.slow
-def test_demo_runs_the_whole_service_on_embedded_defaults(tmp_path, monkeypatch, capsys, ray_cluster):
-    """The README's first command (about 5 minutes on 2 cores): search, local store, registry."""
+def test_demo_runs_the_whole_service_and_again_in_its_own_folder(tmp_path, monkeypatch, capsys, ray_cluster):
+    """The README's first command, lean (one seed, a short schedule; ``.ci/run`` runs the default
+    demo itself, through the Quick start): a search on Ray, the local MLflow store, the registry.
+    Then the normal loop: the same command again in the same folder replaces the demo's data and
+    output, each whole, and registers a second version."""
     import mlflow
+    import pyarrow.parquet as pq
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "mlflow ui --backend-store-uri sqlite:///" in out and "report/report.html" in out
-    summary = json.loads((tmp_path / "runs" / "demo" / "search.json").read_text())
-    assert len(summary["trials"]) == 3 and all(t["status"] == "ok" for t in summary["trials"])
-    assert (tmp_path / "runs" / "demo" / "report" / "report.html").exists()
+    out_dir = tmp_path / "runs" / "demo"
+    for run in (1, 2):
+        assert main(["demo", "--seeds", "1", "--set", "model.epochs=24", "--set", "model.n_pairs=2"]) == 0
+        out = capsys.readouterr().out
+        assert "demo data: the bundled digits (1,797 rows, 64 pixel features and a label) as 4 Parquet shards in " \
+               "runs/demo-data" in out
+        assert f"registered model: models:/digits-demo/{run} " in out and "mlflow ui --backend-store-uri sqlite:///" in out
+        assert "explanation report: file://" in out and (out_dir / "report" / "report.html").is_file()
+        summary = json.loads((out_dir / "search.json").read_text())
+        assert [t["status"] for t in summary["trials"]] == ["ok"]
+        sets = [p for p in (out_dir / ".versions").iterdir() if p.name != ".lock"]
+        assert len(sets) == 1   # the earlier run's set replaced, not kept
+    shards = sorted((tmp_path / "runs" / "demo-data").glob("*.parquet"))
+    assert len(shards) == 4 and sum(pq.read_metadata(f).num_rows for f in shards) == 1797
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     mv = mlflow.MlflowClient().get_model_version_by_alias("digits-demo", "candidate")
-    best = min(summary["trials"], key=lambda t: t["inertia"])
-    assert mlflow.MlflowClient().get_run(mv.run_id).data.metrics["inertia"] == pytest.approx(best["inertia"])
+    assert str(mv.version) == "2"
+    assert mlflow.MlflowClient().get_run(mv.run_id).data.metrics["inertia"] == \
+        pytest.approx(summary["trials"][0]["inertia"])
 
 
 def test_every_command_speaks_one_vocabulary_with_help_and_defaults(capsys):

@@ -305,7 +305,6 @@ def _train_workers():
     return found
 
 
-@pytest.mark.slow  # ~2.5 min on 2 cores: kills a worker and waits for Ray Train to restart the group
 def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):
     out = tmp_path / "out"
     # streaming epochs (a few seconds each) leave time to kill a worker mid-run

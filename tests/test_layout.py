@@ -414,3 +414,70 @@ def test_public_functions_and_classes_have_docstrings():
                             if isinstance(sub, ast.FunctionDef) and not sub.name.startswith("_")
                             and ast.get_docstring(sub) is None]
     assert not bad, "public names without a docstring:\n" + "\n".join(bad)
+
+
+REPO = PACKAGE.parent
+
+
+def _quickstart():
+    """``.ci/quickstart.py``, the helper ``.ci/run`` reads the README's Quick start with."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("quickstart", REPO / ".ci" / "quickstart.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_runs_the_readme_quick_start_literally(tmp_path):
+    """``.ci/run`` runs what README.md's Quick start says, both commands, as written there: the
+    first in a scratch copy of the repository, then checked; the second here. A README whose
+    Quick start changes changes what CI runs."""
+    import os
+    import re
+    quick = _quickstart()
+    block = re.search(r"^## Quick start\n.*?^```bash\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    written = [ln for ln in block.group(1).splitlines() if ln.strip() and not ln.startswith("#")]
+    assert quick.commands() == written and len(written) == 2
+    assert written[0].endswith("neurcam demo") and written[1].endswith("python3 -m pytest")
+    dry = subprocess.run(["bash", str(REPO / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "NEURCAM_CI_DRY_RUN": "1"})
+    assert dry.returncode == 0, dry.stderr
+    steps = [line.split("\t", 1) for line in dry.stdout.splitlines() if "\t" in line]
+    assert [name for name, _ in steps] == ["quick start command 1", "quick start command 1 checked",
+                                           "quick start command 2", "docs"]
+    first, checked, second = (cmd for _, cmd in steps[:3])
+    scratch = re.search(r"cd '([^']+)'", first).group(1)
+    assert f"({written[0]})" in first and scratch != str(REPO)
+    assert checked.endswith(f"quickstart.py check {scratch} {scratch}/quickstart-1.log")
+    assert second == f"bash -c {written[1]}"
+    # another README, another command
+    other = tmp_path / "README.md"
+    other.write_text((REPO / "README.md").read_text().replace("&& neurcam demo\n", "&& neurcam demo --seeds 5\n"))
+    assert quick.commands(other)[0].endswith("neurcam demo --seeds 5")
+
+
+def test_the_quick_start_check_fails_a_demo_that_left_nothing(tmp_path):
+    """What ``.ci/run`` checks after command 1 can fail: no search, no closing lines."""
+    quick = _quickstart()
+    (tmp_path / "log").write_text("neurcam: error: output runs/demo holds the input runs/demo/data\n")
+    assert quick.check(tmp_path, tmp_path / "log") == [f"no {tmp_path / 'runs/demo/search.json'}: the demo did not "
+                                                       f"finish its search"]
+    (tmp_path / "runs" / "demo").mkdir(parents=True)
+    (tmp_path / "runs" / "demo" / "search.json").write_text('{"trials": [{"trial_id": "a", "status": "error"}]}')
+    problems = quick.check(tmp_path, tmp_path / "log")
+    assert any("not all ok" in p for p in problems) and any("report/report.html" in p for p in problems)
+    assert any("no MLflow store" in p for p in problems) and any("registered model:" in p for p in problems)
+
+
+def test_every_test_runs_in_the_gate():
+    """No test is kept out of ``.ci/run``: pytest's options select nothing away (no ``-m``,
+    ``-k`` or ``--ignore``) and no test carries a marker that a selection could drop."""
+    import re
+    import tomllib
+    options = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert not re.search(r"(^|\s)(-m|-k|--ignore|--deselect)\b", options.get("addopts", "")), options["addopts"]
+    assert "markers" not in options, options.get("markers")
+    marked = [f"{p.name}:{i}" for p in (REPO / "tests").glob("*.py")
+              for i, line in enumerate(p.read_text().splitlines(), 1)
+              if re.match(r"\s*@pytest\.mark\.(slow|skip|skipif|xfail)\b", line)]
+    assert not marked, marked

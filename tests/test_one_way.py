@@ -101,10 +101,15 @@ def test_one_scorer_for_the_estimator_the_registry_and_batch_scoring(fitted, dat
     np.testing.assert_allclose(frame.iloc[:, 1:k + 1].to_numpy(), fitted.predict_proba(X), atol=1e-6)
     plain = fitted.score_frame(X)
     assert list(plain.columns) == list(frame.columns[:k + 1])
-    out = _Scorer(fitted.scoring_model(), None, [])(pa.Table.from_pandas(X, preserve_index=False)).to_pandas()
-    # batch scoring writes fit's layout: score_frame's columns plus the row's own cluster's probability
-    assert list(out.columns) == ["cluster", "probability", *frame.columns[1:]]
-    pd.testing.assert_frame_equal(out.drop(columns="probability").astype({"cluster": "int64"}),
+    from neurcam_dist.data import ROW_KEY
+    read = pa.Table.from_pandas(X, preserve_index=False)   # as the readers give it: with each row's key
+    read = read.append_column(ROW_KEY, pa.array(np.arange(len(X), dtype=np.int64) + 100))
+    out = _Scorer(fitted.scoring_model(), None, [])(read).to_pandas()
+    # batch scoring writes fit's layout: score_frame's columns plus the row's own cluster's probability,
+    # after the row's number in the input when there is no id
+    assert list(out.columns) == ["row", "cluster", "probability", *frame.columns[1:]]
+    assert out["row"].tolist() == list(range(100, 100 + len(X)))
+    pd.testing.assert_frame_equal(out.drop(columns=["row", "probability"]).astype({"cluster": "int64"}),
                                   frame.reset_index(drop=True))
     np.testing.assert_allclose(out["probability"], frame.iloc[:, 1:k + 1].max(axis=1), rtol=0, atol=1e-12)
 
@@ -213,7 +218,7 @@ def test_predict_reads_the_csv_fit_read_and_finds_its_id_column(tmp_path, data, 
     assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "wine.csv"),
                  "--output", str(tmp_path / "scored")]) == 0
     out = capsys.readouterr().out
-    assert "id column: 'wine_id'" in out and "wrote 240 rows in 1 Parquet file(s)" in out
+    assert "wrote 240 rows in 1 Parquet file(s)" in out and "id column" not in out   # the model's own id: no word
     got = pd.read_parquet(tmp_path / "scored")
     assert got["wine_id"].tolist() == list(range(7, 7 + len(X)))
     np.testing.assert_array_equal(got["cluster"], NeurCAM.load(tmp_path / "run" / "model").predict(X))
@@ -231,3 +236,73 @@ def test_predict_reads_the_csv_fit_read_and_finds_its_id_column(tmp_path, data, 
     assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "wine.csv"),
                  "--output", str(tmp_path / "scored2"), "--id", "wine"]) == 2
     assert "no column(s) ['wine']" in capsys.readouterr().err
+
+
+def _small_fit_flags() -> list[str]:
+    return [a for k, v in SMALL.items() if k not in ("verbose", "device")
+            for a in (f"--{k.replace('_', '-')}", *(map(str, v) if isinstance(v, tuple) else [str(v)]))]
+
+
+def test_predict_explain_and_export_follow_the_model_s_id(tmp_path, data, capsys):
+    """The README's ``predict`` line on a table without an ``id`` column, for a model fitted without
+    one: the rows are numbered (``row``), as fit's assignments are in order. A model fitted with
+    ``--id X`` looks for X first (not ``id``, even where the input has one); ``--id`` and
+    ``--no-id`` override; ``explain --show`` names X's values and ``export``'s query returns X."""
+    X, _ = data
+    X.to_csv(tmp_path / "plain.csv", index=False)
+    assert main(["fit", "--input", str(tmp_path / "plain.csv"), "--output", str(tmp_path / "plain"),
+                 "--n-clusters", "3", "--quiet", *_small_fit_flags()]) == 0
+    plain = tmp_path / "plain" / "model"
+    assert NeurCAM.load(plain).id_column_ is None
+    capsys.readouterr()
+    for out in ("scored", "scored.csv"):   # the Parquet pass and the one-file CSV output
+        assert main(["predict", "--model", str(plain), "--input", str(tmp_path / "plain.csv"),
+                     "--output", str(tmp_path / out)]) == 0
+        assert "no id column (the model was fitted without an id)" in capsys.readouterr().out
+        got = pd.read_parquet(tmp_path / out) if out == "scored" else pd.read_csv(tmp_path / out)
+        assert list(got.columns[:2]) == ["row", "cluster"] and got["row"].tolist() == list(range(len(X)))
+        assigned = pd.read_csv(tmp_path / "plain" / "assignments.csv")
+        np.testing.assert_array_equal(got["cluster"], assigned["cluster"])
+    (tmp_path / "parts").mkdir()   # Parquet input over two files: rows numbered across them, in order
+    X.iloc[:100].to_parquet(tmp_path / "parts" / "a.parquet")
+    X.iloc[100:].to_parquet(tmp_path / "parts" / "b.parquet")
+    assert main(["predict", "--model", str(plain), "--input", str(tmp_path / "parts"),
+                 "--output", str(tmp_path / "scored_parts")]) == 0
+    got = pd.read_parquet(tmp_path / "scored_parts").sort_values("row")
+    assert got["row"].tolist() == list(range(len(X)))
+    np.testing.assert_array_equal(got["cluster"], assigned["cluster"])
+    capsys.readouterr()
+
+    # fitted with --id account: predict looks for 'account', though the input also has an 'id'
+    X.assign(account=np.arange(len(X)) * 3, id=-1).to_csv(tmp_path / "acc.csv", index=False)
+    assert main(["fit", "--input", str(tmp_path / "acc.csv"), "--output", str(tmp_path / "acc"), "--id", "account",
+                 "--features", *X.columns, "--n-clusters", "3", "--quiet", *_small_fit_flags()]) == 0
+    model = tmp_path / "acc" / "model"
+    assert NeurCAM.load(model).id_column_ == "account"
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--input", str(tmp_path / "acc.csv"),
+                 "--output", str(tmp_path / "acc.csv.scored.csv")]) == 0
+    got = pd.read_csv(tmp_path / "acc.csv.scored.csv")
+    assert got.columns[0] == "account" and got["account"].tolist() == list(range(0, 3 * len(X), 3))
+    assert "id" not in got.columns
+    for flags, first in ((["--id", "id"], "id"), (["--no-id"], "row")):   # the flags override the model
+        assert main(["predict", "--model", str(model), "--input", str(tmp_path / "acc.csv"),
+                     "--output", str(tmp_path / "over.csv"), *flags]) == 0
+        assert pd.read_csv(tmp_path / "over.csv").columns[0] == first
+    assert main(["predict", "--model", str(model), "--input", str(tmp_path / "acc.csv"),
+                 "--output", str(tmp_path / "both.csv"), "--id", "id", "--no-id"]) == 2
+    assert "--id id and --no-id contradict each other" in capsys.readouterr().err
+    # explain --show names the model's ids; --no-id, positions (a row whose id and position name
+    # rows of different clusters)
+    labels = NeurCAM.load(model).predict(X)
+    j = next(j for j in range(1, len(X) // 3) if labels[j] != labels[3 * j])
+    assert main(["explain", "--model", str(model), "--input", str(tmp_path / "acc.csv"),
+                 "--output", str(tmp_path / "ex"), "--show", str(3 * j)]) == 0
+    assert f"row {3 * j}: cluster {labels[j]} " in capsys.readouterr().out
+    assert main(["explain", "--model", str(model), "--input", str(tmp_path / "acc.csv"),
+                 "--output", str(tmp_path / "ex2"), "--show", str(3 * j), "--no-id"]) == 0
+    assert f"row {3 * j}: cluster {labels[3 * j]} " in capsys.readouterr().out
+    # export's query returns the model's id beside the cluster
+    assert main(["export", "--model", str(model), "--input", str(tmp_path / "acc.csv"), "--table", "t",
+                 "--output", str(tmp_path / "q.sql")]) == 0
+    assert '"account"' in (tmp_path / "q.sql").read_text().split("FROM")[0]

@@ -101,7 +101,6 @@ def wait_for(client, job_id: str, timeout: float = 600) -> str:
     raise TimeoutError(f"job {job_id} still {client.get_job_status(job_id)}: {client.get_job_logs(job_id)[-3000:]}")
 
 
-@pytest.mark.slow  # ~2 min: a whole search as a Ray Job; the job upload and entrypoints are exercised below too
 def test_a_tune_job_registers_its_winner(ray_head, mlflow_server, events, tmp_path):
     from mlflow import MlflowClient
     snapshot = events / "date=2026-11-26"
@@ -276,7 +275,6 @@ def test_two_reclusterings_at_once_promote_exactly_one(ray_head, mlflow_server, 
     assert "ops-race.promotion-lease" not in names   # the lease was released
 
 
-@pytest.mark.slow  # ~3 min on 2 cores: four searches at once on one Ray head
 def test_four_reclusterings_into_one_output_leave_one_champion_and_four_history_lines(ray_head, mlflow_server,
                                                                                        events, tmp_path):
     """A CronJob allowed to overlap (or four operators at once): every run ends, exactly one is

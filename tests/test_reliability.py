@@ -261,7 +261,46 @@ def test_a_run_output_set_appears_whole_or_not_at_all(tmp_path):
     write_run_output(out, _set("3"))
     assert json.loads((out / "metrics.json").read_text()) == {"run": "3"}
     assert (out / "model" / "w").read_text() == "3" and json.loads((out / "config.json").read_text())["run"] == "3"
-    assert (out / "_ray").is_dir() and len(list((out / ".versions").iterdir())) == 1
+    sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
+    assert (out / "_ray").is_dir() and len(sets) == 1 and not sets[0].startswith(".tmp-")
+
+
+def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_set(tmp_path):
+    """Overlapping runs into one output (a CronJob that overlaps): a writer that publishes while
+    another is still writing never removes the other's half-written set, and a set that another
+    writer published after it stays the current one; a crashed writer's leftover goes once it is
+    a day old."""
+    import os
+    import threading
+
+    from neurcam_dist.storage.atomic import STALE_S, write_run_output
+    out = tmp_path / "out"
+    write_run_output(out, _set("1"))
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(tmp):   # writer B: half-written while writer A publishes
+        _set("B")(tmp)
+        inside.set()
+        assert release.wait(30)
+
+    b = threading.Thread(target=write_run_output, args=(out, slow))
+    b.start()
+    assert inside.wait(30)
+    write_run_output(out, _set("A"))                       # A publishes while B is writing
+    assert json.loads((out / "metrics.json").read_text()) == {"run": "A"}
+    release.set()
+    b.join(30)
+    assert json.loads((out / "metrics.json").read_text()) == {"run": "B"}   # B's set was whole: the last wins
+    assert (out / "model" / "w").read_text() == "B"
+    left = tmp_path / "out" / ".versions" / ".tmp-20200101-000000-deadbeef"
+    left.mkdir()   # a writer that died
+    write_run_output(out, _set("C"))
+    assert left.is_dir()                                   # might be a live writer's: kept
+    os.utime(left, (left.stat().st_atime, left.stat().st_mtime - STALE_S - 60))
+    write_run_output(out, _set("D"))
+    assert not left.exists()
+    sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
+    assert len(sets) == 1 and (out / "model" / "w").read_text() == "D"
 
 
 def test_an_interrupted_model_swap_is_recovered(fitted, tmp_path, data):

@@ -239,7 +239,6 @@ def test_data_on_s3_is_listed_like_a_local_folder(s3_env):
     assert _objects(f"{BUCKET}/runs/validated") == []
 
 
-@pytest.mark.slow  # ~1.5 min on 2 cores: a 2-worker Ray Train run whose checkpoints go to the bucket
 def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, tmp_path, capsys):
     """In-process on the session's Ray (started with the server's settings, see conftest)."""
     from neurcam_dist.cli import main
@@ -363,7 +362,6 @@ def _mlflow_server(root, env, artifacts: str):
             time.sleep(0.5)
 
 
-@pytest.mark.slow  # ~2.5 min on 2 cores: two trials on 2 workers each, and an mlflow server
 def test_tune_trials_travel_through_the_bucket_and_mlflow_keeps_artifacts_there(s3_env, tmp_path):
     df = _upload_blobs(f"{BUCKET}/tune-data")
     # the representation in a second dataset, joined on the id (the join is staged in the bucket)
@@ -405,7 +403,6 @@ def test_tune_trials_travel_through_the_bucket_and_mlflow_keeps_artifacts_there(
         proc.wait(timeout=30)
 
 
-@pytest.mark.slow  # ~4 min on 2 cores: kills a worker and waits for Ray Train to restart the group
 def test_killed_worker_resumes_from_an_s3_checkpoint(s3_env, tmp_path):
     import psutil
     _upload_blobs(f"{BUCKET}/kill-data", n_files=4)
@@ -457,3 +454,68 @@ def test_an_object_store_that_denies_access_is_one_line_in_bounded_time(s3_env, 
         assert "not-the-secret" not in done.stderr + done.stdout
         assert time.perf_counter() - t0 < 60
         assert not (tmp_path / "p").exists()
+
+
+def test_ray_storage_waits_for_an_object_store_that_comes_back(tmp_path, monkeypatch):
+    """The file system Ray Train and Tune get for ``s3://`` storage (``storage.retrying``) rides
+    out a store that stops answering for a few seconds: writes, reads, listings and deletions
+    succeed once it is back, through a pickled copy too (what each Ray process holds), while the
+    plain client fails at once; past the outage bound the store's own error comes through."""
+    import pickle
+    import secrets
+    import threading
+
+    from pyarrow import fs as pafs
+
+    from neurcam_dist.storage.retrying import ray_storage
+    from neurcam_dist.uris import Location
+    from .conftest import Seaweed, _free_port_pair
+    settings = {"AWS_ACCESS_KEY_ID": "blink", "AWS_SECRET_ACCESS_KEY": secrets.token_hex(16),
+                "AWS_ENDPOINT_URL": f"http://127.0.0.1:{_free_port_pair()}", "AWS_REGION": "us-east-1"}
+    for k, v in settings.items():
+        monkeypatch.setenv(k, v)
+    (tmp_path / "weed").mkdir()
+    store = Seaweed(tmp_path / "weed", settings)
+    store.start()
+    try:
+        given = ray_storage(Location("s3://neurcam/ray"))
+        assert given["storage_path"] == "neurcam/ray"
+        fs = pickle.loads(pickle.dumps(given["storage_filesystem"]))
+        plain, _ = filesystem("s3://neurcam/ray")
+        with fs.open_output_stream("neurcam/ray/before.bin") as f:
+            f.write(b"checkpoint 1")
+        store.stop()
+        with pytest.raises(OSError):
+            plain.get_file_info("neurcam/ray/before.bin")
+        back = threading.Timer(4.0, store.start)
+        back.start()
+        try:
+            with fs.open_output_stream("neurcam/ray/during.bin") as f:   # uploaded on close, once it is back
+                f.write(b"checkpoint 2" * 1000)
+        finally:
+            back.join()
+        with fs.open_input_stream("neurcam/ray/during.bin") as f:
+            assert f.read() == b"checkpoint 2" * 1000
+        names = sorted(i.base_name for i in fs.get_file_info(pafs.FileSelector("neurcam/ray")))
+        assert names == ["before.bin", "during.bin"]
+        fs.delete_file("neurcam/ray/before.bin")
+        assert fs.get_file_info("neurcam/ray/before.bin").type == pafs.FileType.NotFound
+        # a checkpoint folder copied as Ray copies it: pyarrow's copy on its IO threads, both ways
+        (tmp_path / "ckpt").mkdir()
+        for i in range(40):
+            (tmp_path / "ckpt" / f"part-{i}.bin").write_bytes(bytes([i]) * 50_000)
+        pafs.copy_files(str(tmp_path / "ckpt"), "neurcam/ray/ckpt", destination_filesystem=fs, use_threads=True)
+        (tmp_path / "back").mkdir()
+        pafs.copy_files("neurcam/ray/ckpt", str(tmp_path / "back"), source_filesystem=fs, use_threads=True)
+        assert sorted(p.read_bytes() for p in (tmp_path / "back").iterdir()) == \
+            sorted(p.read_bytes() for p in (tmp_path / "ckpt").iterdir())
+        monkeypatch.setenv("NEURCAM_STORE_OUTAGE_S", "2")
+        store.stop()
+        t0 = time.monotonic()
+        with pytest.raises(OSError):
+            with fs.open_input_stream("neurcam/ray/during.bin") as f:
+                f.read()
+        assert time.monotonic() - t0 < 30
+    finally:
+        store.stop()
+    assert ray_storage(Location(tmp_path / "local")) == {"storage_path": str(tmp_path / "local")}

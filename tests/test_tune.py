@@ -136,7 +136,6 @@ def test_a_failing_trial_is_recorded_and_the_best_other_registered(shards, tmp_p
     assert sorted(r["status"] for r in rows) == ["failed", "ok"]
 
 
-@pytest.mark.slow  # ~1.5 min: two searches; a dead server for train is in test_tracking, one failed trial above
 def test_stopped_server_and_all_failed_searches_exit_nonzero(shards, tmp_path, ray_cluster, capsys, monkeypatch):
     import yaml
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -29,6 +29,7 @@ from ..model.dae import DenoisingAutoencoder
 from ..model.schedule import Plateau
 from ..numerics import standardize
 from ..settings import deterministic_algorithms
+from ..storage.retrying import ray_storage
 from ..storage import write_dataset
 from ..uris import Location
 from . import events
@@ -169,7 +170,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
     trainer = TorchTrainer(dae_loop_per_worker, train_loop_config={"job": job},
                            **worker_group(tc),
                            run_config=RunConfig(name=f"dae-{time.strftime('%Y%m%d-%H%M%S')}",
-                                                storage_path=str(cfg.storage_path()), **worker_env(m.deterministic)),
+                                                **ray_storage(cfg.storage_path()), **worker_env(m.deterministic)),
                            datasets={"train": dataset})
     try:
         result = trainer.fit()

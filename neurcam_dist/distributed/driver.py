@@ -29,6 +29,7 @@ from ..model.initial import initial_centroids
 from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
+from ..storage.retrying import ray_storage
 from ..uris import Location, is_uri, store_did_not_answer
 from ..validation import empty_cluster_ids, empty_clusters_note, empty_clusters_record
 from .scoring import evaluate
@@ -162,7 +163,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
     trainer = TorchTrainer(
         train_loop_per_worker, train_loop_config={"worker": wcfg},
         **worker_group(tc),
-        run_config=RunConfig(name=run_name, storage_path=str(storage),
+        run_config=RunConfig(name=run_name, **ray_storage(storage),
                              failure_config=FailureConfig(max_failures=tc.max_failures),
                              checkpoint_config=CheckpointConfig(num_to_keep=2), **worker_env(wcfg.spec.deterministic)),
         datasets={} if held else {"train": dataset},
@@ -321,5 +322,5 @@ def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: floa
         precision=state["precision"], init_info=init_info,
         text=plan.text,   # new documents are featurized with the training data's vocabulary
         resumes=list(state["resumes"]), world_size=int(state["world_size"]),
-        deterministic=bool(state.get("deterministic", False)))
+        deterministic=bool(state.get("deterministic", False)), id_column=plan.id)
     return fitted, trainer.teacher

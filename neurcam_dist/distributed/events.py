@@ -85,7 +85,9 @@ def listening(render):
     """Within the block, a channel whose records are handed to ``render(event)`` on a thread of
     this process, in arrival order, and every record left is rendered before the block ends."""
     import ray
-    actor = ray.remote(num_cpus=0)(_Mailbox).options(name=None, max_concurrency=1).remote()
+
+    from .session import beside_driver
+    actor = beside_driver(_Mailbox, name=None, max_concurrency=1)
     channel = Channel(actor)
     stop = threading.Event()
 

@@ -23,13 +23,14 @@ from pyarrow.fs import FileSelector
 from ..errors import TrainingError, find_cause
 from .. import data as data_mod
 from .. import metrics
-from ..explain.assignments import ROW_TERMS, assignments, file_layout, met_line, refuse_collisions, scored_columns
+from ..explain.assignments import (ROW_NUMBER, ROW_TERMS, assignments, file_layout, met_line, refuse_collisions,
+                                   scored_columns)
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
 from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
-from .session import ray_for
+from .session import beside_driver, ray_for
 
 MARKER = "_neurcam_predictions.json"
 PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often (NEURCAM_PREDICT_PROGRESS_S)
@@ -214,6 +215,8 @@ class _Scorer:
         cols = {}
         if self.id_column:
             cols[self.id_column] = table[self.id_column]
+        else:   # no id: the row's number in the input (its key over the files in order), so it joins back
+            cols[ROW_NUMBER] = table[data_mod.sources.ROW_KEY]
         for c in self.carry:
             cols[c] = table[c]
         for name, values in scored.items():
@@ -362,7 +365,8 @@ def _checked_columns(est, fitted: FittedNet, src, footers: list, input_path, out
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
     _check_input(est, fitted, src, footers, wanted, id_column, text)
     refuse_collisions(([id_column] if id_column else []) + list(carry or []),
-                      scored_columns(fitted.cluster_ids, ROW_TERMS, **file_layout(fitted.cluster_ids)))
+                      ([] if id_column else [ROW_NUMBER])
+                      + scored_columns(fitted.cluster_ids, ROW_TERMS, **file_layout(fitted.cluster_ids)))
     check_room(output, n_rows * 8 * (len(fitted.cluster_ids) + 2 * ROW_TERMS + 2))   # the scores, uncompressed
     return text, wanted
 
@@ -374,7 +378,7 @@ def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: s
 
     from ..data.progress import watched
     total, say, every = progress
-    counter = ray.remote(num_cpus=0)(_Met).remote()
+    counter = beside_driver(_Met)   # a lost worker node must not take the counts with it
     ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, counter=counter, **kwargs)
     try:
         with watched(ds, _Scorer.__name__, total, say, every=every):

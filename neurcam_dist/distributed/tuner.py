@@ -28,6 +28,7 @@ from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..explain.build import Compared
 from ..storage.published import read_text
+from ..storage.retrying import ray_storage
 from ..uris import Location
 from .driver import (InitialState, finish_run, initial_state, prepare, representation_dirs, run_workers,
                      set_reference, training_dataset, unchanged_input, worker_config, write_run)
@@ -285,7 +286,7 @@ def run_trials(job: ResolvedJob, inits: dict[tuple[int, int], InitialState], nam
                                                                      max_concurrent=s.max_concurrent_trials)),
         # a trial whose own actor died (its node lost) runs again, up to train.max_failures times; its
         # TorchTrainer, with the same run name and storage, resumes from the trial's last checkpoint
-        run_config=tune.RunConfig(name=name, storage_path=str(cfg.storage_path()), verbose=0,
+        run_config=tune.RunConfig(name=name, **ray_storage(cfg.storage_path()), verbose=0,
                                   failure_config=tune.FailureConfig(max_failures=cfg.train.max_failures),
                                   callbacks=[_Progress(n_trials(s) * int(np.prod(
                                       [len(v["grid_search"]) for v in (space or {}).values()] or [1])))]))

@@ -26,6 +26,9 @@ def file_layout(ids) -> dict:
     return {"probability": True, "every_proba": len(ids) <= PROBA_COLUMNS}
 
 
+ROW_NUMBER = "row"   # scores without an id: each row's 0-based number in the input (over its files, in order)
+
+
 def scored_columns(ids, top_terms: int = 0, *, probability: bool = False, every_proba: bool = True) -> list[str]:
     """The names of the columns ``assignments`` returns for clusters ``ids``."""
     return (["cluster"] + (["probability"] if probability else []) + [f"proba_{i}" for i in ids if every_proba]

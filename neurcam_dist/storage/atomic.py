@@ -8,11 +8,12 @@ import shutil
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError
 from ..uris import Location, is_uri, local
-from .published import publish_dir, put_text, write_version
+from .published import STALE_S, publish_dir, put_text, write_version
 
 
 def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
@@ -273,7 +274,10 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     fsynced, one atomic rename points ``out/current`` at it. ``out/model``, ``out/metrics.json``
     ... are fixed links through ``current``, so a reader sees the whole old set or the whole new
     one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
-    set in place (the half-written version is removed on the next write). Other content of
+    set in place (a later write removes the half-written version once it is a day old: until
+    then it may be another writer's, still being written). Several writers may publish into one
+    output at once (overlapping re-clusterings): each flip and clean-up holds a lock, and the last
+    to publish wins. Other content of
     ``out`` (``_ray/`` checkpoints, ``trials/``, ``report/``) is left alone. On an object store
     (``out`` a URI) the set is published as one version through a manifest instead, with a copy of
     each top-level file at ``out/NAME`` (``aws s3 cp OUT/metrics.json -`` works). With ``own``
@@ -293,16 +297,49 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     try:
         write(tmp)
         _fsync_tree(tmp)
-        os.replace(tmp, version)
-        _link(out / CURRENT, f"{VERSIONS}/{version.name}")
-        for name in ("model", "config.json", "metrics.json", *extra):
-            if not (out / name).is_symlink():
-                _link(out / name, f"{CURRENT}/{name}")
-        _drop_dangling(out)
-        _fsync_dir(out)
+        with _flip_lock(versions):   # one writer at a time from here: several may publish into one output
+            os.replace(tmp, version)
+            _link(out / CURRENT, f"{VERSIONS}/{version.name}")
+            for name in ("model", "config.json", "metrics.json", *extra):
+                if not (out / name).is_symlink():
+                    _link(out / name, f"{CURRENT}/{name}")
+            _drop_dangling(out)
+            _fsync_dir(out)
+            _drop_replaced(versions, version.name)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in versions.iterdir():  # earlier sets and leftovers of crashed writes
-        if old.name != version.name:
-            shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+def _drop_replaced(versions: Path, current: str) -> None:
+    """Under the flip lock, after ``current`` is published: every other complete set (a later
+    writer's is never there yet: it is still a ``.tmp-`` folder, or waits for the lock), and a
+    ``.tmp-`` folder only when it is a day old (a writer that died; a live one may be writing it,
+    as the object-store layout's staging rule says: ``published.STALE_S``)."""
+    stale = time.time() - STALE_S
+    for old in versions.iterdir():
+        if old.name == current or old.name == LOCK:
+            continue
+        if old.name.startswith(".tmp-"):
+            try:
+                if old.stat().st_mtime > stale:
+                    continue
+            except FileNotFoundError:   # its writer published or gave up meanwhile
+                continue
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+
+
+LOCK = ".lock"
+
+
+@contextmanager
+def _flip_lock(versions: Path):
+    """An exclusive lock on ``versions/.lock`` (``fcntl.flock``: released by the kernel when the
+    holder dies) for the rename, the link flip and the clean-up of one publication."""
+    import fcntl
+    with open(versions / LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -66,6 +66,10 @@ def lease(name: str, *, ttl_s: float = LEASE_TTL_S, wait_s: float = 300.0, log=p
                             f"removed when it is done (safe to delete if 'expires' has passed)")
             break
         except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                # the SQL store found the name taken, then found it gone when it read the holder
+                # back: the holder released it between the two; try again at once
+                continue
             if not _is_exists(exc):
                 raise
         try:
