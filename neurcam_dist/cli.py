@@ -288,8 +288,7 @@ def _add_explain(sub) -> argparse.ArgumentParser:
           help="show these rows one by one: their terms as bars, their values and the smallest change that moves "
                "them to another cluster (0-based positions, or values of --id)")
     _flag(exp, "--id", default=None, help="the column whose values --show names and that names the report's rows "
-                                          "(default: the model's id column when the input has it, else the one "
-                                          "id-like column)")
+                                          "(default: the model's id column when the input has it)")
     exp.add_argument("--no-id", action="store_true", help="name rows by their 0-based position (--show too)")
     exp.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
                      help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "

@@ -343,35 +343,29 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     encoding, delimiter, decimal : str
         A CSV file's format (as ``fit``'s).
     label : str, optional
-        A column to compare the clusters with (never used to cluster): the report gets the
-        label-by-cluster table, ARI and NMI, and each cluster's label mix.
+        A column the clusters are compared with (never used to cluster): label table, ARI, NMI.
     rows : list, optional
-        Rows to show one by one (their terms as bars, their values, what would move them): values
-        of ``id_column``, or 0-based row positions in ``data`` when there is none. Looked up
-        before any sampling, so a chosen row is always found.
-    id_column : str, optional
-        The column whose values ``rows`` names and that names the report's rows (default: the
-        model's id column when ``data`` has it, else the one id-like column: ``rows_id``).
-    no_id : bool
-        Name rows by their 0-based position, whatever the model's id.
+        Rows to show one by one (terms as bars, values, what would move them): values of
+        ``id_column``, else 0-based positions; looked up before any sampling.
+    id_column, no_id : str, optional; bool
+        The column that names rows (``rows`` and the report's): by default the model's
+        (``NeurCAM.id_column_``) when ``data`` has it; ``no_id``: 0-based positions, whatever.
     compare : str, optional
-        An earlier version of the model (directory or MLflow URI): the report shows how the rows
-        moved between the two versions' cluster ids and which terms now drive each cluster.
+        An earlier version (directory or MLflow URI): the report shows how the rows moved between
+        its cluster ids and the model's, and which terms now drive each cluster.
     say : callable
         Where the lines about a sample, the chosen rows and the comparison go.
     """
+    from .explain.build import Compared
     from .explain.report import write_report
     where = Location(output)   # resolved once here: the checks and the report go there
-    _one_id(id_column, no_id)
-    _check_explain(data, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows)
+    _check_explain(data, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows, no_id)
     est = load_model(model)
     old = load_model(compare) if compare else None
-    if id_column is None and not no_id:   # follow the model, as predict does
-        from .data.tables import table_columns
-        id_column = rows_id(est, [str(c) for c in table_columns(data, encoding, delimiter=delimiter, decimal=decimal)],
-                            lambda line: say(line) if rows else None)
+    csv = {"delimiter": delimiter, "decimal": decimal}
+    id_column = id_column or (None if no_id else _model_id(est, data, encoding, csv))
     features = [str(c) for c in est.feature_names_in_]
-    df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
+    df = _explained_table(data, encoding, csv,
                           {"the model's feature columns": features,
                            f"the feature columns of {compare}": [str(c) for c in old.feature_names_in_] if old else []},
                           {"label": label, "--id": id_column})
@@ -381,14 +375,19 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         df = df.sample(sample, random_state=0).sort_index()
     if id_column:
         df = df.set_index(id_column, drop=False)
-    compared = None
-    if old is not None:
-        from .explain.build import Compared
-        compared = Compared(old, df[[str(c) for c in old.feature_names_in_]], old_name=redact(compare),
-                            new_name=redact(model))
+    compared = None if old is None else Compared(old, df[[str(c) for c in old.feature_names_in_]],
+                                                 old_name=redact(compare), new_name=redact(model))
     expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,
                       grid_size=grid_size, pair_grid_size=pair_grid_size)
     return ExplainResult(explanation=expl, report=str(write_report(expl, where)), output=output, n_rows=len(df))
+
+
+def _model_id(est, data: str, encoding: str, csv: dict) -> str | None:
+    """The model's id column (``NeurCAM.id_column_``) when ``data`` has it, else None."""
+    if est.id_column_ is None:
+        return None
+    from .data.tables import table_columns
+    return est.id_column_ if est.id_column_ in map(str, table_columns(data, encoding, **csv)) else None
 
 
 def _explained(est, df, label: str | None, chosen, compared, say, **grids):
@@ -408,11 +407,12 @@ def _explained(est, df, label: str | None, chosen, compared, say, **grids):
 
 
 def _check_explain(data, output, model, compare, sample: int, grid_size: int, pair_grid_size: int,
-                   id_column, rows) -> None:
+                   id_column, rows, no_id: bool = False) -> None:
     """``explain``'s arguments and output, before any model or data is read: the grids, the
     sample, ``--id`` with ``--show``, an output that replaces nothing of another's and has room."""
     from .storage import check_room, check_writable, refuse_overwrite
     _check_grids(grid_size, pair_grid_size)
+    _one_id(id_column, no_id)
     if sample < 0:
         raise ConfigError(f"--sample must be 0 (every row) or more, got {sample}")
     if id_column and not rows:
@@ -525,10 +525,9 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         from .explain.sql import run_agreement
         expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
         dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
-        if keep is None and est.id_column_ is not None:   # the rows' id beside cluster, as predict writes it
-            from .data.tables import table_columns
-            if est.id_column_ in map(str, table_columns(data, encoding, delimiter=delimiter, decimal=decimal)):
-                keep = [est.id_column_, *features]
+        found = _model_id(est, data, encoding, {"delimiter": delimiter, "decimal": decimal}) if keep is None else None
+        if found is not None:   # the rows' id beside cluster, as predict writes it
+            keep = [found, *features]
         text = to_sql(expl, table, keep, dtypes=dtypes)
         engines = run_agreement(expl, df[features], est.predict(df[features]), dtypes)
         agreement = min(engines.values())
@@ -682,8 +681,8 @@ def rows_id(est, columns: list[str], say) -> str | None:
     """The id column of rows scored or explained with ``est`` when no ``--id`` (or ``--no-id``)
     says: the model's (``id_column_``, what the training rows' ids went by) when ``columns`` has it;
     else a column named ``id``; else the one id-like column of ``columns`` that is not a feature
-    (``fit``'s rule); else None: ``predict`` then numbers the rows (``row``) and ``explain`` names
-    them by position. Every choice but the model's own is said through ``say``."""
+    (``fit``'s rule); else None: ``predict`` then numbers the rows (``row``). Every choice but the
+    model's own and ``id`` is said through ``say``."""
     from .validation import is_id_like
     # a model saved before the id was recorded: 'id', which predict looked for then
     model_id = est.history_.get("id_column", "id")
@@ -694,7 +693,8 @@ def rows_id(est, columns: list[str], say) -> str | None:
         [c for c in columns if is_id_like(c) and c not in features]
     why = "the model was fitted without an id" if model_id is None else f"the input has no {model_id!r}, the model's id"
     if len(found) == 1:
-        say(f"id column: {found[0]!r} ({why}; --id names another, --no-id none)")
+        if found[0] != "id":   # the conventional name needs no word
+            say(f"id column: {found[0]!r} ({why}; --id names another, --no-id none)")
         return found[0]
     say(f"no id column ({why}{'' if not found else f'; several id-like columns: {found[:5]}'}): rows go by their "
         f"number in the input (--id COLUMN names one)")

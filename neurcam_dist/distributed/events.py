@@ -80,13 +80,22 @@ def current_channel() -> Channel | None:
     return _CURRENT.get() or _ATTACHED["channel"]
 
 
+def beside_driver(cls, **options):
+    """A handle to a new actor of ``cls`` that takes no CPU and runs on this process's node: the
+    run's bookkeeping (its progress mailbox, the scoring pass's counts) lives and dies with the
+    driver. Left to the scheduler, such an actor may land on a worker node, and losing that node
+    took the bookkeeping with it and failed a run that Ray itself recovered from."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0)(cls).options(scheduling_strategy=here, **options).remote()
+
+
 @contextmanager
 def listening(render):
     """Within the block, a channel whose records are handed to ``render(event)`` on a thread of
     this process, in arrival order, and every record left is rendered before the block ends."""
     import ray
-
-    from .session import beside_driver
     actor = beside_driver(_Mailbox, name=None, max_concurrency=1)
     channel = Channel(actor)
     stop = threading.Event()

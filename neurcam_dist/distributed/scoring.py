@@ -30,7 +30,8 @@ from ..redaction import redact
 from ..storage import write_dataset
 from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
-from .session import beside_driver, ray_for
+from .events import beside_driver
+from .session import ray_for
 
 MARKER = "_neurcam_predictions.json"
 PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often (NEURCAM_PREDICT_PROGRESS_S)

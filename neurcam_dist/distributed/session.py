@@ -90,17 +90,6 @@ def ray_for(min_cpus: float = 0):
             forget()
 
 
-def beside_driver(cls, **options):
-    """A handle to a new actor of ``cls`` that takes no CPU and runs on this process's node: the
-    run's bookkeeping (its progress mailbox, the scoring pass's counts) lives and dies with the
-    driver. Left to the scheduler, such an actor may land on a worker node, and losing that node
-    took the bookkeeping with it and failed a run that Ray itself recovered from."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    return ray.remote(num_cpus=0)(cls).options(scheduling_strategy=here, **options).remote()
-
-
 def quiet_data_progress() -> None:
     """Ray Data's per-operator progress bars redraw every second for every epoch's execution;
     our own per-epoch lines say what matters. ``NEURCAM_RAY_PROGRESS=1`` brings them back."""
