@@ -51,7 +51,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     phase that reaches its deadline (``anneal_epochs``, or the budget) locks each gate to its argmax,
     so a fitted model is always a valid GAM within the budget; ``max_seconds`` lowers the budget to
     what fits in that many seconds (``history_['stop_reason']`` and ``history_['events']`` say what
-    ended each phase). Every parameter, its range and default: ``neurcam_dist.params``.
+    ended each phase). An epoch is a pass over the rows, or ``epoch_rows`` rows of a larger table
+    (part of a pass: its plateaus then watch the loss of a fixed sample of the rows), so every
+    count of epochs means the same optimiser steps on any table and a large table's fit costs what
+    convergence needs, not a multiple of its rows. Every parameter, its range and default:
+    ``neurcam_dist.params``.
 
     Learned attributes: ``labels_`` (each training row's cluster; saved with the model),
     ``importance_`` and ``profiles_`` (DataFrames over the training rows; saved too), ``cluster_centers_``, ``net_``, ``mean_``, ``scale_``,
@@ -65,7 +69,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
                  gamma: float = 1.0, epsilon: float = 0.9, warmup_epochs: int = 400, epochs: int = 1000,
-                 batch_size: int = 512, lr: float = 2e-3, hidden: tuple = (64, 64), n_bases: int = 64,
+                 batch_size: int = 512, epoch_rows: int = 20_000, lr: float = 2e-3, hidden: tuple = (64, 64), n_bases: int = 64,
                  standardize: bool = True, constant_features: str = "drop", random_state: int = 0, device: str = "auto",
                  kmeans: str = "auto", kmeans_n_init: int = 10, init: str = "distill", distill_epochs: int = 10,
                  lr_patience: int = 10,
@@ -83,6 +87,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.warmup_epochs = warmup_epochs
         self.epochs = epochs
         self.batch_size = batch_size
+        self.epoch_rows = epoch_rows
         self.lr = lr
         self.hidden = hidden
         self.n_bases = n_bases
@@ -255,10 +260,18 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             warnings.warn(note, UserWarning, stacklevel=3)
 
     def _train(self, trainer, x_t: torch.Tensor, xr_t: torch.Tensor, spec: TrainingSpec, callback) -> list[dict]:
-        """The epoch loop (``model.loop``) over the rows in memory, reshuffled every epoch, with a
-        progress bar and the caller's ``callback``; the history records."""
-        feed = loop.Rows(x_t, xr_t, spec.batch_size, torch.Generator().manual_seed(spec.random_state),
-                         loop.Targets(trainer.net.centroids, spec.m))
+        """The epoch loop (``model.loop``) over the rows in memory, reshuffled every pass and cut
+        into epochs of ``epoch_rows`` rows on a larger table (the plateaus then watch a fixed
+        sample's loss), with a progress bar and the caller's ``callback``; the history records."""
+        aims = loop.Targets(trainer.net.centroids, spec.m)
+        feed = loop.Rows(x_t, xr_t, spec.batch_size, torch.Generator().manual_seed(spec.random_state), aims)
+        steps = spec.epoch_steps(x_t.shape[0])
+        stream = loop.Stream(feed, steps)
+        watch = None
+        if steps is not None and loop.WATCH_ROWS > 0:   # a fixed sample of the rows, drawn apart from the shuffling
+            pick = torch.randperm(x_t.shape[0], generator=torch.Generator().manual_seed(spec.random_state + 1))
+            pick = pick[:loop.WATCH_ROWS].sort().values.to(x_t.device)
+            watch = loop.Watch(x_t[pick], xr_t[pick], aims)
         bar = _progress(self.verbose, spec.epochs)
 
         def after_epoch(rec: dict, action) -> None:
@@ -269,7 +282,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 callback({"record": rec, "schedule": s, "net": trainer.net, "teacher": trainer.teacher,
                           "targets": feed.current_targets(trainer), "x": x_t, "xr": xr_t, "action": action})
 
-        records = loop.run(trainer, feed, after_epoch=after_epoch)
+        records = loop.run(trainer, stream, after_epoch=after_epoch, watch=watch)
         bar.close()
         return records
 

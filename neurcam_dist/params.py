@@ -52,6 +52,10 @@ HYPERPARAMETERS: dict[str, Spec] = {
                         "the workers' training loop): the epoch budget is lowered while training to what fits, "
                         "and the run ends in a valid model by then", gt=0.0, optional=True),
     "batch_size": Spec(int, 512, "rows per optimiser step (global: split across Ray workers)", ge=1),
+    "epoch_rows": Spec(int, 20_000, "rows of an epoch, the unit every count of epochs is in: a table of more rows "
+                       "trains epochs of this many rows, each part of a pass, and its plateaus watch the loss of "
+                       "a fixed sample; on a smaller table an epoch is a whole pass (0: always a whole pass)",
+                       ge=0),
     "lr": Spec(float, 2e-3, "Adam learning rate", gt=0.0),
     "hidden": Spec(tuple, (64, 64), "hidden layer widths of the shared backbones (the paper: 256, 256; as good "
                    "and about 5x faster in benchmarks/defaults.py)"),

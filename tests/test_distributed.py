@@ -288,7 +288,7 @@ def test_a_held_slice_is_let_go_once_its_rows_are_resident_and_kept_when_they_ar
         epochs = []
         for epoch in range(2):
             trainer.schedule.epoch = epoch
-            epochs.append(sorted(int(v) for b in feed.batches(trainer) for v in b.x[:, 0]))
+            epochs.append(sorted(int(v) for b in feed.pass_batches(trainer, epoch) for v in b.x[:, 0]))
         assert epochs == [list(range(10))] * 2 and keep.ready is resident
         assert feed.source == ("resident" if resident else "held")
         # resident: the host slice is a second copy and is let go; past the budget it is the feed and stays
@@ -303,6 +303,39 @@ def _train_workers():
         if "RayTrainWorker" in text:
             found.append(p)
     return found
+
+
+def test_workers_resumed_mid_pass_end_on_the_uninterrupted_run_s_network(shards, tmp_path):
+    """Epochs of 1,000 of the 3,000 rows on two workers (their rows held and kept on the device):
+    a run cut short after 4 epochs (its checkpoint taken 17 batches into the second pass of each
+    worker's rows), resumed from that checkpoint by Ray Train (run again under its name), ends with the network of the run
+    that was never stopped, bit for bit: every worker goes on with the batches it would have had."""
+    import torch as th
+
+    from neurcam_dist.distributed import driver
+    from neurcam_dist.distributed.job import prepare, resolve
+    from neurcam_dist.distributed.worker import STATE_FILE
+    cfg = parse_config(job(shards, tmp_path / "out", workers=2, checkpoint_every=1,
+                           model={"epoch_rows": 1000, "epochs": 14, "warmup_epochs": 5}))
+    resolved, prof = prepare(resolve(cfg))
+    init = driver.initial_state(resolved, prof)
+    assert resolved.spec.epoch_steps(N_ROWS) == 16 and init.watched is not None
+
+    def final(result) -> dict:
+        with result.checkpoint.as_directory() as d:
+            return th.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
+    whole = final(driver.run_workers(resolved, driver.worker_config(resolved, init), "whole"))
+    cut = driver.run_workers(resolved, driver.worker_config(resolved, init, max_epochs=4), "cut")
+    stopped = final(cut)
+    assert [p["pass"] for p in stopped["streams"]] == [1, 1] and all(p["done"] for p in stopped["streams"])
+    # the same run name in the same storage: Ray Train goes on from that run's latest checkpoint
+    resumed = final(driver.run_workers(resolved, driver.worker_config(resolved, init), "cut"))
+    assert resumed["resumes"] == [4] and len(resumed["records"]) == len(whole["records"])
+    assert [r["loss"] for r in resumed["records"]] == [r["loss"] for r in whole["records"]]
+    # 16 steps of 64 rows an epoch (a pass's last batch is shorter), a fixed sample's loss watched
+    assert all(1000 - 64 <= r["rows"] <= 1024 for r in whole["records"]) and "watched_loss" in whole["records"][-1]
+    for key, value in whole["trainer"]["net"].items():
+        assert th.equal(value, resumed["trainer"]["net"][key]), key
 
 
 def test_killed_worker_resumes_from_checkpoint(shards, tmp_path):

@@ -548,3 +548,120 @@ def test_distillation_lasts_100_steps_within_a_tenth_of_the_budget():
     assert distill_epochs_for(3, 150, 512, 100) == 10 and distill_epochs_for(0, 150, 512, 1000) == 0
     spec = TrainingSpec.for_data({"n_clusters": 3}, 150, 4)
     assert spec.distill_epochs == 100 and TrainingSpec.for_data({"n_clusters": 3, "init": "kmeans"}, 150, 4).distill_epochs == 0
+    # epochs of a table over epoch_rows rows: distillation counts their steps
+    assert distill_epochs_for(10, 1_000_000, 512, 1000, epoch_rows=20_000) == 10   # 40 steps an epoch
+    assert distill_epochs_for(1, 1_000_000, 512, 1000, epoch_rows=5_000) == 10     # 10 steps: 10 epochs make 100
+
+
+def _small_trainer(n: int = 300, d: int = 3, seed: int = 0, **params):
+    """A trainer over ``n`` rows of blobs, its spec and the rows as tensors."""
+    from .conftest import blobs
+    X, _ = blobs(n=n, d=d, seed=seed)
+    x = torch.tensor(((X - X.mean()) / X.std()).to_numpy(), dtype=torch.float32)
+    spec = TrainingSpec.for_data({"n_clusters": 3, "hidden": (8,), "n_bases": 4, "batch_size": 10,
+                                  "random_state": seed, **params}, n, d)
+    trainer = build_trainer(spec, x[:3].numpy(), precision="fp32")
+    return trainer, spec, x
+
+
+def test_an_epoch_of_a_large_table_is_part_of_a_pass_and_a_phase_can_end_mid_pass():
+    """Epochs of ``steps`` batches over a feed of 30 batches a pass: three epochs make one pass,
+    every row once; a phase change after the first epoch reaches the rest of that pass's batches
+    (the teacher's targets from then on)."""
+    from neurcam_dist.model import loop
+    from neurcam_dist.model.schedule import Phase
+    trainer, spec, x = _small_trainer(300, warmup_epochs=5, epochs=50)
+    feed = loop.Rows(x, x, 10, torch.Generator().manual_seed(0), loop.Targets(trainer.net.centroids, spec.m))
+    stream = loop.Stream(feed, 10)
+    trainer.schedule.phase = Phase.WARMUP
+    first = list(stream.batches(trainer))
+    assert len(first) == 10 and all(b.target is None for b in first)   # warm-up: no KL term
+    assert stream.position()["pass"] == 0 and stream.position()["done"] == 10
+    trainer.teacher, trainer.schedule.phase = copy_of(trainer.net), Phase.ANNEAL_SINGLE   # the phase moves on
+    rest = [b for _ in range(2) for b in stream.batches(trainer)]
+    assert all(b.target is not None for b in rest)                      # mid-pass, the new phase's targets
+    rows = torch.cat([b.x for b in first + rest])
+    assert rows.shape[0] == 300 and torch.equal(rows.unique(dim=0), x.unique(dim=0))   # one pass, every row once
+    where = stream.position()
+    assert (where["pass"], where["done"], sorted(where)) == (0, 30, ["done", "gen", "pass"])
+    nxt = list(stream.batches(trainer))
+    assert len(nxt) == 10 and stream.position()["pass"] == 1 and stream.position()["done"] == 10
+    whole = loop.Stream(loop.Rows(x, x, 10, torch.Generator().manual_seed(0), loop.Targets(trainer.net.centroids,
+                                                                                             spec.m)), None)
+    assert len(list(whole.batches(trainer))) == 30                      # None: an epoch is the whole pass
+
+
+def copy_of(net):
+    import copy
+    return copy.deepcopy(net).eval()
+
+
+def test_a_mid_pass_checkpoint_resumes_on_the_same_batches_bit_for_bit():
+    """An epoch loop stopped after an epoch that ended mid-pass, its trainer and stream position
+    saved as a checkpoint holds them and loaded into a fresh trainer, ends exactly where the
+    uninterrupted loop does: the same batches, the same parameters, bit for bit."""
+    import io
+
+    from neurcam_dist.model import loop
+
+    def run(trainer, spec, x, state=None, max_epochs=None):
+        aims = loop.Targets(trainer.net.centroids, spec.m)
+        feed = loop.Rows(x, x, spec.batch_size, torch.Generator().manual_seed(spec.random_state), aims)
+        stream = loop.Stream(feed, spec.epoch_steps(x.shape[0]))
+        pick = torch.arange(0, x.shape[0], 3)
+        watch = loop.Watch(x[pick], x[pick], aims)
+        if state is not None:
+            trainer.load_state_dict(state["trainer"])
+            stream.seek(state["stream"])
+        records = loop.run(trainer, stream, max_epochs=max_epochs, watch=watch)
+        return records, stream
+
+    params = dict(epoch_rows=70, warmup_epochs=12, epochs=40, early_stopping=False, epsilon=0.5)
+    whole, spec, x = _small_trainer(300, **params)
+    ref, _ = run(whole, spec, x)
+    assert spec.epoch_steps(300) == 7 and all(r["rows"] == 70 for r in ref)   # 70 rows an epoch, of a 300-row pass
+    first, _, _ = _small_trainer(300, **params)
+    head, stream = run(first, spec, x, max_epochs=6)
+    assert stream.position()["done"] % 30 != 0                             # stopped mid-pass
+    buf = io.BytesIO()
+    torch.save({"trainer": first.state_dict(), "stream": stream.position()}, buf)
+    buf.seek(0)
+    state = torch.load(buf, weights_only=True)
+    again, _, _ = _small_trainer(300, **params)
+    tail, _ = run(again, spec, x, state=state)
+    assert [r["loss"] for r in head + tail] == [r["loss"] for r in ref]
+    assert [r["watched_loss"] for r in head + tail] == [r["watched_loss"] for r in ref]
+    for (k, a), b in zip(whole.net.state_dict().items(), again.net.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_a_fit_of_a_table_over_epoch_rows_trains_epochs_of_that_many_rows():
+    """``epoch_rows`` below the table's rows: every epoch trains that many rows (part of a pass),
+    its plateaus watch a fixed sample's loss, and the clusters are as good as with whole passes;
+    0 makes every epoch a pass again."""
+    from .conftest import blobs
+    X, y = blobs(n=3000, d=4, seed=2)
+    small = {k: v for k, v in SMALL.items() if k not in ("epochs", "warmup_epochs", "batch_size")}
+    parts = NeurCAM(n_clusters=3, random_state=0, epoch_rows=600, batch_size=60, epochs=60, warmup_epochs=20,
+                    **small).fit(X)
+    passes = NeurCAM(n_clusters=3, random_state=0, epoch_rows=0, batch_size=60, epochs=60, warmup_epochs=20,
+                     **small).fit(X)
+    epochs = parts.history_["epochs"]
+    assert {r["rows"] for r in epochs} == {600} and all("watched_loss" in r for r in epochs)
+    assert {r["rows"] for r in passes.history_["epochs"]} == {3000}
+    assert not any("watched_loss" in r for r in passes.history_["epochs"])
+    from neurcam_dist import metrics
+    xs = ((X - X.mean()) / X.std(ddof=0)).to_numpy()
+    assert metrics.inertia(xs, parts.predict(X)) <= 1.02 * metrics.inertia(xs, passes.predict(X))
+
+
+def test_a_table_of_at_most_epoch_rows_trains_whole_passes(data, fitted):
+    """One epoch a pass on a table of at most ``epoch_rows`` rows: the default fit (240 rows, under
+    the default 20,000) is the one that ``epoch_rows=0`` (always a pass) gives, bit for bit, and
+    its plateaus watch the epochs' own loss."""
+    X, _ = data
+    passes = NeurCAM(n_clusters=3, random_state=0, epoch_rows=0, **SMALL).fit(X)
+    assert fitted.epoch_rows == 20_000 and {r["rows"] for r in fitted.history_["epochs"]} == {len(X)}
+    assert not any("watched_loss" in r for r in fitted.history_["epochs"])
+    for (k, a), b in zip(fitted.net_.state_dict().items(), passes.net_.state_dict().values()):
+        assert torch.equal(a, b), k

@@ -6,6 +6,7 @@
     python benchmarks/scale/gpu.py ray  --data-dir D [--out F]  # neurcam train, 1 GPU worker, vs in memory
     python benchmarks/scale/gpu.py pack --data-dir D [--out F]  # Ray Tune: 1 trial vs 4 packed on one GPU
     python benchmarks/scale/gpu.py batch --data-dir D [--out F] # batch 512 .. 65,536: epoch, fit, inertia
+    python benchmarks/scale/gpu.py large [--rows N] [--out F]   # the 1M-row, 256-dim table fitted whole
 
 ``step``, ``fit`` and ``batch --no-ray`` need only torch, entmax, numpy, pandas and scikit-learn; ``ray`` and ``pack``
 need Ray too. A GPU host without Ray or network runs them with the kit of ``../shared/gpu/make_kit.sh``
@@ -288,7 +289,7 @@ def mode_repeat(args, device) -> str:
     df, y, quick = load(args, device)
     warm_up(df, y, device)
     rows, notes = [], []
-    plan = [("in memory, graph", True, False)] + [("in memory, eager", False, False)] * args.eager
+    plan = [] if args.only_deterministic else [("in memory, graph", True, False)] + [("in memory, eager", False, False)] * args.eager
     if args.deterministic:
         plan += [("in memory, graph, deterministic", True, True)]
     for run, graphed, det in plan:
@@ -479,9 +480,74 @@ def mode_batch(args, device) -> str:
                    "inertia / Lloyd", "inertia / batch 512's", "ARI"], rows, notes, ray=args.ray)
 
 
+def mode_large(args, device) -> str:
+    """The scale benchmark's table (``generate.py``: 16 features, a 256-dim embedding, 10 clusters)
+    at ``--rows`` rows fitted end to end with defaults, in memory on the device and with ``neurcam
+    train`` on 1 worker (``cache: device``), each against MiniBatchKMeans' inertia in the same
+    embedding (the paper's mKMC: batch 1,024, n_init 3); beside them the cost model's training time
+    (epochs x epoch_rows / R_step(512), R_step measured here on an epoch's rows)."""
+    import pyarrow.parquet as pq
+    from sklearn.cluster import MiniBatchKMeans
+
+    from neurcam_dist import NeurCAM, metrics
+    from neurcam_dist.data.synthetic import write_shards
+    from neurcam_dist.distributed import train
+    rows = args.rows if device.type == "cuda" else min(args.rows, 40_000)
+    tmp = tempfile.mkdtemp(prefix="neurcam-large-")
+    t0 = time.perf_counter()
+    write_shards(f"{tmp}/data", rows, n_features=16, repr_dim=256, n_clusters=K, n_files=8, informative=4)
+    table = pq.read_table(f"{tmp}/data")
+    X = table.select([f"f{j}" for j in range(16)]).to_pandas()
+    emb = np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    made = time.perf_counter() - t0
+    print(f"  {rows:,} rows written and read back in {made:.1f} s", flush=True)
+    t0 = time.perf_counter()
+    mbk = MiniBatchKMeans(n_clusters=K, batch_size=1024, n_init=3, random_state=0).fit(emb)
+    ref = metrics.inertia(emb, mbk.labels_)
+    ref_s = time.perf_counter() - t0
+    print(f"  MiniBatchKMeans: inertia {ref:.5g} in {ref_s:.1f} s", flush=True)
+    epoch_rows = DEFAULTS["epoch_rows"]
+    rate, _ = step_rate(min(epoch_rows, rows), 16, 256, 0, "fp32", 512, 3, device, graphed=True,
+                        hidden=DEFAULTS["hidden"], bases=DEFAULTS["n_bases"])
+    out = []
+    sync(device)
+    t0 = time.perf_counter()
+    est = NeurCAM(n_clusters=K, random_state=0, device=str(device), verbose=False).fit(X, X_repr=emb)
+    sync(device)
+    wall = time.perf_counter() - t0
+    h = est.history_
+    out.append(("in memory (estimator)", wall, h, metrics.inertia(emb, est.predict(X))))
+    print(f"  in memory: {wall:.1f} s, {h['n_epochs']} epochs", flush=True)
+    os.environ[CUDA_GRAPHS] = "1"
+    start_ray(device)
+    gpu = {"use_gpu": True, "cpus_per_worker": 2} if device.type == "cuda" else {"cpus_per_worker": 1}
+    t0 = time.perf_counter()
+    res = train({"data": {"path": f"{tmp}/data", "embedding": "embedding", "label": "label", "id": "id"},
+                 "model": {"n_clusters": K, "random_state": 0},
+                 "train": {"num_workers": 1, "cache": "device", **gpu}, "output": f"{tmp}/out"})
+    wall = time.perf_counter() - t0
+    out.append(("`neurcam train`, 1 worker, cache: device", wall, res.estimator.history_, res.metrics["inertia"]))
+    lines = []
+    for run, wall, h, inertia in out:
+        trained = sum(r["rows"] for r in h["epochs"])
+        epoch_s = sum(r["seconds"] for r in h["epochs"])
+        predicted = h["n_epochs"] * min(epoch_rows, rows) / rate
+        lines.append(f"| {run} | {wall:.1f} | {h['n_epochs']} | {trained / rows:.2f} | {epoch_s:.1f} | "
+                     f"{predicted:.1f} | {inertia:.6g} | {inertia / ref:.4f} | {h['stop_reason'][:40]} |")
+        print(lines[-1], flush=True)
+    return report(device, f"The scale benchmark's table: {rows:,} rows x (16 features + a 256-dim embedding), 10 "
+                          f"clusters, clustered in the embedding; defaults (epochs of {epoch_rows:,} rows); fit s = "
+                          f"the whole fit end to end (k-means init, training, labels; for `neurcam train` also "
+                          f"Ray's start, the profile and scoring passes); predicted = epochs x {epoch_rows:,} / "
+                          f"R_step(512), R_step {rate:,.0f} rows/s measured here; MiniBatchKMeans (batch 1,024, "
+                          f"n_init 3): inertia {ref:.6g} in {ref_s:.1f} s; the table written and read in {made:.0f} s.",
+                  ["run", "fit s", "epochs", "passes", "epochs' s", "predicted epochs' s", "inertia", "/ MiniBatchKMeans",
+                   "stop"], lines, ray=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=("step", "fit", "repeat", "ray", "pack", "batch"))
+    ap.add_argument("mode", choices=("step", "fit", "repeat", "ray", "pack", "batch", "large"))
     ap.add_argument("--out", default=None, help="also write the table here")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--epochs", type=int, default=3, help="step: timed epochs per case")
@@ -500,6 +566,9 @@ def main() -> None:
                     help="batch: the batches `neurcam train` runs (default: all of --batches; the first must be "
                          "the first of --batches)")
     ap.add_argument("--full", action="store_true", help="with --device cpu: the whole dataset, default schedule")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="large: rows of the table (a CPU dry run: 40,000 at most)")
+    ap.add_argument("--only-deterministic", action="store_true",
+                    help="repeat: the deterministic=True pairs alone (no default pair)")
     args = ap.parse_args()
     args.model = {}
     if args.deterministic:   # before the first cuBLAS handle is made (cuBLAS reads it once)
@@ -508,7 +577,7 @@ def main() -> None:
         raise SystemExit("no CUDA device: pass --device cpu for a dry run")
     device = torch.device(args.device)
     table = {"step": mode_step, "fit": mode_fit, "repeat": mode_repeat, "ray": mode_ray, "pack": mode_pack,
-             "batch": mode_batch}[args.mode](args, device)
+             "batch": mode_batch, "large": mode_large}[args.mode](args, device)
     print(table, flush=True)
     if args.out:
         Path(args.out).write_text(table + "\n")

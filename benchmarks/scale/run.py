@@ -4,6 +4,7 @@
     python benchmarks/scale/run.py --data /tmp/scale --feed-only [--epochs 2]   # the feed alone, no model
     python benchmarks/scale/run.py --data /tmp/scale --resident                 # streamed vs resident epoch
     python benchmarks/scale/run.py --data /tmp/small --cache-compare --epochs 12  # cache: always vs never
+    python benchmarks/scale/run.py --data /tmp/scale --whole                    # a default fit vs one epoch
 
 Feed only: the workers read their shards through the training feed (``worker.stream``: Ray Data,
 Arrow -> numpy -> standardized tensors, the local shuffle buffer) and do nothing else; rows/s
@@ -12,6 +13,12 @@ device``: the first streams the files, the second trains from the rows the worke
 memory, so one run measures the streamed and the in-memory rate of the same workers. Cache
 compare: the same epochs with ``train.cache: always`` (rows in Ray's object store) and ``never``
 (the Parquet files read again every epoch), on small data where the per-epoch start shows.
+
+Whole: one streamed pass as ``--resident``'s first epoch (the modes above measure passes), then
+a whole ``neurcam train`` with nothing set but ``n_clusters: 10`` (profile pass, k-means init,
+training in epochs of ``epoch_rows`` rows, the scoring pass, the outputs) timed end to end with
+the memory sampler on, and MiniBatchKMeans (the paper's mKMC, batch 1,024, n_init 3) in the same
+representation for its inertia.
 
 Streaming: validate + profile the dataset (one Ray Data pass), then train ONE full epoch with
 the paper's hyperparameters (hidden (256, 256), 64 bases, batch 512, K = 10, k-means init) on
@@ -116,7 +123,8 @@ def job(files: list[str], workers: int, cache: str = "auto", out: str = "/tmp/ne
     embedding = "embedding" if "embedding" in pq.read_schema(files[0]).names else None
     return parse_config({
         "data": {"path": files, "embedding": embedding, "label": "label", "id": "id"},
-        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0, **(model or {})},
+        # an epoch is a whole pass here: these modes measure passes (``epoch_rows: 0``)
+        "model": {"n_clusters": 10, "init": "kmeans", "distill_epochs": 0, "epoch_rows": 0, **(model or {})},
         "train": train,
         "output": out})
 
@@ -236,6 +244,39 @@ def teacher_compare(files: list[str], workers: int, epochs: int) -> list[dict]:
     return out
 
 
+def whole(files: list[str], workers: int, out: str) -> dict:
+    """One streamed pass, then a whole default fit end to end, and MiniBatchKMeans beside it."""
+    import numpy as np
+    import pyarrow.parquet as pq
+    from sklearn.cluster import MiniBatchKMeans
+
+    from neurcam_dist import metrics as metrics_mod
+    one = one_epoch(files, workers, out + "-pass", "pass")
+    cfg = job(files, workers, out=out, model={"init": "distill", "distill_epochs": 10, "epoch_rows": 20_000,
+                                              "kmeans": "auto"})
+    sampler = MemorySampler()
+    sampler.start()
+    t0 = time.perf_counter()
+    result = distributed.train(cfg, name=fresh("scale-whole"))
+    wall = time.perf_counter() - t0
+    sampler.stop_flag = True
+    sampler.join()
+    h = result.estimator.history_
+    col = "embedding" if "embedding" in pq.read_schema(files[0]).names else None
+    if col is not None:
+        space = np.concatenate([np.stack(pq.read_table(f, columns=[col]).column(0).to_numpy(zero_copy_only=False))
+                                .astype(np.float32) for f in files])
+    else:
+        space = None
+    t1 = time.perf_counter()
+    mbk = MiniBatchKMeans(n_clusters=10, batch_size=1024, n_init=3, random_state=0).fit(space)
+    return {"pass_s": one["wall_s"] + one["prepare_s"], "fit_s": wall, "epochs": h["n_epochs"],
+            "trained_rows": sum(r["rows"] for r in h["epochs"]), "rows": result.metrics["n_rows"],
+            "inertia": result.metrics["inertia"], "mbk_inertia": metrics_mod.inertia(space, mbk.labels_),
+            "mbk_s": time.perf_counter() - t1, "peak_rss": sampler.peak_rss, "peak_pss": sampler.peak_pss,
+            "stop": h["stop_reason"]}
+
+
 def plan_rows(files: list[str]) -> int:
     import pyarrow.parquet as pq
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
@@ -261,6 +302,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2,
                     help="--feed-only: epochs to read; --cache-compare, --teacher-compare: epochs per mode")
     ap.add_argument("--shuffle-buffer", type=int, default=None, help="train.shuffle_buffer (default: the config's)")
+    ap.add_argument("--whole", action="store_true", help="one streamed pass, then a whole default fit end to end")
     args = ap.parse_args()
     global SHUFFLE_BUFFER
     SHUFFLE_BUFFER = args.shuffle_buffer
@@ -279,8 +321,23 @@ def main() -> None:
              f"{job(files[:1], 1).train.shuffle_buffer:,} rows.", ""]
     picked = files[: args.streaming_files]
     on_disk = sum(Path(f).stat().st_size for f in picked) / GiB
-    if args.feed_only or args.resident or args.cache_compare or args.teacher_compare:
-        if args.teacher_compare:
+    if args.feed_only or args.resident or args.cache_compare or args.teacher_compare or args.whole:
+        if args.whole:
+            r = whole(picked, args.workers, "/tmp/neurcam-scale-whole")
+            lines += [f"## A whole default fit against one streamed pass: {args.workers} worker(s) x 1 CPU / 1 "
+                      f"thread, `n_clusters: 10`, everything else the defaults (`epoch_rows` 20,000)", "",
+                      "| what | value |", "|---|---|",
+                      f"| one streamed pass (validate, profile, k-means sample, one epoch of every row) | "
+                      f"{r['pass_s']:.1f} s |",
+                      f"| the whole fit end to end (profile, init, training, scoring pass, outputs) | "
+                      f"{r['fit_s']:.1f} s (**{r['fit_s'] / r['pass_s']:.2f}x** the pass) |",
+                      f"| epochs, rows trained on | {r['epochs']}, {r['trained_rows']:,} of {r['rows']:,} "
+                      f"({r['trained_rows'] / r['rows']:.2f} passes); {r['stop']} |",
+                      f"| inertia / MiniBatchKMeans' (batch 1,024, n_init 3, {r['mbk_s']:.0f} s) | "
+                      f"{r['inertia']:.5g} / {r['mbk_inertia']:.5g} = **{r['inertia'] / r['mbk_inertia']:.4f}** |",
+                      f"| peak memory of every Ray process and the driver | RSS {r['peak_rss'] / GiB:.2f} GiB, "
+                      f"PSS {r['peak_pss'] / GiB:.2f} GiB |"]
+        elif args.teacher_compare:
             rows = teacher_compare(picked, args.workers, args.epochs)
             lines += [f"## The frozen model's assignment in streamed epochs: {args.workers} worker(s) x 1 CPU / 1 "
                       f"thread, paper hyperparameters but a 1-epoch warm-up, `train.cache: never`", "",

@@ -24,7 +24,7 @@ from .. import outputs
 from ..columns import level_init
 from ..config import JobConfig, coerce_config
 from ..estimator import NeurCAM
-from ..model import FittedNet, build_trainer
+from ..model import FittedNet, build_trainer, loop
 from ..model.initial import initial_centroids
 from ..numerics import standardize, standardized_zero
 from ..settings import cuda_graphs_enabled
@@ -38,7 +38,7 @@ from .console import held_stderr, routed_logs
 from .events import say
 from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
 from .session import check_resources, ensure_ray, worker_env, worker_group
-from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, train_loop_per_worker
+from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, short_passes, train_loop_per_worker
 
 
 @dataclass
@@ -70,6 +70,7 @@ class InitialState:
     allowed: np.ndarray | None = None  # features a gate may select (constant ones are left out)
     coding: object = None        # columns.ColumnCoding: categorical levels and missing cells
     level_init: np.ndarray | None = None   # the input coding's starting values (``columns.level_init``)
+    watched: tuple | None = None  # (x, xr) of the sample's rows whose loss the plateaus watch (``WorkerConfig.watched``)
 
     def without_sample(self) -> "InitialState":
         """What trials need shipped to them (the sample stays on the driver)."""
@@ -98,7 +99,18 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     say(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
     return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
-                        allowed=~prof.constant, coding=coding, level_init=levels["level_init"])
+                        allowed=~prof.constant, coding=coding, level_init=levels["level_init"],
+                        watched=watched_rows(job, x_sample, xr_sample))
+
+
+def watched_rows(job: ResolvedJob, x_sample: np.ndarray, xr_sample: np.ndarray) -> tuple | None:
+    """When an epoch is part of a pass (``TrainingSpec.epoch_steps``): the rows of the uniform
+    k-means sample whose loss the workers' plateaus watch (``loop.WATCH_ROWS`` of them, seeded),
+    as the workers see rows (standardized features, representation); else None."""
+    if job.spec.epoch_steps(job.plan.n_rows) is None or loop.WATCH_ROWS <= 0:
+        return None
+    pick = np.sort(np.random.default_rng(job.spec.random_state + 1).permutation(len(x_sample))[:loop.WATCH_ROWS])
+    return np.ascontiguousarray(x_sample[pick], np.float32), np.ascontiguousarray(xr_sample[pick], np.float32)
 
 
 def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None = None) -> WorkerConfig:
@@ -112,7 +124,8 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
                         cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
                         loss_scale=float((init.kmeans or {}).get("explained", 0.0)), coding=init.coding,
-                        level_init=init.level_init, cluster_sizes=(init.kmeans or {}).get("sizes"))
+                        level_init=init.level_init, cluster_sizes=(init.kmeans or {}).get("sizes"),
+                        watched=init.watched)
 
 
 def idle_cpus(job: ResolvedJob) -> float:
@@ -145,16 +158,22 @@ def training_dataset(job: ResolvedJob):
 
 def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=None):
     """Start the ``TorchTrainer`` and wait for it; returns Ray's ``Result`` (raises on failure).
-    ``dataset``: ``training_dataset``'s, when the caller built it already."""
+    ``dataset``: ``training_dataset``'s, when the caller built it already. A ``run_name`` that Ray
+    Train finds in the storage goes on from that run's latest checkpoint, every worker at its place
+    in its stream."""
     from ray.train import CheckpointConfig, FailureConfig, RunConfig
     from ray.train.torch import TorchTrainer
 
     tc, plan = job.train, job.plan
     if dataset is None:
         dataset = training_dataset(job)
-    if tc.cache in ("auto", "device"):
+    if tc.cache == "auto" and not short_passes(wcfg.spec, plan.n_rows):
+        say(f"train.cache=auto: the rows stream (a pass over the {plan.n_rows:,} rows spans "
+            f"{plan.n_rows / wcfg.spec.epoch_rows:,.0f} epochs of {wcfg.spec.epoch_rows:,} rows, more than a fit is "
+            f"likely to run; train.cache: device keeps them all the same)")
+    elif tc.cache in ("auto", "device"):
         say(f"train.cache={tc.cache}: each worker keeps its shard of the {plan.n_rows:,} rows on its device after "
-            f"the first epoch{' when it fits' if tc.cache == 'auto' else ''} (about "
+            f"the first pass{' when it fits' if tc.cache == 'auto' else ''} (about "
             f"{expected_shard_bytes(wcfg, tc.num_workers) / 2**20:,.1f} MiB per worker)")
     held = isinstance(dataset, data_mod.reading.HeldRows)
     if held:

@@ -76,6 +76,8 @@ class WorkerConfig:
     coding: object = None           # columns.ColumnCoding: categorical levels and missing cells
     level_init: np.ndarray | None = None   # the input coding's starting values
     cluster_sizes: list | None = None      # the k-means clusters' rows on the sample: the distillation's weights
+    watched: tuple | None = None    # (x, xr): rows of the k-means sample whose loss the plateaus watch when an
+                                    # epoch is part of a pass (``loop.Watch``); None: epochs are whole passes
 
 
 class _Collate(ArrowBatchCollateFn):
@@ -148,6 +150,15 @@ class _Group:
         """DDP's join context, for shards that end after different numbers of batches."""
         return model.join() if self.distributed else contextlib.nullcontext()
 
+    def gather(self, obj) -> list:
+        """Every worker's ``obj``, by rank (a checkpoint's stream positions)."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as dist
+        out = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
 
 class HeldShard:
     """This worker's contiguous slice of ``HeldRows``, collated once on the host: every epoch
@@ -189,18 +200,24 @@ class StreamedShard:
         pass  # a stream holds no rows between epochs
 
 
-def _restore(trainer: Trainer, device: torch.device, rank: int) -> tuple[list[dict], list[int]]:
-    """Resume from Ray Train's latest checkpoint, if any: (history records, resume epochs)."""
+def _restore(trainer: Trainer, device: torch.device, group: "_Group") -> tuple[list[dict], list[int], dict]:
+    """Resume from Ray Train's latest checkpoint, if any: (history records, resume epochs, this
+    worker's stream position). A checkpoint of another number of workers (or one written before
+    positions were kept) resumes at the pass its epoch count gives."""
     import ray.train
     ckpt = ray.train.get_checkpoint()
     if ckpt is None:
-        return [], []
+        return [], [], {}
     with ckpt.as_directory() as d:
         state = torch.load(os.path.join(d, STATE_FILE), map_location=device, weights_only=True)
     trainer.load_state_dict(state["trainer"])
-    if rank == 0:
-        say(f"resumed from checkpoint at epoch {trainer.schedule.epoch} (phase {trainer.schedule.phase})")
-    return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch]
+    streams = state.get("streams") or []
+    position = streams[group.rank] if len(streams) == group.world else {"pass": trainer.schedule.epoch}
+    if group.rank == 0:
+        where = (f", pass {position['pass'] + 1} after {position['done']:,} of its batches"
+                 if position.get("done") else "")
+        say(f"resumed from checkpoint at epoch {trainer.schedule.epoch} (phase {trainer.schedule.phase}){where}")
+    return list(state["records"]), list(state["resumes"]) + [trainer.schedule.epoch], position
 
 
 def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, shuffle_buffer: int, seed: int):
@@ -214,9 +231,11 @@ def stream(shard, batch_size: int, collate: "_Collate", device: torch.device, sh
 class ShardFeed:
     """A worker's feed (``model.loop``): its shard streamed, or taken from the held rows, in
     batches of its part of the global batch, each with the KL term's target (distillation's
-    computed per batch, the teacher's from ``rows_cache``); kept on the device as the first epoch
+    computed per batch, the teacher's from ``rows_cache``); kept on the device as the first pass
     goes when ``keep`` is active, and from then on a ``loop.Rows`` that reshuffles the rows there.
-    A heartbeat line on long epochs."""
+    Each pass read from the shard is shuffled by a seed of its own (the run's seed, the pass, the
+    rank), so a resumed worker reads a pass as it was read before. A heartbeat line on long
+    passes."""
 
     def __init__(self, shard: HeldShard | StreamedShard, batch_size: int, seed: int, group, keep: "_Resident",
                  rows_cache: RowTargets | None, aims: loop.Targets, in_memory=lambda: None):
@@ -224,6 +243,7 @@ class ShardFeed:
         self.keep, self.rows_cache, self.aims = keep, rows_cache, aims
         self.resident: loop.Rows | None = None
         self.in_memory = in_memory   # called once the rows no longer come from Ray Data
+        self.resumed: dict | None = None   # a checkpoint's position, until the resident rows are rebuilt
         if shard.source == "held":
             in_memory()
 
@@ -232,23 +252,46 @@ class ShardFeed:
         """Where this epoch's rows come from: resident, held or stream."""
         return self.resident.source if self.resident is not None else self.shard.source
 
-    def batches(self, trainer: Trainer):
-        """One epoch of this worker's rows."""
+    def pass_batches(self, trainer: Trainer, index: int, skip: int = 0):
+        """Pass ``index`` over this worker's rows, after its first ``skip`` batches (``loop.Stream``)."""
+        if index > 0 and self.resident is None and self.keep.active and not self.keep.ready:
+            self._rebuild(trainer)   # resumed past the first pass: its rows go back on the device first
         if self.resident is not None:
-            return self.resident.batches(trainer)
-        return self._read(trainer)
+            return self.resident.pass_batches(trainer, index, skip)
+        return self._read(trainer, index, skip)
+
+    def position(self) -> dict:
+        """What draws the current pass again: the resident rows' shuffling state (a pass read from
+        the shard is drawn from its index)."""
+        return self.resident.position() if self.resident is not None else {}
+
+    def seek(self, position: dict) -> None:
+        """Take a checkpoint's ``position``: the resident rows' shuffling state, once they are rebuilt."""
+        self.resumed = position
 
     def counted(self) -> dict:
         """This worker's teacher forwards in the epoch (``teacher_rows``) and its torch threads."""
         return {"teacher_rows": self.rows_cache.take_computed() if self.rows_cache is not None else 0,
                 "threads": torch.get_num_threads()}
 
-    def _read(self, trainer: Trainer):
+    def _rebuild(self, trainer: Trainer) -> None:
+        """A worker resumed after the first pass: read that pass again (no training) to put the
+        rows back on the device in the order the first pass kept them."""
+        for _ in self._read(trainer, 0, skip=None):
+            pass
+        if self.resident is not None and self.resumed is not None:
+            self.resident.seek(self.resumed)
+
+    def _read(self, trainer: Trainer, index: int, skip: int | None = 0):
+        """Pass ``index`` read from the shard, kept on the device as it goes (the first pass), after
+        ``skip`` batches (None: every batch skipped, only kept)."""
         s, group = trainer.schedule, self.group
-        seed = self.seed * 1_000_003 + s.epoch * 997 + group.rank
+        seed = self.seed * 1_000_003 + index * 997 + group.rank
         rows, start, last = 0, time.perf_counter(), time.perf_counter()
-        for x, xr, key in self.shard.batches(self.batch_size, group.device, seed):
+        for j, (x, xr, key) in enumerate(self.shard.batches(self.batch_size, group.device, seed)):
             self.keep.add(x, xr)
+            if skip is None or j < skip:
+                continue
             target = (self.rows_cache.targets(trainer.teacher, x, key) if s.annealing
                       else self.aims.of(trainer, x, xr))
             yield Batch(x, xr, target)
@@ -333,18 +376,21 @@ class _Resident:
         return self.ready
 
 
-def _report(trainer: Trainer, rec: dict, state: dict, group: _Group) -> None:
+def _report(trainer: Trainer, rec: dict, state: dict, group: _Group, stream: loop.Stream) -> None:
     """Metrics with a checkpoint (rank 0) every ``checkpoint_every`` epochs and at the end. A
     Train v2 report is a round trip through the controller, so reports go with checkpoints only;
-    the per-epoch history travels in the state (what a report costs: ``benchmarks/results/scale.md``)."""
+    the per-epoch history travels in the state (what a report costs: ``benchmarks/results/scale.md``).
+    The checkpoint holds every worker's place in its stream (``loop.Stream.position``, by rank), so
+    an epoch that ended mid-pass resumes on the same batches."""
     import ray.train
     metrics = {k: rec[k] for k in REPORTED}
     metrics["finished"] = trainer.finished
+    positions = group.gather(stream.position())
     if group.rank != 0:
         ray.train.report(metrics)
         return
     with tempfile.TemporaryDirectory() as d:
-        torch.save({"trainer": trainer.state_dict(), **state}, os.path.join(d, STATE_FILE))
+        torch.save({"trainer": trainer.state_dict(), **state, "streams": positions}, os.path.join(d, STATE_FILE))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
@@ -368,8 +414,8 @@ class _AfterEpoch:
     every ``LOG_SECONDS``, and at a phase change and the end), report with a checkpoint every
     ``checkpoint_every`` epochs, at the end and when ``max_epochs`` cuts the run short."""
 
-    def __init__(self, trainer: Trainer, c: WorkerConfig, group: "_Group", state: dict):
-        self.trainer, self.c, self.group, self.state = trainer, c, group, state
+    def __init__(self, trainer: Trainer, c: WorkerConfig, group: "_Group", state: dict, stream: loop.Stream):
+        self.trainer, self.c, self.group, self.state, self.stream = trainer, c, group, state, stream
         self.epochs_run, self.last_line = 0, 0.0
 
     def __call__(self, rec: dict, action) -> None:
@@ -382,7 +428,7 @@ class _AfterEpoch:
             _say_epoch(s, rec)
         cut_short = self.c.max_epochs is not None and self.epochs_run >= self.c.max_epochs
         if trainer.finished or cut_short or s.epoch % self.c.checkpoint_every == 0:
-            _report(trainer, rec, self.state, self.group)
+            _report(trainer, rec, self.state, self.group, self.stream)
 
 
 def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
@@ -393,8 +439,9 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
     local_world = ray.train.get_context().get_local_world_size()
     budget = resident_budget(c, device, local_world)
     expected = expected_shard_bytes(c, group.world)
-    wanted = c.cache == "device" or (c.cache == "auto" and expected <= budget)
-    if group.rank == 0 and c.cache in ("auto", "device") and not wanted:
+    short = short_passes(c.spec, c.plan.n_rows)   # a long pass streams (the driver said why)
+    wanted = c.cache == "device" or (c.cache == "auto" and expected <= budget and short)
+    if group.rank == 0 and c.cache == "auto" and short and not wanted:
         say(f"the shard (about {expected / 2**30:.2f} GiB per worker) exceeds the resident budget of "
             f"{budget / 2**30:.2f} GiB: " + ("taken from the held rows" if c.held is not None else "streaming")
             + " every epoch")
@@ -406,6 +453,17 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
     aims = loop.Targets(torch.tensor(np.asarray(c.centroids, np.float32), device=device), c.spec.m)
     return ShardFeed(_shard(c, group), max(1, c.spec.batch_size // group.world), c.spec.random_state, group, keep,
                      rows_cache, aims, in_memory=lambda: _take_idle_cpus(c, device, local_world, group.rank))
+
+
+RESIDENT_PASS_EPOCHS = 10   # train.cache auto keeps the rows on the device when a pass is at most this many epochs
+
+
+def short_passes(spec, n_rows: int) -> bool:
+    """Whether a pass over ``n_rows`` rows takes at most ``RESIDENT_PASS_EPOCHS`` epochs (always
+    when epochs are whole passes). A fit runs a few dozen epochs, so keeping the rows of a longer
+    pass would fill the device while the first pass streams and seldom be read back."""
+    steps = spec.epoch_steps(n_rows)
+    return steps is None or n_rows <= RESIDENT_PASS_EPOCHS * steps * spec.batch_size
 
 
 def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, rank: int) -> None:
@@ -469,8 +527,22 @@ def _train_loop(c: WorkerConfig) -> None:
     torch.manual_seed(c.spec.random_state)
     group = _Group(device)
     trainer = _worker_trainer(c, device, group, precision)
-    records, resumes = _restore(trainer, device, group.rank)
+    records, resumes, position = _restore(trainer, device, group)
     state = {"records": records, "resumes": resumes, "precision": precision, "world_size": group.world,
              "deterministic": torch.are_deterministic_algorithms_enabled()}
-    loop.run(trainer, _feed(c, device, group), group, after_epoch=_AfterEpoch(trainer, c, group, state),
-             max_epochs=c.max_epochs)
+    feed = _feed(c, device, group)
+    stream = loop.Stream(feed, c.spec.epoch_steps(c.plan.n_rows))
+    if position:
+        stream.seek(position)
+    loop.run(trainer, stream, group, after_epoch=_AfterEpoch(trainer, c, group, state, stream),
+             max_epochs=c.max_epochs, watch=_watch(c, device, group, feed.aims))
+
+
+def _watch(c: WorkerConfig, device: torch.device, group: "_Group", aims: loop.Targets) -> loop.Watch | None:
+    """This worker's part of the fixed rows whose loss the plateaus watch when epochs are parts of
+    a pass (``WorkerConfig.watched``; every worker a different part, the sums all-reduced)."""
+    if c.watched is None:
+        return None
+    x, xr = (torch.from_numpy(np.ascontiguousarray(a[group.rank::group.world], np.float32)).to(device)
+             for a in c.watched)
+    return loop.Watch(x, xr, aims)

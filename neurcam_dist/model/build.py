@@ -30,12 +30,23 @@ from .trainer import Trainer
 DISTILL_MIN_STEPS = 100
 
 
-def distill_epochs_for(epochs: int, n_rows: int, batch_size: int, budget: int) -> int:
-    """``epochs`` of distillation, raised to last ``DISTILL_MIN_STEPS`` steps over ``n_rows`` rows
-    but not past a tenth of the run's ``budget`` of epochs (0 stays 0: no distillation)."""
+def epoch_steps(n_rows: int, batch_size: int, epoch_rows: int) -> int | None:
+    """Optimiser steps of an epoch over ``n_rows`` rows: None (a whole pass, however many steps
+    that is) when ``epoch_rows`` is 0 or the table has at most that many rows, else the steps of
+    ``epoch_rows`` rows at ``batch_size`` (global: every Ray worker takes that many of its part)."""
+    if epoch_rows <= 0 or n_rows <= epoch_rows:
+        return None
+    return math.ceil(epoch_rows / batch_size)
+
+
+def distill_epochs_for(epochs: int, n_rows: int, batch_size: int, budget: int, epoch_rows: int = 0) -> int:
+    """``epochs`` of distillation, raised to last ``DISTILL_MIN_STEPS`` steps (epochs of ``n_rows``
+    rows, or of ``epoch_rows`` on a larger table) but not past a tenth of the run's ``budget`` of
+    epochs (0 stays 0: no distillation)."""
     if epochs <= 0:
         return 0
-    needed = math.ceil(DISTILL_MIN_STEPS / math.ceil(max(n_rows, 1) / batch_size))
+    steps = epoch_steps(n_rows, batch_size, epoch_rows) or math.ceil(max(n_rows, 1) / batch_size)
+    needed = math.ceil(DISTILL_MIN_STEPS / steps)
     return max(epochs, min(needed, budget // 10))
 
 
@@ -64,6 +75,7 @@ class TrainingSpec:
     batch_size: int
     precision: str                # fp32, bf16 or auto (resolved per device by the driver)
     anneal_epochs: int = DEFAULTS["anneal_epochs"]
+    epoch_rows: int = DEFAULTS["epoch_rows"]   # an epoch's rows on a larger table (``epoch_steps``)
     max_seconds: float | None = None
     deterministic: bool = False   # the driver trains under ``settings.deterministic_algorithms``
 
@@ -108,7 +120,7 @@ class TrainingSpec:
         check_params_for_data(params, n_rows, n_features)
         spec = cls._build({**DEFAULTS, **params}, n_features)
         spec = replace(spec, distill_epochs=distill_epochs_for(spec.distill_epochs, n_rows, spec.batch_size,
-                                                                     spec.epochs))
+                                                                     spec.epochs, spec.epoch_rows))
         if spec.deterministic and spec.max_seconds is not None:
             warnings.warn(f"deterministic=True with max_seconds={spec.max_seconds:g}: the clock sets the epoch "
                           f"budget, so two runs can stop at different epochs and differ; bound the run with "
@@ -127,13 +139,17 @@ class TrainingSpec:
                    distill_epochs=int(p["distill_epochs"]) if distill else 0,
                    early_stopping=bool(p["early_stopping"]), n_iter_no_change=int(p["n_iter_no_change"]),
                    tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]),
-                   anneal_epochs=int(p["anneal_epochs"]),
+                   anneal_epochs=int(p["anneal_epochs"]), epoch_rows=int(p["epoch_rows"]),
                    max_seconds=None if p["max_seconds"] is None else float(p["max_seconds"]),
                    deterministic=bool(p["deterministic"]))
 
     def to_dict(self) -> dict:
         """The spec as a dict (for records and checkpoints)."""
         return asdict(self)
+
+    def epoch_steps(self, n_rows: int) -> int | None:
+        """Optimiser steps of an epoch over ``n_rows`` rows (None: a whole pass): ``epoch_steps``."""
+        return epoch_steps(n_rows, self.batch_size, self.epoch_rows)
 
 
 def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None, coding=None,

@@ -73,19 +73,24 @@ class Trainer:
                            m=self.m, gamma=self.gamma, precision=self.precision, graphs=graphs,
                            distill_weight=self.distill_weight)
 
-    def end_epoch(self, means: dict, seconds: float) -> tuple[dict, Action | None]:
-        """Advance the schedule with the (globally reduced) epoch means; returns the history record
-        and the first action taken (``Action``, or None)."""
+    def end_epoch(self, means: dict, seconds: float, watched: dict | None = None) -> tuple[dict, Action | None]:
+        """Advance the schedule with the (globally reduced) epoch means, or, when epochs are parts
+        of a pass, the ``watched`` sample's (``loop.Watch``): the loss the learning rate's and the
+        schedule's plateaus judge. Returns the history record and the first action taken
+        (``Action``, or None)."""
         s = self.schedule
         phase = s.phase
         record = {"epoch": s.epoch + 1, "phase": phase.value, "loss": means["loss"], "clust_loss": means["clust_loss"],
                   "kl": means["kl"], "T": s.t, "T2": s.t2, "lr": float(self.optimizer.param_groups[0]["lr"]),
                   "seconds": seconds}
-        self.plateau.step(means["loss"])
+        judged = means["loss"] if watched is None else watched["loss"]
+        if watched is not None:
+            record["watched_loss"] = watched["loss"]
+        self.plateau.step(judged)
         self._spend(seconds)
         hot_at = (self.net.pairs.gates.one_hot_temperature, self.net.single.gates.one_hot_temperature)
         agree = self.group.agree
-        action = s.end_epoch(means["loss"], lambda t: agree(self.net.pairs.gates.one_hot_at(t)),
+        action = s.end_epoch(judged, lambda t: agree(self.net.pairs.gates.one_hot_at(t)),
                              lambda t: agree(self.net.single.gates.one_hot_at(t)), *hot_at)
         # a budget shorter than the phases ends here all the same, with its gates locked
         actions = ([action] if action else []) + s.lock_remaining(*hot_at)
