@@ -443,9 +443,12 @@ def test_ci_runs_the_readme_quick_start_literally(tmp_path):
                          env={**os.environ, "NEURCAM_CI_DRY_RUN": "1"})
     assert dry.returncode == 0, dry.stderr
     steps = [line.split("\t", 1) for line in dry.stdout.splitlines() if "\t" in line]
-    assert [name for name, _ in steps] == ["quick start command 1", "quick start command 1 checked",
-                                           "quick start command 2", "docs"]
-    first, checked, second = (cmd for _, cmd in steps[:3])
+    assert [name for name, _ in steps] == ["torch, the CPU wheel", "quick start command 1",
+                                           "quick start command 1 checked", "quick start command 2", "docs"]
+    # the CPU wheel before anything else installs, and both commands begin with it too
+    assert steps[0][1] == "python3 -m pip install torch==2.13.0"
+    assert all(w.startswith("python3 -m pip install torch==2.13.0 && ") for w in written)
+    first, checked, second = (cmd for _, cmd in steps[1:4])
     scratch = re.search(r"cd '([^']+)'", first).group(1)
     assert f"({written[0]})" in first and scratch != str(REPO)
     assert checked.endswith(f"quickstart.py check {scratch} {scratch}/quickstart-1.log")
@@ -454,6 +457,12 @@ def test_ci_runs_the_readme_quick_start_literally(tmp_path):
     other = tmp_path / "README.md"
     other.write_text((REPO / "README.md").read_text().replace("&& neurcam demo\n", "&& neurcam demo --seeds 5\n"))
     assert quick.commands(other)[0].endswith("neurcam demo --seeds 5")
+    # ... which .ci/run refuses until its own copy of the commands says the same
+    import shutil
+    shutil.copytree(REPO / ".ci", tmp_path / ".ci")
+    refused = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "NEURCAM_CI_DRY_RUN": "1"})
+    assert refused.returncode == 1 and "Quick start command 1 is" in refused.stderr and not refused.stdout
 
 
 def test_the_quick_start_check_fails_a_demo_that_left_nothing(tmp_path):
