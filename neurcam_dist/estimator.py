@@ -267,11 +267,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         feed = loop.Rows(x_t, xr_t, spec.batch_size, torch.Generator().manual_seed(spec.random_state), aims)
         steps = spec.epoch_steps(x_t.shape[0])
         stream = loop.Stream(feed, steps)
-        watch = None
-        if steps is not None and loop.WATCH_ROWS > 0:   # a fixed sample of the rows, drawn apart from the shuffling
-            pick = torch.randperm(x_t.shape[0], generator=torch.Generator().manual_seed(spec.random_state + 1))
-            pick = pick[:loop.WATCH_ROWS].sort().values.to(x_t.device)
-            watch = loop.Watch(x_t[pick], xr_t[pick], aims)
+        pick = loop.watched_indices(x_t.shape[0], steps, spec.random_state + 1)
+        watch = None if pick is None else loop.Watch(x_t[pick.to(x_t.device)], xr_t[pick.to(x_t.device)], aims)
         bar = _progress(self.verbose, spec.epochs)
 
         def after_epoch(rec: dict, action) -> None:

@@ -105,11 +105,13 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
 
 def watched_rows(job: ResolvedJob, x_sample: np.ndarray, xr_sample: np.ndarray) -> tuple | None:
     """When an epoch is part of a pass (``TrainingSpec.epoch_steps``): the rows of the uniform
-    k-means sample whose loss the workers' plateaus watch (``loop.WATCH_ROWS`` of them, seeded),
-    as the workers see rows (standardized features, representation); else None."""
-    if job.spec.epoch_steps(job.plan.n_rows) is None or loop.WATCH_ROWS <= 0:
+    k-means sample whose loss the workers' plateaus watch (``loop.watched_indices``, drawn as the
+    estimator draws from its rows), as the workers see rows (standardized features,
+    representation); else None."""
+    pick = loop.watched_indices(len(x_sample), job.spec.epoch_steps(job.plan.n_rows), job.spec.random_state + 1)
+    if pick is None:
         return None
-    pick = np.sort(np.random.default_rng(job.spec.random_state + 1).permutation(len(x_sample))[:loop.WATCH_ROWS])
+    pick = pick.numpy()
     return np.ascontiguousarray(x_sample[pick], np.float32), np.ascontiguousarray(xr_sample[pick], np.float32)
 
 

@@ -219,6 +219,15 @@ class Stream:
 WATCH_ROWS = 8192
 
 
+def watched_indices(n_rows: int, steps: int | None, seed: int) -> torch.Tensor | None:
+    """Which of ``n_rows`` rows a ``Watch`` holds (``WATCH_ROWS`` of them, in order), drawn from
+    ``seed`` apart from the shuffling; None when epochs are whole passes (``steps`` None) or
+    ``WATCH_ROWS`` is 0. The estimator draws from its rows, a Ray driver from its k-means sample."""
+    if steps is None or WATCH_ROWS <= 0:
+        return None
+    return torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))[:WATCH_ROWS].sort().values
+
+
 class Watch:
     """The loss of fixed rows, which the plateaus watch when an epoch is part of a pass (``Stream``
     with ``steps``): the training objective of the phase (the KL term toward its targets
