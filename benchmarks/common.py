@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +104,16 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text)
     tmp.replace(path)
+
+
+@contextmanager
+def busy_neighbour():
+    """A CPU-bound process (one thread, a Python loop) running beside the body: what a shared
+    machine (a CI runner, a notebook server, a Ray node with other tasks) looks like to a fit."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.5)   # running before the body starts
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()

@@ -14,7 +14,8 @@ of the same file that sample left out (featurized on their own), both with the t
 (``config.TEXT_MODEL_DEFAULTS``: Neur2CAM, 128 + 128 terms, m 1.025), nothing tuned. Columns: the seconds
 of each fit (KMeans and NeurCAM), NeurCAM's epochs, its inertia over KMeans' and over
 MiniBatchKMeans' (the paper's mKMC), its ARI over KMeans' (against the labels, where there are
-some) and which k-means target the init chose (``model/initial.py``). A second table times the
+some) and which k-means target the init chose (``model/initial.py``); each fit is timed again
+beside a CPU-bound process (``busy s``: what a shared machine sees). A second table times the
 start-up: ``import torch``, ``import neurcam_dist``, ``from neurcam_dist import NeurCAM``,
 ``neurcam --help`` and a first fit in a fresh process (which pays torch's one-time optimizer import).
 """
@@ -32,7 +33,7 @@ from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.metrics import adjusted_rand_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, ROOT, heavy_tailed, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, ROOT, busy_neighbour, heavy_tailed, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
 
 from neurcam_dist import NeurCAM, metrics  # noqa: E402
 from neurcam_dist.config import TEXT_MODEL_DEFAULTS  # noqa: E402
@@ -88,14 +89,21 @@ def row(name, x, y, k, rep, seed):
     est = NeurCAM(n_clusters=k, random_state=seed, verbose=False, **text).fit(x, X_repr=rep)
     nc_s = time.perf_counter() - t
     labels = est.predict(x)
+    with busy_neighbour():
+        t = time.perf_counter()
+        busy = NeurCAM(n_clusters=k, random_state=seed, verbose=False, **text).fit(x, X_repr=rep)
+        busy_s = time.perf_counter() - t
+    same = np.array_equal(busy.predict(x), labels)
     inertia = metrics.inertia(space, labels) * len(space)
     init = est.history_["init"]
     out = {"data": name, "rows": len(x), "features": x.shape[1], "K": k, "KMeans s": round(km_s, 2),
-           "NeurCAM s": round(nc_s, 2), "epochs": est.n_iter_, "inertia / KMeans": inertia / km.inertia_,
+           "NeurCAM s": round(nc_s, 2), "busy s": round(busy_s, 2), "threads": est.history_.get("threads"),
+           "epochs": est.n_iter_, "inertia / KMeans": inertia / km.inertia_,
            "inertia / MBKM": inertia / mb.inertia_}
     if y is not None:
         out["ARI / KMeans"] = adjusted_rand_score(y, labels) / max(adjusted_rand_score(y, km.labels_), 1e-9)
     out["init"] = f"{init['method']} ({init.get('chosen_by', 'set')})"
+    out["busy: same labels"] = "yes" if same else "NO"
     return out
 
 
@@ -143,7 +151,10 @@ def main() -> None:
     start = [] if args.only else startup()
     text = (f"# Defaults: NeurCAM(n_clusters=K) beside KMeans\n\nRun {started} on {machine()}, seed {args.seed}, "
             f"nothing else running. Every NeurCAM fit uses the defaults (`neurcam_dist.params`); times are "
-            f"wall seconds in one process after torch's one-time imports (the start-up table has those).\n\n"
+            f"wall seconds in one process after torch's one-time imports (the start-up table has those). "
+            f"`busy s`: the same fit again with a CPU-bound process (one thread) running beside it, as on a "
+            f"shared machine; `threads`: the torch threads the fit ran on (`settings.sized_threads`); `busy: "
+            f"same labels`: whether that fit labelled every row as the quiet one did.\n\n"
             + markdown_table(rows) + ("" if args.only else "\n## Start-up (fresh interpreter, best of 3, less a "
                                       "bare interpreter)\n\n" + markdown_table(start)))
     write_atomic(Path(args.out), text)

@@ -627,6 +627,8 @@ def _export(args) -> None:
             if args.format == "sql" else
             f"rules measured on the {result.n_rows:,} rows of {redact(args.input)} (mean precision "
             f"{result.agreement:.0%}): a summary to read, not the model (--format sql is the model)")
+    if result.note:
+        print(f"neurcam: warning: {result.note}", file=sys.stderr)
     if args.output is None:
         sys.stdout.write(result.text)
         print(f"-- {said}", file=sys.stderr)

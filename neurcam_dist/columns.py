@@ -523,12 +523,19 @@ def _refuse_numbers_with_typos(col, name: str, what: str) -> None:
     values = values[values.astype(str).str.strip() != ""]
     if values.empty:
         return
-    ok = pd.to_numeric(values, errors="coerce").notna()
+    ok = pd.to_numeric(values, errors="coerce").notna() & ~_booleans(values)
     if ok.mean() >= 0.5 and not ok.all():
         row = values.index[~ok.to_numpy()][0]
         raise DataError(f"{what} column {name!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
                         f"{row} ({values[row]!r}): fix those cells, or name the column in categorical_features "
                         f"(--categorical) to read its values as levels")
+
+
+def _booleans(values):
+    """Which cells are booleans (Python's or numpy's ``True``/``False``): pandas reads them as 1
+    and 0, but a column of ``True``/``'yes'``/``False`` is a category, not numbers with typos."""
+    import pandas as pd
+    return pd.Series([isinstance(v, (bool, np.bool_)) for v in values], index=values.index, dtype=bool)
 
 
 def _as_number(t: str) -> float:

@@ -19,11 +19,12 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .errors import ConfigError, DataError, ModelFileError
 from . import metrics
 from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, loop
+from .model.fitted import CHUNK
 from .model.device import resolve_device, resolve_precision
 from .model.initial import initial_centroids
 from .model.perf import keep_freed_memory
 from .params import HYPERPARAMETERS
-from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms
+from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
 from .columns import ColumnCoding, level_init
@@ -35,6 +36,22 @@ if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is made
     import pandas as pd
 
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
+
+
+def _on_sized_threads(method):
+    """An in-process scoring method of ``X`` (None: the reference rows) run on the torch threads
+    its chunks are worth (``settings.sized_threads``: a forward pass over at most
+    ``fitted.CHUNK`` rows), or on the estimator's ``threads`` when set."""
+    import functools
+
+    @functools.wraps(method)
+    def on_sized_threads(self, X=None, *args, **kwargs):
+        check_is_fitted(self, "fitted_")
+        rows = X if X is not None else getattr(self, "reference_", None)
+        n = len(rows) if hasattr(rows, "__len__") else CHUNK
+        with sized_threads(self.fitted_.net.step_work(min(n, CHUNK), backward=False), getattr(self, "threads", None)):
+            return method(self, X, *args, **kwargs)
+    return on_sized_threads
 
 
 class NeurCAM(ClusterMixin, BaseEstimator):
@@ -71,6 +88,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  gamma: float = 1.0, epsilon: float = 0.9, warmup_epochs: int = 400, epochs: int = 1000,
                  batch_size: int = 512, epoch_rows: int = 20_000, lr: float = 2e-3, hidden: tuple = (64, 64), n_bases: int = 64,
                  standardize: bool = True, constant_features: str = "drop", random_state: int = 0, device: str = "auto",
+                 threads: int | None = None,
                  kmeans: str = "auto", kmeans_n_init: int = 10, init: str = "distill", distill_epochs: int = 10,
                  lr_patience: int = 10,
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
@@ -95,6 +113,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.constant_features = constant_features
         self.random_state = random_state
         self.device = device
+        self.threads = threads
         self.kmeans = kmeans
         self.kmeans_n_init = kmeans_n_init
         self.init = init
@@ -191,33 +210,29 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         precision = resolve_precision(self.precision, device)
 
         t0 = time.perf_counter()
-        centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
-                                                 allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
-        trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
-                                cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
-                                baseline=standardized_zero(mean, scale), cluster_sizes=init_info.get("sizes"),
-                                **levels)
-        trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
-        x_t = torch.from_numpy(x_std).to(device)
-        xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
-        with deterministic_algorithms(spec.deterministic):
-            records = self._train(trainer, x_t, xr_t, spec, callback)
-            deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
-        fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
-                                        scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
-                                        precision=precision, init_info=init_info, deterministic=deterministic,
-                                        coding=coding, id_column=_index_name(X))
-        _label_pass(fitted, arr)
+        with sized_threads(spec.step_work(n), self.threads) as threads:
+            centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
+                                                     allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
+            trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
+                                    cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
+                                    baseline=standardized_zero(mean, scale), cluster_sizes=init_info.get("sizes"),
+                                    **levels)
+            trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
+            x_t = torch.from_numpy(x_std).to(device)
+            xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
+            with deterministic_algorithms(spec.deterministic):
+                records = self._train(trainer, x_t, xr_t, spec, callback)
+                deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
+            fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
+                                            scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
+                                            precision=precision, init_info=init_info, deterministic=deterministic,
+                                            coding=coding, id_column=_index_name(X), threads=threads)
+            _label_pass(fitted, arr)
         if choice is not None:
             fitted.history["k_choice"] = choice.to_dict()
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
-        keep = np.sort(np.random.default_rng(seed).permutation(n)[:REFERENCE_ROWS])
-        if is_frame(X):
-            self.reference_ = X.iloc[keep]
-        else:
-            import pandas as pd
-            self.reference_ = pd.DataFrame(np.asarray(X)[keep], columns=names)
+        self.reference_ = _reference_rows(X, names, seed)
         return self
 
     def _choose_k(self, X, n: int):
@@ -412,10 +427,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "fitted_")
         return self.fitted_
 
+    @_on_sized_threads
     def decision_function(self, X) -> np.ndarray:
         """(N, K) logits ``g(x)``: the sum of every shape function's contribution."""
         return self._validated_state().logits(self._validated(X))
 
+    @_on_sized_threads
     def predict_proba(self, X) -> np.ndarray:
         """(N, K) cluster probabilities (softmax of the logits); column ``k`` is cluster
         ``cluster_ids_[k]``."""
@@ -441,6 +458,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         """
         return self.score_frame_counted(X, top_terms)[0]
 
+    @_on_sized_threads
     def score_frame_counted(self, X, top_terms: int = 0, **layout) -> tuple["pd.DataFrame", dict]:
         """``score_frame``'s rows and what reading them met: ``{"unseen": column -> cells whose
         level was not seen at training (scored as 'other'), "missing": column -> missing cells}``.
@@ -453,6 +471,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         missing = {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)}
         return pd.DataFrame(cols, index=X.index if is_frame(X) else None), {"unseen": unseen, "missing": missing}
 
+    @_on_sized_threads
     def predict(self, X) -> np.ndarray:
         """Stable cluster ids (``cluster_ids_``; 0..K-1 unless a re-clustering renamed them).
         Column ``k`` of ``predict_proba`` is cluster ``cluster_ids_[k]``."""
@@ -489,10 +508,12 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             raise ConfigError("this model was fitted with X_repr: its clustering space is that representation")
         return self._validated_state().clustering_space(self._validated(X))
 
+    @_on_sized_threads
     def contributions(self, X) -> np.ndarray:
         """(N, C + P, K) per-channel contributions; they sum over channels to ``decision_function``."""
         return self._validated_state().contributions(self._validated(X))
 
+    @_on_sized_threads
     def inertia(self, X, X_repr=None) -> float:
         """The paper's hard inertia in the representation (standardized X when ``X_repr`` is None)."""
         arr = self._validated(X)
@@ -501,6 +522,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         rep = self.fitted_.clustering_space(arr) if X_repr is None else _representation(X_repr, arr.shape[0])
         return metrics.inertia(rep, self.fitted_.cluster_ids[self.fitted_.assign(arr)])
 
+    @_on_sized_threads
     def explain(self, X=None, grid_size: int = 128, pair_grid_size: int = 32, **measured):
         """Shape graphs, purified pair heat maps, importance and cluster profiles over ``X``
         (default: ``reference_``, up to 20,000 training rows kept since ``fit``); ``measured``:
@@ -521,6 +543,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             self.fitted_.summary = summary_of(expl)
         return expl
 
+    @_on_sized_threads
     def explain_rows(self, X):
         """Per-row terms: ``intercept + contributions.sum(1) == logits`` (see ``RowExplanation``),
         with the rows' feature values and each row's cluster (``to_frame()`` shows them)."""
@@ -535,6 +558,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return dataclasses.replace(rows, cluster_ids=fitted.cluster_ids, assigned=fitted.cluster_ids[rows.logits.argmax(1)],
                                    features=pd.DataFrame(arr, columns=list(self.feature_names_in_)))
 
+    @_on_sized_threads
     def counterfactuals(self, X, target: int | None = None, grid_size: int = 64, pairs: bool = True):
         """What would move each row of ``X``: the smallest change of one feature, or of a pair
         term's two features when that is shorter (``pairs``; in standard deviations), that puts it
@@ -596,6 +620,15 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         params["hidden"] = tuple(params["hidden"])
         params["device"] = device
         return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
+
+
+def _reference_rows(X, names: list[str], seed: int):
+    """``reference_``: a seeded draw of at most ``REFERENCE_ROWS`` of the training rows, in order."""
+    keep = np.sort(np.random.default_rng(seed).permutation(len(X))[:REFERENCE_ROWS])
+    if is_frame(X):
+        return X.iloc[keep]
+    import pandas as pd
+    return pd.DataFrame(np.asarray(X)[keep], columns=names)
 
 
 def _index_name(X) -> str | None:

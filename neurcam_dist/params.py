@@ -65,6 +65,9 @@ HYPERPARAMETERS: dict[str, Spec] = {
                               "a warning names them) or error", choices=("drop", "error")),
     "random_state": Spec(int, 0, "seed of every random choice"),
     "device": Spec(str, "auto", "torch device ('auto': CUDA when available)", in_config=False),
+    "threads": Spec(int, None, "torch threads on a CPU for fit, predict and explain (None: sized to the work, "
+                    "one per 1.5e9 multiply-adds of a step up to the process's own, so a small model runs on one "
+                    "thread; docs/scaling.md#threads)", ge=1, optional=True, in_config=False),
     "kmeans": Spec(str, "auto", "k-means for the centroid init and the distillation target: lloyd (KMeans, "
                    "k-means++), minibatch (MiniBatchKMeans, the paper's mKMC) or auto (lloyd while rows x dims x "
                    "clusters <= 2e7, where it costs seconds; minibatch above)", choices=("auto", "lloyd", "minibatch")),

@@ -481,6 +481,23 @@ class ExportResult:
     n_rows: int
     agreement: float
     engines: dict | None = None    # SQL: the agreement measured by running the query in each engine
+    note: str | None = None        # what the agreement cannot tell (measured on too few rows)
+
+
+# The fewest rows an export's agreement is measured on before it says nothing about the rest: 100%
+# agreement on 1,000 rows bounds the query's disagreement with predict at 0.3% (95%, the rule of
+# three); on a handful of rows it bounds nothing, and the shape tables span only their range.
+EXPORT_MIN_ROWS = 1_000
+
+
+def _few_rows_note(n_rows: int, data: str) -> str | None:
+    """The warning of an export measured on fewer than ``EXPORT_MIN_ROWS`` rows."""
+    if n_rows >= EXPORT_MIN_ROWS:
+        return None
+    return (f"the agreement was measured on {n_rows:,} row{'s' if n_rows != 1 else ''} of {redact(data)}, fewer "
+            f"than {EXPORT_MIN_ROWS:,}: it proves little about other rows, and the query's shape tables span only "
+            f"these rows' values; pass a larger --input (the rows the query will score, or a sample of "
+            f"{EXPORT_MIN_ROWS:,} or more)")
 
 
 def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
@@ -490,7 +507,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     (``explain.sql.to_sql``: the table-only scorer, so no Python is needed to assign clusters),
     built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``sample``
     when it has more); written atomically to ``output`` when given. The result says on what share
-    of those rows the query's cluster equals ``predict``'s. ``fmt="rules"``: a short readable rule
+    of those rows the query's cluster equals ``predict``'s, and ``note`` warns when they are fewer
+    than ``EXPORT_MIN_ROWS``. ``fmt="rules"``: a short readable rule
     per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
     is then the rules' mean precision). The SQL's agreement is measured by running the query itself in
     SQLite (and DuckDB when installed) on those rows (``explain.sql.run_agreement``): the lowest."""
@@ -539,7 +557,7 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         else:
             write_text_atomic(target.path, text)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
-                        engines=engines if fmt == "sql" else None)
+                        engines=engines if fmt == "sql" else None, note=_few_rows_note(len(df), data))
 
 
 def _written_by_export(head: bytes) -> bool:

@@ -1,8 +1,9 @@
 """Process-wide switches read from the environment: they change how fast a run goes, never the
 model it trains, so they are not hyperparameters. Read here, outside ``model/`` (which knows
 nothing of the process it runs in), and handed to the builder by each driver. The
-``deterministic`` hyperparameter's process settings (``deterministic_algorithms``) are set here
-too, by each driver around its training."""
+``deterministic`` hyperparameter's process settings (``deterministic_algorithms``) and the torch
+threads a piece of work runs on (``sized_threads``) are set here too, by each driver around its
+work."""
 from __future__ import annotations
 
 import os
@@ -14,6 +15,14 @@ from .errors import TrainingError
 CUDA_GRAPHS = "NEURCAM_CUDA_GRAPHS"   # "0": every GPU training step eager (debugging, comparisons)
 CUBLAS_WORKSPACE = "CUBLAS_WORKSPACE_CONFIG"
 DETERMINISTIC_WORKSPACE = ":4096:8"   # one of the two settings cuBLAS documents as reproducible
+# Multiply-adds of one step (a training step's forward and backward, or a scoring chunk's forward)
+# that each torch thread must have for another thread to pay. Every torch op of a step waits for
+# all its threads, so a thread on a core that another process holds stalls every op. Measured on
+# 2 cores (benchmarks/results/threads.md): steps of 512 rows x 4-256 channels ran 1.1-1.9x faster
+# on 2 threads than on 1 on a quiet machine, and 1.6-2.1x slower beside one CPU-bound process.
+# Below 3e9 a step (about 200 channels at batch 512) one thread is taken: a small table loses
+# little when the machine is quiet and much when it is not; above, the quiet machine's gain.
+THREAD_WORK = 1.5e9
 
 
 def cuda_graphs_enabled() -> bool:
@@ -60,6 +69,31 @@ def deterministic_algorithms(on: bool):
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before[2], before[3]
         if before[4] is None:
             os.environ.pop(CUBLAS_WORKSPACE, None)
+
+def threads_for(work: float, cap: int) -> int:
+    """The torch threads for steps of ``work`` multiply-adds each: one per ``THREAD_WORK``, at least
+    1, at most ``cap`` (the threads the process has)."""
+    return max(1, min(int(cap), int(work // THREAD_WORK)))
+
+
+@contextmanager
+def sized_threads(work: float, threads: int | None = None):
+    """Run the body on the torch threads its steps' ``work`` (multiply-adds each) is worth
+    (``threads_for``, never more than the process has now), or exactly ``threads`` when the caller
+    set it; the process's own setting is restored after. Yields the thread count. The count
+    follows the work's shape and the process's threads, never the machine's load, so one seed
+    still gives one model on the same hardware (another count may change a model's last bits)."""
+    import torch
+    before = torch.get_num_threads()
+    n = int(threads) if threads is not None else threads_for(work, before)
+    if n != before:
+        torch.set_num_threads(n)
+    try:
+        yield n
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
 
 def available_memory() -> int:
     """Bytes of memory available now: Linux's MemAvailable, or less where a cgroup (a

@@ -152,15 +152,17 @@ def test_device_resident_shards_train_from_memory_with_the_teacher_cached(two_wo
     assert all(r["teacher_rows"] == 0 for r in h["epochs"])
     assert all(r["rows"] == N_ROWS for r in h["epochs"])  # every row once per epoch, resident or not
     assert is_one_hot(run.estimator.net_.single.gates.matrix(run.estimator.temperatures_[0]))
-    # rows in memory from the start (held): the lone worker adds the CPUs kept for Ray Data to its
-    # torch threads, up to this node's CPUs; a search trial, or train.take_idle_cpus: false, adds none
+    # rows in memory from the start (held): the lone worker may add the CPUs kept for Ray Data to
+    # its torch threads, up to this node's CPUs and what its steps are worth (settings.threads_for:
+    # this small model's are worth one); a search trial, or train.take_idle_cpus: false, adds none
     import ray
     from neurcam_dist.distributed.driver import idle_cpus
     from neurcam_dist.distributed.job import resolve_early
+    from neurcam_dist.settings import threads_for
     cpus = ray.cluster_resources()["CPU"]
-    want = int(min(cpus, len(os.sched_getaffinity(0))))
-    assert {r["threads"] for r in h["epochs"]} == {want}
     lone = resolve_early(parse_config(job(shards, tmp_path / "x", workers=1)))
+    want = threads_for(lone.spec.step_work(N_ROWS), int(min(cpus, len(os.sched_getaffinity(0)))))
+    assert want == 1 and {r["threads"] for r in h["epochs"]} == {want}
     assert idle_cpus(lone) == cpus - 1 and idle_cpus(dataclasses.replace(lone, trial="t1")) == 0
     assert idle_cpus(resolve_early(parse_config(job(shards, tmp_path / "y", workers=1, take_idle_cpus=False)))) == 0
     # the same config again, through the command line: the same model, bit for bit

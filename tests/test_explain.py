@@ -322,8 +322,17 @@ def test_the_exported_sql_assigns_clusters_in_duckdb_and_sqlite(fitted_pairs, tm
     # the command: written to a file, with the measured agreement said
     assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "train.parquet"),
                  "--table", "analytics.events", "--keep", "f0", "--output", str(tmp_path / "q.sql")]) == 0
-    said = capsys.readouterr().out
+    out = capsys.readouterr()
+    said = out.out
     assert "the query's cluster equals predict's on" in said and "of the 1,000 rows" in said, said
+    assert "warning" not in out.err                                    # 1,000 rows: enough to say
+    # agreement measured on a handful of rows says so, and what to pass instead (the query is written)
+    train.iloc[:5].to_parquet(tmp_path / "five.parquet")
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "five.parquet"),
+                 "--table", "t", "--output", str(tmp_path / "five.sql")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the agreement was measured on 5 rows of" in err and "fewer than 1,000" in err, err
+    assert "pass a larger --input" in err and (tmp_path / "five.sql").exists()
     text = (tmp_path / "q.sql").read_text()
     assert 'FROM "analytics"."events"' in text and text.startswith("-- NeurCAM cluster assignment")
     assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "train.parquet"),

@@ -105,6 +105,11 @@ def test_bad_cells_are_named(mixed):
         NeurCAM(n_clusters=3, **FAST).fit(X.assign(tenure=X.tenure.astype(str).where(X.index != 3, "?")))
     with pytest.raises(ValueError, match=r"categorical_features names 'planz'.*did you mean 'plan'"):
         NeurCAM(n_clusters=3, categorical_features=["planz"], **FAST).fit(X)
+    # booleans among text are a category, not numbers with typos (pandas reads True as 1)
+    rng = np.random.default_rng(0)
+    flags = pd.Series(rng.choice(np.array([True, "yes", False, None], dtype=object), len(X)), dtype=object)
+    coding, _ = ColumnCoding.fit(X[["tenure"]].assign(flag=flags))
+    assert set(coding.columns[1].levels) == {"True", "yes", "False", "other"} and coding.columns[1].missing_rows > 0
 
 
 def test_integer_codes_named_categorical_and_rare_levels_share_other():

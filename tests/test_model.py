@@ -529,6 +529,8 @@ def test_a_cluster_of_one_far_row_is_followed_as_lloyd_isolates_it():
     assert est.history_["empty_clusters"] == [] and est.history_["init"]["method"] == "lloyd"
     assert np.bincount(labels, minlength=4).min() == 1 and labels[7] != labels[8]
     assert inertia(xs, labels) <= 1.01 * km.inertia_ / len(xs)
+    # the far row's cluster keeps distillation at its floor: 34 epochs of 3 steps make 100 steps
+    assert est.history_["events"][0]["reason"] == "distillation done after 34 epochs"
 
 
 def test_the_init_trial_keeps_every_row_of_a_small_cluster():
@@ -547,10 +549,29 @@ def test_distillation_lasts_100_steps_within_a_tenth_of_the_budget():
     assert distill_epochs_for(1, 3000, 64, 8) == 1             # a short run set by hand keeps its phases
     assert distill_epochs_for(3, 150, 512, 100) == 10 and distill_epochs_for(0, 150, 512, 1000) == 0
     spec = TrainingSpec.for_data({"n_clusters": 3}, 150, 4)
-    assert spec.distill_epochs == 100 and TrainingSpec.for_data({"n_clusters": 3, "init": "kmeans"}, 150, 4).distill_epochs == 0
+    assert (spec.distill_epochs, spec.distill_far_epochs) == (10, 100)
+    none = TrainingSpec.for_data({"n_clusters": 3, "init": "kmeans"}, 150, 4)
+    assert (none.distill_epochs, none.distill_far_epochs, none.distill_epochs_given([1, 70, 79])) == (0, 0, 0)
     # epochs of a table over epoch_rows rows: distillation counts their steps
     assert distill_epochs_for(10, 1_000_000, 512, 1000, epoch_rows=20_000) == 10   # 40 steps an epoch
     assert distill_epochs_for(1, 1_000_000, 512, 1000, epoch_rows=5_000) == 10     # 10 steps: 10 epochs make 100
+
+
+def test_distillation_pays_its_floor_only_toward_a_far_row_cluster():
+    """The 100-step floor is for a k-means target with a cluster of a few far rows (one under a
+    tenth of an even split); a target of even clusters distils the epochs asked for."""
+    from neurcam_dist.model.build import build_schedule, far_row_clusters
+    spec = TrainingSpec.for_data({"n_clusters": 3}, 150, 4)
+    assert not far_row_clusters([53, 50, 47]) and not far_row_clusters([375, 194])
+    assert far_row_clusters([1, 749, 750]) and far_row_clusters([0, 75, 75]) and far_row_clusters(None)
+    assert spec.distill_epochs_given([53, 50, 47]) == 10 and spec.distill_epochs_given([1, 74, 75]) == 100
+    assert build_schedule(spec, cluster_sizes=[53, 50, 47]).distill_epochs == 10
+    assert build_schedule(spec, cluster_sizes=[2, 74, 74]).distill_epochs == 100
+    # end to end: iris's k-means clusters are even, so a default fit distils 10 epochs
+    from sklearn.datasets import load_iris
+    est = NeurCAM(n_clusters=3, verbose=False).fit(load_iris().data)
+    assert min(est.history_["init"]["sizes"]) > 40
+    assert est.history_["events"][0]["reason"] == "distillation done after 10 epochs"
 
 
 def _small_trainer(n: int = 300, d: int = 3, seed: int = 0, **params):

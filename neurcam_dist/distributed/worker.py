@@ -36,7 +36,7 @@ from ..model.perf import keep_freed_memory
 from ..model.step import Batch, batch_indices
 from ..model.trainer import Trainer
 from ..numerics import standardize, standardized_zero
-from ..settings import deterministic_algorithms
+from ..settings import deterministic_algorithms, threads_for
 from . import events
 from .events import say
 from .teacher import RowTargets
@@ -452,7 +452,7 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
                             lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
     aims = loop.Targets(torch.tensor(np.asarray(c.centroids, np.float32), device=device), c.spec.m)
     return ShardFeed(_shard(c, group), max(1, c.spec.batch_size // group.world), c.spec.random_state, group, keep,
-                     rows_cache, aims, in_memory=lambda: _take_idle_cpus(c, device, local_world, group.rank))
+                     rows_cache, aims, in_memory=lambda: _take_idle_cpus(c, device, local_world, group))
 
 
 RESIDENT_PASS_EPOCHS = 10   # train.cache auto keeps the rows on the device when a pass is at most this many epochs
@@ -466,17 +466,20 @@ def short_passes(spec, n_rows: int) -> bool:
     return steps is None or n_rows <= RESIDENT_PASS_EPOCHS * steps * spec.batch_size
 
 
-def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, rank: int) -> None:
+def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, group: "_Group") -> None:
     """A CPU worker whose rows are in memory: ``cpus_per_worker`` torch threads plus its share of
     the CPUs kept for Ray Data (``WorkerConfig.idle_cpus``), at most its node's CPUs over the
-    workers on that node."""
+    workers on that node and at most what its steps are worth (``settings.threads_for``: a
+    worker's steps of a small model gain nothing from more threads and lose much beside other
+    work)."""
     if device.type != "cpu" or c.idle_cpus <= 0:
         return
     node = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     threads = int(min(c.cpus_per_worker + c.idle_cpus, node / max(1, local_world)))
+    threads = max(torch.get_num_threads(), threads_for(c.spec.step_work(c.spec.batch_size // group.world), threads))
     if threads > torch.get_num_threads():
         torch.set_num_threads(threads)
-        if rank == 0:
+        if group.rank == 0:
             say(f"rows in memory: each worker now trains on {threads} torch threads (the CPUs Ray Data read "
                 f"with; train.take_idle_cpus)")
 

@@ -17,17 +17,34 @@ from ..errors import ConfigError
 from ..params import DEFAULTS, check_params_for_data, resolved_n_single
 from .loop import ALONE, Group
 from .loss import balanced_weights
-from .network import NeurCAMNet
+from .network import NeurCAMNet, step_work
 from .schedule import Schedule
 from .trainer import Trainer
 
 
-# Distillation lasts at least this many optimiser steps (``distill_epochs`` epochs, or more on a
-# small table): a cluster of one far row needs about 100 steps to be learnt. Measured on 1,500
-# rows (3 steps an epoch) with one far row, 5 seeds: 10 epochs lost a cluster on 1 seed (3.2x
-# Lloyd's inertia), 30 and 100 epochs lost none (1.000-1.002x). The raise takes at most a tenth of
-# the run's epoch budget, so a short run set by hand keeps the phases it was given.
+# Where the k-means target has a far-row cluster, distillation lasts at least this many optimiser
+# steps (``distill_epochs`` epochs, or more on a small table): a cluster of one far row needs about
+# 100 steps to be learnt. Measured on 1,500 rows (3 steps an epoch) with one far row, 5 seeds: 10
+# epochs lost a cluster on 1 seed (3.2x Lloyd's inertia), 30 and 100 epochs lost none
+# (1.000-1.002x). The raise takes at most a tenth of the run's epoch budget, so a short run set by
+# hand keeps the phases it was given. A target without a far-row cluster (``far_row_clusters``)
+# distils ``distill_epochs`` epochs: wine and breast_cancer reach the same inertia in 10 epochs as
+# in 100 and 50 (benchmarks/results/defaults.md).
 DISTILL_MIN_STEPS = 100
+# A k-means cluster holding fewer rows than this share of an even split (rows / K) is a far-row
+# cluster: Lloyd's clusters on a few far rows hold 1-3 rows of thousands; the smallest cluster of
+# every table of benchmarks/defaults.py without far rows holds over a sixth of an even split.
+FAR_SHARE = 0.1
+
+
+def far_row_clusters(sizes) -> bool:
+    """True when the k-means target's cluster ``sizes`` (rows each, on the init's sample) hold a
+    far-row cluster: one under ``FAR_SHARE`` of an even split (an empty one counts); None (no
+    sizes known) counts as True, so distillation keeps its floor."""
+    if sizes is None or len(sizes) == 0:
+        return True
+    sizes = np.asarray(sizes, dtype=np.float64)
+    return bool(sizes.min() < FAR_SHARE * sizes.sum() / len(sizes))
 
 
 def epoch_steps(n_rows: int, batch_size: int, epoch_rows: int) -> int | None:
@@ -69,6 +86,7 @@ class TrainingSpec:
     epochs: int
     warmup_epochs: int
     distill_epochs: int           # 0 unless init='distill'
+    distill_far_epochs: int       # with a far-row cluster in the target: raised to DISTILL_MIN_STEPS steps
     early_stopping: bool
     n_iter_no_change: int
     tol: float
@@ -91,6 +109,12 @@ class TrainingSpec:
         gates = (self.n_single + 2 * self.n_pairs) * self.n_features * 4 * 6
         return int(acts + gates)
 
+    def step_work(self, rows: int) -> float:
+        """Multiply-adds of one training step over ``rows`` rows at most a batch
+        (``network.step_work``): what its torch threads are sized by."""
+        return step_work(self.n_features, self.n_clusters, self.n_single, self.n_pairs, self.hidden, self.n_bases,
+                         min(self.batch_size, rows), backward=True)
+
     def check_memory(self, rows: int, available: int, say=None, where: str = "this process") -> None:
         """Refuse (``ConfigError``, with the estimate, the limit and what to lower) a model whose
         training step (``step_bytes``) would not fit in ``available`` bytes (the driver's
@@ -112,15 +136,14 @@ class TrainingSpec:
     @classmethod
     def for_data(cls, params: dict, n_rows: int, n_features: int) -> "TrainingSpec":
         """From estimator-style hyperparameters, checked against the table and the data's size
-        (``params.check_params_for_data``): the one check a fit or a Ray job makes. Distillation
-        lasts at least ``DISTILL_MIN_STEPS`` steps over ``n_rows`` rows, within a tenth of
-        ``epochs`` (``distill_epochs_for``). A
+        (``params.check_params_for_data``): the one check a fit or a Ray job makes. Where the
+        k-means target has a far-row cluster, distillation lasts at least ``DISTILL_MIN_STEPS``
+        steps over ``n_rows`` rows, within a tenth of ``epochs`` (``distill_far_epochs``:
+        ``distill_epochs_for``; which of the two a run distils: ``distill_epochs_given``). A
         ``deterministic`` run with a ``max_seconds`` budget gets a warning: the clock decides its
         last epoch, so two runs may still differ."""
         check_params_for_data(params, n_rows, n_features)
-        spec = cls._build({**DEFAULTS, **params}, n_features)
-        spec = replace(spec, distill_epochs=distill_epochs_for(spec.distill_epochs, n_rows, spec.batch_size,
-                                                                     spec.epochs, spec.epoch_rows))
+        spec = cls._build({**DEFAULTS, **params}, n_features, n_rows)
         if spec.deterministic and spec.max_seconds is not None:
             warnings.warn(f"deterministic=True with max_seconds={spec.max_seconds:g}: the clock sets the epoch "
                           f"budget, so two runs can stop at different epochs and differ; bound the run with "
@@ -128,15 +151,17 @@ class TrainingSpec:
         return spec
 
     @classmethod
-    def _build(cls, p: dict, n_features: int) -> "TrainingSpec":
-        distill = p["init"] == "distill" and p["distill_epochs"] > 0
+    def _build(cls, p: dict, n_features: int, n_rows: int) -> "TrainingSpec":
+        distill = int(p["distill_epochs"]) if p["init"] == "distill" else 0
         return cls(n_features=int(n_features), n_clusters=int(p["n_clusters"]),
                    n_single=resolved_n_single(p, n_features), n_pairs=int(p["n_pairs"]),
                    hidden=tuple(int(h) for h in p["hidden"]), n_bases=int(p["n_bases"]),
                    random_state=int(p["random_state"]), m=float(p["m"]), gamma=float(p["gamma"]),
                    epsilon=float(p["epsilon"]), lr=float(p["lr"]), lr_patience=int(p["lr_patience"]),
                    epochs=int(p["epochs"]), warmup_epochs=int(p["warmup_epochs"]),
-                   distill_epochs=int(p["distill_epochs"]) if distill else 0,
+                   distill_epochs=distill,
+                   distill_far_epochs=distill_epochs_for(distill, n_rows, int(p["batch_size"]), int(p["epochs"]),
+                                                         int(p["epoch_rows"])),
                    early_stopping=bool(p["early_stopping"]), n_iter_no_change=int(p["n_iter_no_change"]),
                    tol=float(p["tol"]), batch_size=int(p["batch_size"]), precision=str(p["precision"]),
                    anneal_epochs=int(p["anneal_epochs"]), epoch_rows=int(p["epoch_rows"]),
@@ -146,6 +171,12 @@ class TrainingSpec:
     def to_dict(self) -> dict:
         """The spec as a dict (for records and checkpoints)."""
         return asdict(self)
+
+    def distill_epochs_given(self, cluster_sizes) -> int:
+        """Epochs of distillation toward a k-means target of ``cluster_sizes``: the floor of
+        ``DISTILL_MIN_STEPS`` steps (``distill_far_epochs``) where it has a far-row cluster
+        (``far_row_clusters``), else ``distill_epochs`` as asked."""
+        return self.distill_far_epochs if far_row_clusters(cluster_sizes) else self.distill_epochs
 
     def epoch_steps(self, n_rows: int) -> int | None:
         """Optimiser steps of an epoch over ``n_rows`` rows (None: a whole pass): ``epoch_steps``."""
@@ -170,10 +201,13 @@ def build_network(spec: TrainingSpec, centroids, allowed=None, baseline=None, co
     return net
 
 
-def build_schedule(spec: TrainingSpec, loss_scale: float = 0.0) -> Schedule:
+def build_schedule(spec: TrainingSpec, loss_scale: float = 0.0, cluster_sizes=None) -> Schedule:
     """Algorithm 1's schedule for ``spec`` (distill, warm-up, annealing, final); ``loss_scale``:
-    what the plateau tolerance is relative to where smaller than the loss (``Schedule.loss_scale``)."""
-    return Schedule(epochs=spec.epochs, warmup_epochs=spec.warmup_epochs, distill_epochs=spec.distill_epochs,
+    what the plateau tolerance is relative to where smaller than the loss (``Schedule.loss_scale``);
+    ``cluster_sizes``: the k-means target's, which set how long distillation lasts
+    (``TrainingSpec.distill_epochs_given``)."""
+    return Schedule(epochs=spec.epochs, warmup_epochs=spec.warmup_epochs,
+                    distill_epochs=spec.distill_epochs_given(cluster_sizes),
                     epsilon=spec.epsilon, has_pairs=spec.n_pairs > 0, early_stopping=spec.early_stopping,
                     n_iter_no_change=spec.n_iter_no_change, tol=spec.tol, anneal_epochs=spec.anneal_epochs,
                     loss_scale=float(loss_scale))
@@ -190,12 +224,13 @@ def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torc
     ``loss_scale``: the init's ``explained`` (``model.initial``), the plateau tolerance's scale;
     ``coding`` / ``level_init``: as ``build_network``; ``cluster_sizes``: the k-means clusters'
     rows on the init's sample (its ``sizes``), which weight the distillation so that every
-    cluster pulls alike (``loss.balanced_weights``; None: every row alike)."""
+    cluster pulls alike (``loss.balanced_weights``; None: every row alike) and set its length
+    (``build_schedule``)."""
     net = build_network(spec, centroids, allowed, baseline, coding, level_init).to(device)
     for kind in (net.single, net.pairs):
         if kind.n == 0:
             for p in kind.parameters():
                 p.requires_grad_(False)
-    return Trainer(net, build_schedule(spec, loss_scale), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
+    return Trainer(net, build_schedule(spec, loss_scale, cluster_sizes), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
                    precision=precision, group=group, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds,
                    distill_weight=None if cluster_sizes is None else balanced_weights(cluster_sizes))

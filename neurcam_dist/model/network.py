@@ -33,6 +33,17 @@ CODING_GAIN = 10.0
 MISSING_GAIN = 100.0
 
 
+def step_work(n_features: int, n_clusters: int, n_single: int, n_pairs: int, hidden: tuple[int, ...],
+              n_bases: int, rows: int, backward: bool) -> float:
+    """Multiply-adds of one step over ``rows`` rows: every channel's gate mix, backbone and head
+    per row, about 3x that for a training step's forward and backward (``backward``). What the
+    torch threads of a step are sized by (``settings.sized_threads``)."""
+    widths = (*hidden, n_bases)
+    backbone = sum(a * b for a, b in zip(widths, widths[1:])) + n_bases * n_clusters
+    per_row = sum(n * (backbone + arity * (widths[0] + n_features)) for n, arity in ((n_single, 1), (n_pairs, 2)))
+    return float(rows * per_row * (3 if backward else 1))
+
+
 class Backbone(nn.Module):
     """Shared MLP ``arity -> hidden... -> n_bases`` (ReLU between layers), applied on the last axis."""
 
@@ -181,6 +192,13 @@ class NeurCAMNet(nn.Module):
         self.missing_delta = nn.Parameter(torch.zeros(n_single, n_clusters)) if missing_terms else None
         # the standardized zero of every feature (sparse inputs); derived data, never saved
         self.register_buffer("baseline", None, persistent=False)
+
+    def step_work(self, rows: int, backward: bool) -> float:
+        """Multiply-adds of one step over ``rows`` rows of this network (``step_work``)."""
+        first = self.single if self.single.n else self.pairs
+        widths = tuple(layer.out_features for layer in first.backbone.layers)
+        return step_work(self.n_features, self.n_clusters, self.single.n, self.pairs.n, widths[:-1], widths[-1],
+                         rows, backward)
 
     def set_baseline(self, baseline: torch.Tensor | None) -> None:
         """Where each feature's "nothing" lies after standardization (``-mean / scale`` as the
