@@ -53,7 +53,8 @@ class Column:
         A categorical column's kept levels as text, ``other`` last; empty for a numeric column.
     dtype : str
         How the column's cells are written: ``number``, ``text`` or ``bool`` (SQL compares a
-        level with ``col = 'monthly'``, ``col = 3`` or ``col = TRUE``).
+        level with ``col = 'monthly'``, ``col = 3`` or ``col = TRUE``), or ``date`` for a numeric
+        column of dates and times, read as ``DATE_UNIT`` (``as_days``).
     rows : tuple of int
         Training rows per level (``other`` included).
     missing_rows : int
@@ -124,6 +125,9 @@ class ColumnCoding:
         named = _named_categoricals(categorical_features, names)
         columns = []
         for name, col in zip(names, cells):
+            if name not in named and as_days(col) is not None:   # encoded as days below
+                columns.append(Column(name=name, dtype="date"))
+                continue
             if name not in named:
                 _refuse_numbers_with_typos(col, name, what)
             if is_category_dtype(col) or name in named:
@@ -200,7 +204,7 @@ class ColumnCoding:
                 if new:
                     unseen[column.name] = new
             else:
-                arr[:, j] = _numbers(col, column.name, what)
+                arr[:, j] = _numbers(_dates_as_at_fit(col, column, what), column.name, what)
         refuse_infinite(arr, names, what)
         if self.missing == "refuse" and np.isnan(arr).any():
             counts = np.isnan(arr).sum(axis=0)
@@ -346,7 +350,7 @@ def _columns_of(X, what: str, expected: list[str] | None = None) -> tuple[list[s
             names = list(expected)
         if len(X) == 0 or len(names) == 0:
             raise DataError(f"{what} is empty: shape {tuple(X.shape)}")
-        return names, [X.iloc[:, j] for j in range(len(names))]
+        return names, [_decimals_as_numbers(X.iloc[:, j]) for j in range(len(names))]
     try:
         arr = np.asarray(X)
     except Exception as exc:   # ragged lists and the like
@@ -380,6 +384,62 @@ def _named_categoricals(categorical_features, names: list[str]) -> set[str]:
             raise ConfigError(f"categorical_features names {c!r}, which is not a column of X"
                               f"{missing_columns_note([str(c)], names)}")
     return out
+
+
+DATE_UNIT = "days since 1970-01-01 00:00 UTC"
+
+
+def as_days(col):
+    """A column of dates and times as ``DATE_UNIT`` (float64, NaN where missing), whatever its
+    stored unit (``datetime64[ns]`` or ``[us]``, a Parquet ``timestamp`` or ``date32``) and time
+    zone (converted to UTC; a time without a zone is taken as UTC; a date is its midnight); None
+    for any other column. The one reading of a date at fit and at predict, in memory and through
+    the registry model."""
+    import datetime
+
+    import pandas as pd
+    dtype = getattr(col, "dtype", None)
+    if dtype is None or not isinstance(col, pd.Series):
+        return None
+    if not pd.api.types.is_datetime64_any_dtype(dtype):
+        if not pd.api.types.is_object_dtype(dtype):
+            return None
+        values = col.dropna()
+        if values.empty or not all(isinstance(v, (datetime.date, datetime.datetime)) for v in values):
+            return None
+    stamps = pd.to_datetime(col, utc=True)
+    return (stamps - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(days=1)
+
+
+def _dates_as_at_fit(col, column: Column, what: str):
+    """``col`` read as ``column`` was at fit: dates as ``DATE_UNIT``; a date column that now holds
+    something else, or dates where numbers were, refused naming the column and both kinds."""
+    days = as_days(col)
+    if (days is not None) == (column.dtype == "date"):
+        return col if days is None else days
+    import pandas as pd
+    numbers = pd.api.types.is_numeric_dtype(getattr(col, "dtype", None))
+    was, now = ("dates and times", "numbers" if numbers else "other values") if days is None else \
+        ("numbers", "dates and times")
+    raise DataError(f"{what} column {column.name!r} held {was} at fit"
+                    f"{f' (read as {DATE_UNIT})' if column.dtype == 'date' else ''} but holds {now} here "
+                    f"(dtype {getattr(col, 'dtype', '?')}): pass the column as it was at fit")
+
+
+def _decimals_as_numbers(col):
+    """An object column of ``decimal.Decimal`` cells (with missing ones, or plain ints and floats
+    among them), as Python's database drivers return SQL NUMERIC: the numbers as float64, as a
+    Parquet decimal column is read. Any other column as it is."""
+    import decimal
+
+    import pandas as pd
+    if not pd.api.types.is_object_dtype(col.dtype):
+        return col
+    values = col.dropna()
+    kinds = {type(v) for v in values}
+    if decimal.Decimal not in kinds or not kinds <= {decimal.Decimal, int, float}:
+        return col
+    return col.astype("float64")
 
 
 def is_category_dtype(col) -> bool:

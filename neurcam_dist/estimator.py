@@ -26,7 +26,7 @@ from .model.perf import keep_freed_memory
 from .params import HYPERPARAMETERS
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import check_float32_range, column_moments, constant_columns, standardized_zero
+from .numerics import check_float32_range, check_scale_range, column_moments, constant_columns, standardized_zero
 from .columns import ColumnCoding, level_init
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
                          refuse_lookalike_names)
@@ -155,6 +155,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             source = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
         coding, arr = ColumnCoding.fit(source, self.categorical_features, min_level_rows=self.min_level_rows,
                                        max_levels=self.max_levels, missing=self.missing, what=what)
+        check_scale_range(arr, list(coding.names), what, skip=coding.categorical_mask())
         return arr, coding
 
     def _validated(self, X) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Numbers that must not overflow: standardization moments and the standardized features in
-float64 (a change of unit never changes the clustering), constant columns, float32's range."""
+float64 (a change of unit never changes the clustering), constant columns, float32's range, and
+the range a numeric feature may hold (a finite span, no subnormal numbers)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,11 +9,16 @@ from .errors import DataError
 
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# A numeric feature's values must span a finite range in float64 (max - min below 1.8e308: a
+# shape graph's grid and the moments stay finite; values of one sign may go to float64's limit).
+# Subnormal numbers (nonzero, below float64's smallest normal, 2.2e-308) carry too few bits to be
+# standardized. Both are refused by column, at every door (``check_scale_range``).
+TINY = float(np.finfo(np.float64).tiny)
 
 
 def pow2_above(top: np.ndarray) -> np.ndarray:
     """A power of two >= each magnitude (1 for zeros): dividing by it is exact."""
-    return np.where(top > 0, np.exp2(np.ceil(np.log2(np.where(top > 0, top, 1.0)))), 1.0)
+    return np.where(top > 0, np.exp2(np.minimum(np.ceil(np.log2(np.where(top > 0, top, 1.0))), 1023.0)), 1.0)
 
 
 def scaled_moments(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,6 +91,47 @@ def check_float32_range(arr: np.ndarray, names: list[str], what: str) -> None:
         raise DataError(f"{what} has values beyond float32's range (|x| > {FLOAT32_MAX:.3g}) in column(s) "
                          f"{cols[:10]}: the representation is used as given (it is not standardized); "
                          f"divide it by a constant first (k-means is unchanged by a common scale)")
+
+
+def subnormal(values: np.ndarray) -> np.ndarray:
+    """Which cells are subnormal numbers (nonzero, below ``TINY`` in magnitude)."""
+    a = np.abs(np.asarray(values, np.float64))
+    return (a > 0) & (a < TINY)
+
+
+def scale_problem(name: str, lo: float, hi: float, tiny: float | None = None) -> str | None:
+    """Why numeric column ``name`` (finite values from ``lo`` to ``hi``; ``tiny``: its smallest
+    nonzero magnitude) cannot be standardized, and what to do; None when it can. One wording for
+    every door."""
+    lo, hi = float(lo), float(hi)
+    with np.errstate(over="ignore"):
+        span = hi - lo
+    if not np.isfinite(span):
+        why = f"values from {lo!r} to {hi!r}, a span beyond float64's range ({np.finfo(np.float64).max:.3g})"
+    elif tiny is not None and 0 < tiny < TINY:
+        why = f"{tiny!r}, a subnormal number (nonzero, below {TINY:.3g}) with too few bits to standardize"
+    else:
+        return None
+    return (f"numeric column {name!r} holds {why}: change the column's unit (multiply or divide it by a power "
+            f"of ten; a common scale leaves the clustering unchanged), or leave the column out")
+
+
+def check_scale_range(arr: np.ndarray, names: list[str], what: str, skip: np.ndarray | None = None) -> None:
+    """Refuse (``DataError``) a numeric column of ``arr`` that ``scale_problem`` cannot
+    standardize, naming it, the values and where the first is; ``skip``: columns that are not
+    numbers (categorical codes)."""
+    arr = np.asarray(arr, np.float64)
+    for j in range(arr.shape[1]):
+        col = arr[:, j]
+        finite = np.isfinite(col)
+        if (skip is not None and skip[j]) or not finite.any():
+            continue
+        small = np.where(subnormal(col), np.abs(col), np.inf)
+        tiny_row = int(np.argmin(small))
+        problem = scale_problem(names[j], col[finite].min(), col[finite].max(), float(small[tiny_row]))
+        if problem:
+            row = tiny_row if np.isfinite(small[tiny_row]) else int(np.argmax(np.where(finite, np.abs(col), -1.0)))
+            raise DataError(f"{what}: {problem} (row {row})")
 
 
 def standardized_zero(mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

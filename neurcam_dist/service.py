@@ -527,6 +527,7 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         from .storage import check_room
         check_room(str(room), 16 * 2**20)   # a query: ~1 MB
     est = load_model(model)
+    _refuse_dates_in_sql(est, fmt)
     features = [str(c) for c in est.feature_names_in_]
     df = _explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
                           {"the model's feature columns": features}, {})
@@ -558,6 +559,23 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
             write_text_atomic(target.path, text)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
                         engines=engines if fmt == "sql" else None, note=_few_rows_note(len(df), data))
+
+
+def _refuse_dates_in_sql(est, fmt: str) -> None:
+    """A model that reads dates and times (as ``columns.DATE_UNIT``) has no SQL form: every engine
+    writes that conversion its own way, and a query comparing a date column with numbers fails
+    (DuckDB) or answers wrongly (SQLite). Refused, naming the columns and what to do."""
+    coding = est.fitted_.coding
+    dates = [c.name for c in coding.columns if c.dtype == "date"] if coding is not None else []
+    if fmt != "sql" or not dates:
+        return
+    from .columns import DATE_UNIT
+    c = dates[0]
+    raise ConfigError(f"this model reads {', '.join(map(repr, dates))} as {DATE_UNIT}, which SQL engines write "
+                      f"each their own way, so export cannot write one query for them: add a column of those days "
+                      f"to the table (DuckDB: epoch({c}) / 86400.0; SQLite: julianday({c}) - 2440587.5; PostgreSQL: "
+                      f"extract(epoch from {c}) / 86400.0), fit on it instead of {c!r}, and export that model; "
+                      f"--format rules reads dates as they are")
 
 
 def _written_by_export(head: bytes) -> bool:

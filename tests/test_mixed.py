@@ -110,6 +110,12 @@ def test_bad_cells_are_named(mixed):
     flags = pd.Series(rng.choice(np.array([True, "yes", False, None], dtype=object), len(X)), dtype=object)
     coding, _ = ColumnCoding.fit(X[["tenure"]].assign(flag=flags))
     assert set(coding.columns[1].levels) == {"True", "yes", "False", "other"} and coding.columns[1].missing_rows > 0
+    # Decimal cells (a database driver's NUMERIC) are numbers, at fit and at predict alike
+    import decimal
+    prices = pd.Series([decimal.Decimal(f"{v:.2f}") for v in X.tenure], dtype=object).where(X.index != 5, None)
+    coding, arr = ColumnCoding.fit(X[["tenure"]].assign(price=prices))
+    assert not coding.columns[1].categorical and np.isnan(arr[5, 1]) and arr[0, 1] == round(float(X.tenure[0]), 2)
+    np.testing.assert_array_equal(coding.encode(X[["tenure"]].assign(price=prices.astype(float))), arr)
 
 
 def test_integer_codes_named_categorical_and_rare_levels_share_other():
@@ -413,3 +419,71 @@ def test_a_model_saved_under_other_gains_reads_the_same(mixed):
     again = FittedNet.from_dict(other, scaled)
     arr = est.fitted_.encode(X)
     np.testing.assert_allclose(again.logits(arr), est.fitted_.logits(arr), rtol=1e-5, atol=1e-4)
+
+
+def test_dates_and_times_are_days_since_the_epoch_at_every_door(tmp_path, capsys, monkeypatch):
+    """A timestamp (any unit, any time zone) or a date named as a feature is read as days since
+    1970-01-01 UTC, the same way at fit, predict (CLI and Python), after a save and through the
+    registry model; auto selection names it as a date; a column whose kind changed is refused;
+    SQL export, which no engine can write alike, is refused with what to do; rules show dates."""
+    import mlflow
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from neurcam_dist import tracking
+    rng = np.random.default_rng(0)
+    days = rng.choice([17_000, 17_400], 240) + rng.integers(0, 60, 240)
+    signup = pd.to_datetime(days, unit="D") + pd.to_timedelta(rng.integers(0, 86_400, 240), unit="s")
+    X = pd.DataFrame({"a": rng.normal(size=240) + (days > 17_200) * 3, "signup": signup,
+                      "birth": [d.date() for d in pd.to_datetime(days - 9_000, unit="D")]})
+    for unit in ("us", "ns"):
+        schema = pa.schema([("a", pa.float64()), ("signup", pa.timestamp(unit)), ("birth", pa.date32())])
+        pq.write_table(pa.Table.from_pandas(X, preserve_index=False).cast(schema), tmp_path / f"{unit}.parquet")
+    assert main(["fit", "--input", str(tmp_path / "us.parquet"), "--output", str(tmp_path / "auto"),
+                 "--n-clusters", "2", "--epochs", "4"]) == 0
+    err = capsys.readouterr().err
+    assert "signup (dates and times: name it in --features to use it as days since 1970-01-01 00:00 UTC" in err
+    assert "birth (dates and times: name it in --features" in err
+    assert main(["fit", "--input", str(tmp_path / "us.parquet"), "--output", str(tmp_path / "run"), "--n-clusters",
+                 "2", "--features", "a", "signup", "birth", "--epochs", "30"]) == 0
+    assert "dates and times as days since 1970-01-01 00:00 UTC: signup, birth" in capsys.readouterr().err
+    for unit in ("us", "ns"):
+        assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / f"{unit}.parquet"),
+                     "--output", str(tmp_path / f"{unit}.csv")]) == 0
+    by_us, by_ns = (pd.read_csv(tmp_path / f"{u}.csv")["cluster"] for u in ("us", "ns"))
+    assert (by_us == by_ns).all()
+    est = NeurCAM.load(tmp_path / "run" / "model")
+    assert [c.dtype for c in est.fitted_.coding.columns] == ["number", "date", "date"]
+    eastern = X.assign(signup=X.signup.dt.tz_localize("UTC").dt.tz_convert("America/New_York"))
+    assert (est.predict(eastern) == by_us.to_numpy()).all() and (est.predict(X) == by_us.to_numpy()).all()
+    days_now = est.transform_features(X)[:, 1] * est.scale_[1] + est.mean_[1]
+    np.testing.assert_allclose(days_now, (X.signup - pd.Timestamp(0)) / pd.Timedelta(days=1), rtol=1e-6)
+    with pytest.raises(DataError, match=r"column 'signup' held dates and times at fit \(read as days since "
+                                        r"1970-01-01 00:00 UTC\) but holds numbers here"):
+        est.predict(X.assign(signup=X.signup.astype("int64")))
+    with pytest.raises(DataError, match=r"column 'a' held numbers at fit but holds dates and times here"):
+        est.predict(X.assign(a=X.signup))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracking.use(None, experiment="dates", workdir=tmp_path)
+    with mlflow.start_run():
+        info, _ = tracking.log_model(est, X, registered_name="dates-model")
+    scored = mlflow.pyfunc.load_model(info.model_uri).predict(X.head(20))
+    assert (scored["cluster"].to_numpy() == by_us.to_numpy()[:20]).all()
+    assert main(["export", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "us.parquet"),
+                 "--table", "t"]) == 2
+    assert "reads 'signup', 'birth' as days since 1970-01-01 00:00 UTC" in capsys.readouterr().err
+    assert main(["export", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "us.parquet"),
+                 "--format", "rules"]) == 0
+    assert "rules measured on the 240 rows" in capsys.readouterr().err
+    from neurcam_dist.explain.rules import cluster_rules
+    by_date = cluster_rules(X[["signup"]], by_us.to_numpy(), est.cluster_ids_)   # a rule of dates alone
+    text = " ".join(r.text() for r in by_date)
+    assert re.search(r"signup (<=|>) 2017-0[2-8]-\d\d \d\d:\d\d UTC", text) and "e+" not in text, text  # the gap between the groups
+    # a Ray job does not read dates: refused naming the column and the unit to write instead
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import plan
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "us.parquet").rename(tmp_path / "ray" / "p.parquet")
+    with pytest.raises(DataError, match=r"column 'signup' \(feature\) holds dates and times \(timestamp\[us\]\), "
+                                        r"which a Ray job does not read: add a column of days since 1970-01-01"):
+        plan(DataConfig(path=str(tmp_path / "ray"), features=["a", "signup"]))

@@ -46,6 +46,35 @@ def test_a_change_of_unit_never_changes_the_clustering():
         np.testing.assert_allclose(scaled.transform_features(X * factor), base.transform_features(X), atol=1e-6)
 
 
+def test_numbers_the_scale_cannot_hold_are_refused_by_column_at_every_door(tmp_path, capsys):
+    """A span beyond float64's range (+-1e308) or subnormal values (5e-324) cannot be standardized:
+    refused before training by the estimator, the CLI and the Ray profile pass, naming the column
+    and the value. One sign up to float64's limit (1.7e308 and 0) is a unit, not an error: the
+    moments stay finite."""
+    X, _ = blobs(n=120)
+    rng = np.random.default_rng(0)
+    spans = X.assign(amount=rng.choice([1e308, -1e308], len(X)))
+    tiny = X.assign(amount=rng.choice([5e-324, 1e-320, 0.0], len(X)))
+    with pytest.raises(DataError, match=r"'amount' holds values from -1e\+308 to 1e\+308, a span beyond"):
+        est().fit(spans)
+    with pytest.raises(DataError, match=r"'amount' holds 5e-324, a subnormal number .* \(row \d+\)"):
+        est().fit(tiny)
+    one_sign = est(epochs=3).fit(X.assign(amount=rng.choice([1.7e308, 0.0], len(X))))
+    assert np.isfinite(one_sign.mean_).all() and np.isfinite(one_sign.scale_).all()
+    spans.to_csv(tmp_path / "spans.csv", index=False)
+    assert main(["fit", "--input", str(tmp_path / "spans.csv"), "--output", str(tmp_path / "m"),
+                 "--n-clusters", "3"]) == 2
+    assert "numeric column 'amount' holds values from -1e+308 to 1e+308" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import profile
+    for name, frame in (("spans", spans), ("tiny", tiny)):
+        (tmp_path / name).mkdir()
+        frame.to_parquet(tmp_path / name / "p0.parquet")
+        with pytest.raises(DataError, match=r"numeric column 'amount' holds"):
+            profile(plan(DataConfig(path=str(tmp_path / name), features=list(frame.columns))))
+
+
 def test_a_representation_beyond_float32_is_refused_by_column():
     X, _ = blobs(n=60)
     rep = pd.DataFrame({"e0": np.ones(60), "e1": np.ones(60)})
@@ -262,7 +291,21 @@ def test_a_run_output_set_appears_whole_or_not_at_all(tmp_path):
     assert json.loads((out / "metrics.json").read_text()) == {"run": "3"}
     assert (out / "model" / "w").read_text() == "3" and json.loads((out / "config.json").read_text())["run"] == "3"
     sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
-    assert (out / "_ray").is_dir() and len(sets) == 1 and not sets[0].startswith(".tmp-")
+    assert (out / "_ray").is_dir() and len(sets) == 2 and not any(s.startswith(".tmp-") for s in sets)
+
+
+def test_a_reader_keeps_the_set_it_resolved_for_one_re_run(tmp_path):
+    """A reader that resolved ``OUTPUT/current`` (a slow model load, a file being read) while a
+    re-run published into the same output still finds what it resolved: the replaced set goes at
+    the next publication, not at this one."""
+    out = tmp_path / "out"
+    write_run_output(out, _set("1"))
+    resolved = (out / "current").resolve()
+    write_run_output(out, _set("2"))
+    assert (resolved / "model" / "w").read_text() == "1" and (out / "model" / "w").read_text() == "2"
+    second = (out / "current").resolve()
+    write_run_output(out, _set("3"))
+    assert not resolved.exists() and (second / "model" / "w").read_text() == "2"
 
 
 def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_set(tmp_path):
@@ -300,7 +343,7 @@ def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_se
     write_run_output(out, _set("D"))
     assert not left.exists()
     sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
-    assert len(sets) == 1 and (out / "model" / "w").read_text() == "D"
+    assert len(sets) == 2 and (out / "model" / "w").read_text() == "D"   # D, and C it replaced
 
 
 def test_an_interrupted_model_swap_is_recovered(fitted, tmp_path, data):

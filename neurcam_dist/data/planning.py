@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..columns import DATE_UNIT
 from ..config import DataConfig
 from ..validation import first_names, missing_columns_note, refuse_lookalike_names
 from .sources import (PATH_COLUMN, ROW_KEY, DataError, Source, auto_features, find_vocabulary, footers,
@@ -164,7 +165,11 @@ def _check_types(foot: list, needed: dict, categorical: list[str], repr_kind: st
                     problems.append(f"{f}: column {col!r} is {t} here but {first.field(col).type} in {first_file}: "
                                     f"give it one type in every file")
             elif role == "feature" or (role == "embedding" and repr_kind == "columns"):
-                if not is_number(t):
+                if role == "feature" and pa.types.is_temporal(t):
+                    problems.append(f"{f}: column {col!r} (feature) holds dates and times ({t}), which a Ray job "
+                                    f"does not read: add a column of {DATE_UNIT} (what `neurcam fit` and the "
+                                    f"estimator read a date as) and name that one")
+                elif not is_number(t):
                     problems.append(f"{f}: column {col!r} ({role}) has type {t}, expected a number")
             elif role == "embedding":
                 if not is_float_list(t):

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from ..columns import ColumnCoding, Column, column_from_counts, level_counts
-from ..numerics import FLOAT32_MAX, scaled_moments
+from ..numerics import FLOAT32_MAX, scale_problem, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
 from .sources import DataError, listing
@@ -105,7 +105,7 @@ class _Tally:
     def zero(self):
         d = self.d
         return {"rows": 0, "n": [0] * d, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d,
-                "lo": [0.0] * d, "hi": [0.0] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}"}
+                "lo": [0.0] * d, "hi": [0.0] * d, "tiny": [float("inf")] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}"}
 
     def _levels(self, col) -> tuple[dict, int, str]:
         """A categorical column's level counts, missing cells and how its cells are written."""
@@ -170,6 +170,7 @@ class _Tally:
         """Per numeric feature: (n, mean, M2 / s^2, s, lo, hi) over its finite cells."""
         d = self.d
         n, mean, m2s, s, lo, hi = [0] * d, [0.0] * d, [0.0] * d, [1.0] * d, [0.0] * d, [0.0] * d
+        tiny = [float("inf")] * d   # the smallest nonzero magnitude (a subnormal one is refused)
         x = matrix(t, self.numeric, np.float64) if self.numeric else np.empty((t.num_rows, 0))
         index = {c: j for j, c in enumerate(self.p.features)}
         if len(x) and np.isfinite(x).all():   # every cell a number: one pass over the matrix
@@ -177,8 +178,8 @@ class _Tally:
             for k, c in enumerate(self.numeric):
                 j = index[c]
                 n[j], mean[j], m2s[j], s[j] = len(x), float(m[k]), float(m2[k]), float(sc[k])
-                lo[j], hi[j] = float(x[:, k].min()), float(x[:, k].max())
-            return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi}
+                lo[j], hi[j], tiny[j] = float(x[:, k].min()), float(x[:, k].max()), _tiny(x[:, k])
+            return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny}
         for k, c in enumerate(self.numeric):
             v = x[:, k]
             v = v[np.isfinite(v)]
@@ -188,7 +189,8 @@ class _Tally:
             sc, m, m2 = scaled_moments(v[:, None])
             n[j], mean[j], m2s[j], s[j], lo[j], hi[j] = len(v), float(m[0]), float(m2[0]), float(sc[0]), \
                 float(v.min()), float(v.max())
-        return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi}
+            tiny[j] = _tiny(v)
+        return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny}
 
     def combine(self, a, b):
         na, nb = np.asarray(a["n"], np.float64), np.asarray(b["n"], np.float64)
@@ -221,11 +223,30 @@ class _Tally:
         missing = json.loads(a["missing"])
         for c, v in json.loads(b["missing"]).items():
             missing[c] = missing.get(c, 0) + v
+        tiny = np.minimum(a.get("tiny", np.inf), b.get("tiny", np.inf))
         return {"rows": a["rows"] + b["rows"], "n": n.astype(int).tolist(), "mean": mean.tolist(),
+                "tiny": np.broadcast_to(np.asarray(tiny, np.float64), n.shape).tolist(),
                 "m2s": np.asarray(m2s, np.float64).tolist(), "s": np.asarray(s, np.float64).tolist(),
                 "lo": np.asarray(lo, np.float64).tolist(), "hi": np.asarray(hi, np.float64).tolist(),
                 "bad": json.dumps(bad), "len": json.dumps(lens), "levels": json.dumps(levels),
                 "missing": json.dumps(missing)}
+
+
+def _tiny(v: np.ndarray) -> float:
+    """The smallest nonzero magnitude of ``v`` (inf when every cell is 0)."""
+    a = np.abs(v[v != 0])
+    return float(a.min()) if len(a) else float("inf")
+
+
+def _refuse_out_of_scale(p: Plan, acc: dict) -> None:
+    """A numeric feature the standardization cannot hold (``numerics.scale_problem``: a span
+    beyond float64's range, a subnormal value) is refused by name, as the estimator refuses it."""
+    for j, c in enumerate(p.features):
+        if c in p.categorical or not acc["n"][j]:
+            continue
+        problem = scale_problem(c, acc["lo"][j], acc["hi"][j], acc["tiny"][j])
+        if problem:
+            raise DataError(problem)
 
 
 def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profile:
@@ -259,6 +280,7 @@ def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profil
         if wrong:
             raise DataError(listing(f"file(s) whose {p.repr_columns[0]!r} rows are not all of length "
                                      f"{p.repr_dim}", wrong))
+    _refuse_out_of_scale(p, acc)
     n = acc["rows"]
     if n != p.n_rows:
         raise DataError(f"the profile pass saw {n} rows but the Parquet footers say {p.n_rows}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..columns import level_counts
+from ..columns import DATE_UNIT, as_days, level_counts
 from ..errors import ConfigError, DataError
 from ..validation import auto_features, first_names, missing_columns_note
 
@@ -308,7 +308,7 @@ def is_category_column(series: pd.Series) -> bool:
     """Text, ``category`` and boolean columns: the categorical features automatic selection
     considers (as scikit-learn's ``categorical_features="from_dtype"``; ``columns.is_category_dtype``)."""
     from ..columns import is_category_dtype
-    return is_category_dtype(series)
+    return is_category_dtype(series) and as_days(series) is None   # dates: a number of days
 
 
 def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_levels: int) -> tuple[list, dict]:
@@ -318,8 +318,12 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
     for c in df.columns:
         if c == label:
             continue
-        if pd.api.types.is_datetime64_any_dtype(df[c]) or pd.api.types.is_timedelta64_dtype(df[c]):
-            why[c] = "dates and times: derive numbers or levels from them (month, weekday) to use them"
+        if as_days(df[c]) is not None:
+            why[c] = (f"dates and times: name it in --features to use it as {DATE_UNIT}, or derive numbers or "
+                      f"levels from it (month, weekday)")
+            continue
+        if pd.api.types.is_timedelta64_dtype(df[c]):
+            why[c] = "durations: convert them to numbers (seconds, days) to use them"
             continue
         if is_category_column(df[c]) and c not in named_cat and auto_features([(c, True)], {label}):
             if not pd.api.types.is_bool_dtype(df[c]):
@@ -372,9 +376,11 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
         raise ConfigError(f"--categorical names {not_features}, which are not features (--features {' '.join(cols)})")
     if not quiet:
         cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
+        dates = [str(c) for c in cols if c not in named_cat and as_days(df[c]) is not None]
         skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]
         print(f"features ({len(cols)}): {first_names(cols)}"
               + (f"; categorical: {first_names(cat)}" if cat else "")
+              + (f"; dates and times as {DATE_UNIT}: {first_names(dates)}" if dates else "")
               + (f"; not used: {first_names(skipped)}" if skipped else ""), file=sys.stderr)
     y = None
     if label is not None:

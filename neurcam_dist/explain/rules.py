@@ -26,10 +26,15 @@ class Rule:
     precision: float
     n_cluster: int
     n_rows: int
+    dates: frozenset = frozenset()   # features of dates and times: bounds in days, shown as dates
 
     def text(self) -> str:
-        """``f0 <= 1.5 and plan = monthly`` (or ``(every row)``)."""
-        return " and ".join(f"{f} {'=' if op == '==' else op} {t}" if op in ("==", "!=") else f"{f} {op} {t:.4g}"
+        """``f0 <= 1.5 and plan = monthly`` (or ``(every row)``); a date's bound as a UTC date and time."""
+        def bound(f, t):
+            if f not in self.dates:
+                return f"{t:.4g}"
+            return (pd.Timestamp(0, tz="UTC") + pd.Timedelta(days=float(t))).strftime("%Y-%m-%d %H:%M UTC")
+        return " and ".join(f"{f} {'=' if op == '==' else op} {t}" if op in ("==", "!=") else f"{f} {op} {bound(f, t)}"
                             for f, op, t in self.conditions) or "(every row)"
 
     def mask(self, X: pd.DataFrame) -> np.ndarray:
@@ -41,7 +46,7 @@ class Rule:
                 same = np.asarray(level_texts(X[f]), dtype=object) == t
                 keep &= same if op == "==" else ~same
                 continue
-            v = X[f].to_numpy(np.float64, na_value=np.nan)
+            v = _numbers(X[f])
             keep &= (v <= t) if op == "<=" else (v > t)
         return keep
 
@@ -50,13 +55,16 @@ def cluster_rules(X: pd.DataFrame, labels: np.ndarray, ids, max_depth: int = 3, 
                   seed: int = 0) -> list[Rule]:
     """One ``Rule`` per cluster id in ``ids`` (in that order) for the rows ``X`` assigned ``labels``."""
     from sklearn.tree import DecisionTreeClassifier
+
+    from ..columns import as_days
     arr, names = _design(X)
+    dates = frozenset(c for c in X.columns if as_days(X[c]) is not None)
     out = []
     for cid in ids:
         y = labels == cid
         n_in = int(y.sum())
         if n_in == 0:
-            out.append(Rule(int(cid), (), 0.0, 0.0, 0, len(X)))
+            out.append(Rule(int(cid), (), 0.0, 0.0, 0, len(X), dates))
             continue
         tree = DecisionTreeClassifier(max_depth=max_depth, min_samples_leaf=max(1, int(min_share * n_in)),
                                       class_weight="balanced", random_state=seed).fit(arr, y)
@@ -72,28 +80,38 @@ def cluster_rules(X: pd.DataFrame, labels: np.ndarray, ids, max_depth: int = 3, 
             if best_key is None or key > best_key:
                 best, best_key = leaf, key
         conditions = _merged(_path(tree, best), names)
-        rule = Rule(int(cid), conditions, 0.0, 0.0, n_in, len(X))
+        rule = Rule(int(cid), conditions, 0.0, 0.0, n_in, len(X), dates)
         taken = rule.mask(X)
         hit = int((taken & y).sum())
-        out.append(Rule(int(cid), conditions, hit / n_in, hit / max(int(taken.sum()), 1), n_in, len(X)))
+        out.append(Rule(int(cid), conditions, hit / n_in, hit / max(int(taken.sum()), 1), n_in, len(X), dates))
     return out
 
 
 def _design(X: pd.DataFrame) -> tuple[np.ndarray, list]:
-    """The tree's inputs: numeric columns as they are (NaN for missing), a categorical column
-    (text, ``category`` or boolean) as one 0/1 indicator per level, named ``(column, level)``."""
-    from ..columns import is_category_dtype, level_texts
+    """The tree's inputs: numeric columns as they are (NaN for missing; dates as days), a
+    categorical column (text, ``category`` or boolean) as one 0/1 indicator per level, named
+    ``(column, level)``."""
+    from ..columns import as_days, is_category_dtype, level_texts
+    dates = {c for c in X.columns if as_days(X[c]) is not None}
     parts, names = [], []
     for c in X.columns:
-        if is_category_dtype(X[c]):
+        if is_category_dtype(X[c]) and c not in dates:
             texts = np.asarray(level_texts(X[c]), dtype=object)
             for level in sorted({t for t in texts.tolist() if t is not None}):
                 parts.append((texts == level).astype(np.float64))
                 names.append((c, level))
         else:
-            parts.append(X[c].to_numpy(np.float64, na_value=np.nan))
+            parts.append(_numbers(X[c]))
             names.append(c)
     return np.column_stack(parts) if parts else np.empty((len(X), 0)), names
+
+
+def _numbers(col: pd.Series) -> np.ndarray:
+    """A numeric column as float64 (NaN for missing); dates and times as the model reads them
+    (``columns.as_days``)."""
+    from ..columns import as_days
+    days = as_days(col)
+    return (col if days is None else days).to_numpy(np.float64, na_value=np.nan)
 
 
 def _path(tree, leaf: int) -> list[tuple[int, str, float]]:

@@ -273,7 +273,8 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     ``write(dir)`` fills a new version directory ``out/.versions/ID``; after it is complete and
     fsynced, one atomic rename points ``out/current`` at it. ``out/model``, ``out/metrics.json``
     ... are fixed links through ``current``, so a reader sees the whole old set or the whole new
-    one, never run 2's metrics beside run 1's model; a crash before the flip leaves the previous
+    one, never run 2's metrics beside run 1's model, and the set a reader resolved stays on disk
+    until the next publication (one re-run's grace); a crash before the flip leaves the previous
     set in place (a later write removes the half-written version once it is a day old: until
     then it may be another writer's, still being written). Several writers may publish into one
     output at once (overlapping re-clusterings): each flip and clean-up holds a lock, and the last
@@ -298,6 +299,7 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
         write(tmp)
         _fsync_tree(tmp)
         with _flip_lock(versions):   # one writer at a time from here: several may publish into one output
+            replaced = _current_version(out)
             os.replace(tmp, version)
             _link(out / CURRENT, f"{VERSIONS}/{version.name}")
             for name in ("model", "config.json", "metrics.json", *extra):
@@ -305,20 +307,31 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
                     _link(out / name, f"{CURRENT}/{name}")
             _drop_dangling(out)
             _fsync_dir(out)
-            _drop_replaced(versions, version.name)
+            _drop_replaced(versions, {version.name, replaced})
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
-def _drop_replaced(versions: Path, current: str) -> None:
-    """Under the flip lock, after ``current`` is published: every other complete set (a later
-    writer's is never there yet: it is still a ``.tmp-`` folder, or waits for the lock), and a
+def _current_version(out: Path) -> str | None:
+    """The version folder ``out/current`` points at now (None before the first publication)."""
+    try:
+        return os.readlink(out / CURRENT).rsplit("/", 1)[-1]
+    except OSError:
+        return None
+
+
+def _drop_replaced(versions: Path, keep: set) -> None:
+    """Under the flip lock, after a set is published: every complete set but those in ``keep``
+    (the one just published and the one it replaced: a reader that resolved ``current`` before the
+    flip may still be reading it, so it goes at the next publication, as the object-store layout
+    keeps the version it replaced: ``published.commit``), and a
     ``.tmp-`` folder only when it is a day old (a writer that died; a live one may be writing it,
-    as the object-store layout's staging rule says: ``published.STALE_S``)."""
+    as the object-store layout's staging rule says: ``published.STALE_S``). A later writer's set
+    is never there yet: it is still a ``.tmp-`` folder, or waits for the lock."""
     stale = time.time() - STALE_S
     for old in versions.iterdir():
-        if old.name == current or old.name == LOCK:
+        if old.name in keep or old.name == LOCK:
             continue
         if old.name.startswith(".tmp-"):
             try:

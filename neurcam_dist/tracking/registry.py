@@ -37,7 +37,7 @@ def pyfunc_options(params) -> int:
 def signature_example(est, X_example: pd.DataFrame, rows: int = 5) -> pd.DataFrame:
     """The registered model's input example in the types its signature declares: a numeric
     feature as double (missing: NaN), a boolean one as boolean, a text or category one as string
-    (missing: None); the model reads each the way ``fit`` did."""
+    (missing: None), dates and times as datetime (UTC); the model reads each the way ``fit`` did."""
     example = X_example[list(est.feature_names_in_)].head(rows).copy()
     coding = est.fitted_.coding
     for j, name in enumerate(est.feature_names_in_):
@@ -47,6 +47,8 @@ def signature_example(est, X_example: pd.DataFrame, rows: int = 5) -> pd.DataFra
             example[name] = pd.Series(level_texts(example[name]), index=example.index, dtype=object)
         elif column is not None and column.categorical and column.dtype == "bool":
             example[name] = example[name].astype(bool)
+        elif column is not None and column.dtype == "date":   # datetime in UTC; the model reads days
+            example[name] = pd.to_datetime(example[name], utc=True).dt.tz_localize(None)
         else:
             example[name] = example[name].astype(np.float64)
     return example
