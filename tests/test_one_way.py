@@ -46,7 +46,8 @@ def test_a_job_is_resolved_once_and_its_config_never_rewritten(shards, tmp_path,
     job = resolve_early(cfg)
     # epsilon: YAML -> ModelConfig -> TrainingSpec, under one name, checked against the data once
     assert job.spec.epsilon == 0.7 and job.spec.random_state == cfg.model.random_state and len(calls) == 1
-    assert {f.name for f in dataclasses.fields(TrainingSpec)} - {"n_features"} <= set(HYPERPARAMETERS)
+    derived = {"n_features", "distill_far_epochs"}   # the data's width; distillation's floor, from distill_epochs
+    assert {f.name for f in dataclasses.fields(TrainingSpec)} - derived <= set(HYPERPARAMETERS)
     trial = job.for_trial("t1", {"epsilon": 0.5, "random_state": 3}, str(tmp_path / "t1"))
     assert trial.spec.epsilon == 0.5 and trial.spec.random_state == 3 and job.spec.epsilon == 0.7
     assert cfg.model_dump() == before and job.config is cfg
