@@ -101,22 +101,37 @@ def k_range(given) -> list[int]:
         try:
             if "-" in given.strip("-"):
                 lo, hi = (int(p) for p in given.split("-", 1))
-                ks = list(range(lo, hi + 1))
+                ks = None
             else:
                 ks = [int(p) for p in given.replace(",", " ").split()]
         except ValueError:
             raise ConfigError(f"k must be a range such as 2-12 or a list such as 3,5,8, got {given!r}") from None
+        if ks is None:
+            _refuse_too_many(hi - lo + 1, given)
+            ks = list(range(lo, hi + 1))
     else:
         try:
             ks = [int(v) for v in given]
         except (TypeError, ValueError):
             raise ConfigError(f"k must be a range or a list of whole numbers, got {given!r}") from None
     ks = sorted(set(ks))
+    _refuse_too_many(len(ks), given)
     if len(ks) < 2:
         raise ConfigError(f"k must give at least two values of K to choose between, got {given!r}")
     if ks[0] < 2:
         raise ConfigError(f"k must start at 2 or more (a single cluster explains nothing), got {given!r}")
     return ks
+
+
+MAX_KS = 100   # values of K one choose-k compares (each is ``seeds`` fits)
+
+
+def _refuse_too_many(count: int, given) -> None:
+    """A range of more than ``MAX_KS`` values is refused before it is built (``2-300000000``)."""
+    if count > MAX_KS:
+        shown = given if isinstance(given, str) else f"{list(given)[:3]}..."
+        raise ConfigError(f"k {shown!r} asks for {count:,} values of K; choose-k compares at most {MAX_KS} (each is "
+                          f"a fit per seed): narrow the range (2-12) or list the values to compare (5,10,20,50)")
 
 
 def check_request(ks: list[int], seeds: int, n_rows: int | None = None) -> None:
@@ -130,6 +145,21 @@ def check_request(ks: list[int], seeds: int, n_rows: int | None = None) -> None:
     if ks[-1] >= fit_rows:
         raise ConfigError(f"k goes up to {ks[-1]}, but each seed is fitted on {fit_rows} rows "
                           f"({SUBSAMPLE:.0%} of {min(n_rows, MAX_ROWS)}): use K below {fit_rows}, or more rows")
+    need = request_bytes(ks, seeds, n_rows)
+    from .settings import available_memory
+    if need > 0.5 * available_memory():
+        raise ConfigError(f"choose-k over {len(ks)} values of K x {seeds} seeds would keep about {need / 2**30:.1f} "
+                          f"GiB (every fit's labels of the {min(n_rows, MAX_ROWS):,} sampled rows, and a batch's "
+                          f"distances to K = {ks[-1]} centroids), over half of the "
+                          f"{available_memory() / 2**30:.1f} GiB available: compare fewer or smaller K")
+
+
+def request_bytes(ks: list[int], seeds: int, n_rows: int) -> int:
+    """An estimate of what a choose-k request keeps in memory: every fit's labels of the sampled
+    rows (int64) and the stability comparison's pairs, plus one fit's distances of a batch of 512
+    rows to its K centroids with their gradients (float32, about 3 copies)."""
+    m = min(n_rows, MAX_ROWS)
+    return int(len(ks) * seeds * m * 8 * 2 + 512 * ks[-1] * 4 * 3)
 
 
 def propose(table: list[dict], seeds: int) -> tuple[int, dict | None, bool]:
@@ -140,7 +170,11 @@ def propose(table: list[dict], seeds: int) -> tuple[int, dict | None, bool]:
         r["stable"] = bool(r["stability"] >= STABLE)
         r["separated"] = bool(r["silhouette"] >= SEPARATED * best_sil)
     both = [r for r in table if r["stable"] and r["separated"] and r.get("clusters_used", r["k"]) == r["k"]]
-    full = [r for r in table if r.get("clusters_used", r["k"]) == r["k"]] or table
+    full = [r for r in table if r.get("clusters_used", r["k"]) == r["k"]]
+    if not full:   # no K tried used all its clusters: propose what the fits used, never a K none used
+        used = max(r.get("clusters_used", r["k"]) for r in table)
+        most = min((r for r in table if r.get("clusters_used", r["k"]) == used), key=lambda r: r["k"])
+        return used, {"k": most["k"], "why": f"tried, but its fits used only {used} of its {most['k']} clusters"}, False
     by_sil = max(full, key=lambda r: r["silhouette"])
     if not both:
         rest = [r for r in table if r["k"] != by_sil["k"]]
@@ -215,7 +249,12 @@ def decide(table: list[dict], seeds: int, rows: int, seconds: float, how: str = 
     """The ``KChoice`` of a measured table (``measure``'s rows, one per K): the rule's proposal,
     runner-up and sureness; ``how``: how the seeds saw the rows, for the rule's wording."""
     chosen, runner_up, sure = propose(table, seeds)
-    return KChoice(k=chosen, rule=RULE.format(seeds=seeds, how=how), runner_up=runner_up, sure=sure, table=table,
+    rule = RULE.format(seeds=seeds, how=how)
+    if all(r["k"] != chosen for r in table):
+        rule = (f"no K tried used all its clusters: at every K the fits left some empty and used at most {chosen} "
+                f"(the data holds no more groups), so the proposal is the {chosen} clusters they used; include "
+                f"K = {chosen} in the range to measure it")
+    return KChoice(k=chosen, rule=rule, runner_up=runner_up, sure=sure, table=table,
                    rows=rows, seeds=seeds, seconds=seconds, **extra)
 
 

@@ -94,6 +94,7 @@ class ColumnCoding:
     columns: tuple
     n_rows: int
     missing: str = "learn"
+    legacy: bool = False   # the coding of a model saved without one (format 2 or older): plain numbers
 
     # ------------------------------------------------------------------ learning
     @classmethod
@@ -209,9 +210,12 @@ class ColumnCoding:
         if self.missing == "refuse" and np.isnan(arr).any():
             counts = np.isnan(arr).sum(axis=0)
             shown = [f"{names[j]!r} ({int(counts[j])} rows)" for j in np.flatnonzero(counts)]
+            fix = ("this model was saved before missing cells could be scored (format 2 or older): fill or drop "
+                   "those rows, or fit the model again with this version, which learns a value for them"
+                   if self.legacy else "fill or drop those rows, or set missing='learn' to give each term a value "
+                   "for them")
             raise DataError(f"{what} has missing values in column(s) {', '.join(shown[:10])}"
-                            f"{f' and {len(shown) - 10} more' if len(shown) > 10 else ''} (missing='refuse'): "
-                            f"fill or drop those rows, or set missing='learn' to give each term a value for them")
+                            f"{f' and {len(shown) - 10} more' if len(shown) > 10 else ''} (missing='refuse'): {fix}")
         return arr, unseen
 
     def level_of(self, j: int, code: float) -> str:
@@ -283,9 +287,10 @@ class ColumnCoding:
                    n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"))
 
     @classmethod
-    def numeric(cls, names: list[str], n_rows: int, missing: str = "learn") -> "ColumnCoding":
-        """Every column numeric, no missing training cells (a model trained on Ray)."""
-        return cls(columns=tuple(Column(name=n) for n in names), n_rows=n_rows, missing=missing)
+    def numeric(cls, names: list[str], n_rows: int, missing: str = "learn", legacy: bool = False) -> "ColumnCoding":
+        """Every column numeric, no missing training cells (a model trained on Ray; ``legacy``: a
+        model saved without a coding, which refuses missing cells)."""
+        return cls(columns=tuple(Column(name=n) for n in names), n_rows=n_rows, missing=missing, legacy=legacy)
 
 
 def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int) -> np.ndarray:

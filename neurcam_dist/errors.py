@@ -118,3 +118,25 @@ def find_cause(exc: BaseException, kind: type[BaseException]) -> BaseException |
             return find_cause(inner, kind) if isinstance(inner, kind) else e
         todo += [getattr(e, "cause", None), e.__cause__, e.__context__]
     return None
+
+
+
+def refusal_as(base: type, exc: NeurcamError, **kwargs) -> Exception:
+    """``exc``'s message as an error of class ``base`` too (built with ``kwargs``), still a
+    ``NeurcamError``, whose message is set once: a framework that rewrites the message of an
+    error it catches (MLflow's scoring server prefixes the whole input) answers with ours alone.
+    ``tracking.registry.served_refusal`` makes the registry model's refusals ``MlflowException``s."""
+
+    class Refusal(base, NeurcamError):
+        """A refusal in ``base``'s family; its message is the first one set."""
+
+        @property
+        def message(self) -> str:
+            return self._said
+
+        @message.setter
+        def message(self, value: str) -> None:
+            if not hasattr(self, "_said"):
+                self._said = value
+
+    return Refusal(exc.message or str(exc), **kwargs)

@@ -163,13 +163,13 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         realigned by name; levels become codes, missing cells NaN: ``columns``)."""
         return self._validated_counted(X)[0]
 
-    def _validated_counted(self, X) -> tuple[np.ndarray, dict[str, int]]:
+    def _validated_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
         """``_validated``'s matrix and the unseen levels per column (coded ``other``)."""
         check_is_fitted(self, "net_")
         names = list(self.feature_names_in_)
         if is_frame(X):
-            return self.fitted_.encode_counted(X, "X")
-        _refuse_empty(X, "X")
+            return self.fitted_.encode_counted(X, what)
+        _refuse_empty(X, what)
         cat = self.fitted_.coding is not None and self.fitted_.coding.has_categorical
         arr = check_array(X, dtype=None if cat else np.float64, ensure_all_finite=False, input_name="X")
         if arr.shape[1] != self.n_features_in_:
@@ -460,13 +460,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return self.score_frame_counted(X, top_terms)[0]
 
     @_on_sized_threads
-    def score_frame_counted(self, X, top_terms: int = 0, **layout) -> tuple["pd.DataFrame", dict]:
+    def score_frame_counted(self, X, top_terms: int = 0, what: str = "X", **layout) -> tuple["pd.DataFrame", dict]:
         """``score_frame``'s rows and what reading them met: ``{"unseen": column -> cells whose
         level was not seen at training (scored as 'other'), "missing": column -> missing cells}``.
-        ``layout``: ``explain.assignments.assignments``' column choice (``file_layout``)."""
+        ``what``: how a message names the rows (``neurcam predict``: the input file); ``layout``:
+        ``explain.assignments.assignments``' column choice (``file_layout``)."""
         from .explain.assignments import assignments
         import pandas as pd
-        arr, unseen = self._validated_counted(X)
+        arr, unseen = self._validated_counted(X, what)
         cols = assignments(self._validated_state(), arr, top_terms=top_terms, **layout)
         counts = np.isnan(arr).sum(axis=0)
         missing = {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)}

@@ -172,6 +172,7 @@ def _fit_table(df, features, label, id_column, params: dict):
     name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
     if name is not None:
         print(f"id: {name} (carried into the assignments; names the report's rows)", file=sys.stderr)
+        _warn_ids(name, df[name], lambda line: print(f"neurcam: {line}", file=sys.stderr))
         X = X.set_axis(pd.Index(df[name].to_numpy(), name=name), axis=0)   # the model records it (id_column_)
     return X, y, ids
 
@@ -369,10 +370,9 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
                           {"the model's feature columns": features,
                            f"the feature columns of {compare}": [str(c) for c in old.feature_names_in_] if old else []},
                           {"label": label, "--id": id_column})
+    _warn_ids(id_column, df.get(id_column) if id_column else None, say)
     chosen = _chosen_rows(df, rows, id_column, data) if rows else None
-    if sample and len(df) > sample:
-        say(f"explaining a seeded sample of {sample:,} of the {len(df):,} rows (--sample; 0: all of them)")
-        df = df.sample(sample, random_state=0).sort_index()
+    df = _sampled(df, sample, say)
     if id_column:
         df = df.set_index(id_column, drop=False)
     compared = None if old is None else Compared(old, df[[str(c) for c in old.feature_names_in_]],
@@ -380,6 +380,23 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,
                       grid_size=grid_size, pair_grid_size=pair_grid_size)
     return ExplainResult(explanation=expl, report=str(write_report(expl, where)), output=output, n_rows=len(df))
+
+
+def _warn_ids(name: str | None, values, say) -> None:
+    """A warning through ``say`` when id column ``name``'s ``values`` repeat or are missing
+    (``validation.id_note``); nothing without an id column."""
+    from .validation import id_note
+    note = id_note(name, values) if name else None
+    if note:
+        say(f"warning: {note}")
+
+
+def _sampled(df, sample: int, say):
+    """``df``, or a seeded sample of ``sample`` of its rows (in their order) when it has more, said."""
+    if sample and len(df) > sample:
+        say(f"explaining a seeded sample of {sample:,} of the {len(df):,} rows (--sample; 0: all of them)")
+        return df.sample(sample, random_state=0).sort_index()
+    return df
 
 
 def _model_id(est, data: str, encoding: str, csv: dict) -> str | None:
@@ -450,16 +467,20 @@ def _explained_table(data: str, encoding: str, csv: dict, needed: dict[str, list
 
 def _chosen_rows(df, rows: list, id_column: str | None, data: str):
     """The rows of ``df`` that ``rows`` names (values of ``id_column``, else 0-based positions),
-    in the order given, indexed by what named them; ``DataError`` naming any not found."""
+    in the order given, indexed by what named them; ``DataError`` naming any not found. An id
+    that several rows hold names every one of them, each shown as ``ID (row N)`` (N: its 0-based
+    position in the input)."""
     if id_column:
+        import numpy as np
         keys = df[id_column].astype(str)
-        found = {str(r): df.index[keys == str(r)] for r in rows}
+        found = {str(r): np.flatnonzero((keys == str(r)).to_numpy()) for r in rows}
         missing = [r for r, at in found.items() if not len(at)]
         if missing:
             raise DataError(f"--show {missing} not found in column {id_column!r} of {data} "
                             f"(e.g. {', '.join(keys.head(3))})")
-        picked = df.loc[[found[str(r)][0] for r in rows]]
-        return picked.set_axis([str(r) for r in rows])
+        at = [(str(r), int(i), len(found[str(r)]) > 1) for r in dict.fromkeys(map(str, rows)) for i in found[r]]
+        picked = df.iloc[[i for _, i, _ in at]]
+        return picked.set_axis([f"{r} (row {i})" if shared else r for r, i, shared in at])
     positions = []
     for r in rows:
         try:
@@ -680,9 +701,30 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
         settings = dataclasses.replace(settings, id_column=rows_id(est, columns, log))
     if table or to_csv:
         return _predict_table(est, settings, carry or [], log, csv or {} if table else {})
+    if settings.id_column:
+        _check_parquet_ids(settings.input, settings.id_column, log)
     from .distributed import predict_parquet
     return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
                            batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir, log=log)
+
+
+def _check_parquet_ids(data, id_column: str, log) -> None:
+    """A Parquet input's ids, read once at the door (just that column): a warning with the count
+    of rows that share an id or have none (``validation.id_note``). An input of more than
+    ``validation.ID_CHECK_ROWS`` rows is not read again for it, and a line says so; an input
+    without the column is left to the scoring pass's refusal, which names the nearest column."""
+    import pyarrow as pa
+
+    from .data import footers, reading, resolve
+    from .validation import ID_CHECK_ROWS
+    src = resolve(data)
+    if id_column not in src.schema.names:
+        return
+    n_rows = sum(n for _, _, n in footers(src))
+    if n_rows > ID_CHECK_ROWS:
+        log(f"the ids of {n_rows:,} rows are not checked for duplicates here (over {ID_CHECK_ROWS:,})")
+        return
+    _warn_ids(id_column, pa.concat_tables(list(reading.tables_here(src, [id_column])))[id_column].to_pandas(), log)
 
 
 def _refuse_csv_output_for_large(path) -> None:
@@ -759,13 +801,15 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
+    _warn_ids(settings.id_column, df.get(settings.id_column) if ids else None, log)
     from .explain.assignments import ROW_NUMBER, ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns
     layout = file_layout(est.cluster_ids_)   # the columns fit's assignments have
     refuse_collisions(ids + carry, ([] if ids else [ROW_NUMBER]) + scored_columns(est.cluster_ids_, ROW_TERMS, **layout))
     from .storage import check_room
     check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * ROW_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=ROW_TERMS, **layout)
+    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=ROW_TERMS,
+                                          what=redact(str(settings.input)), **layout)
     scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):

@@ -82,6 +82,31 @@ def _describe_bad(values: np.ndarray, names: list[str]) -> str:
     return ", ".join(cols[:10]) + (f" and {len(cols) - 10} more columns" if len(cols) > 10 else "")
 
 
+ID_CHECK_ROWS = 10_000_000   # the most rows whose ids a command reads again to check them
+
+
+def id_note(name: str, values) -> str | None:
+    """The console's word on id column ``name``'s ``values``: how many rows share an id (with an
+    example) and how many have none (missing or blank); None when every id is present and unique.
+    Such rows are kept and written with the ids as given; ``--show ID`` shows every row that holds
+    it (the documented rule, ``docs/cli.md``)."""
+    import pandas as pd
+    s = pd.Series(values).reset_index(drop=True)
+    empty = s.isna() | (s.astype("string").str.strip() == "").fillna(False)
+    counts = s[~empty].value_counts()
+    repeated = counts[counts > 1]
+    parts = []
+    if len(repeated):
+        parts.append(f"{int(repeated.sum()):,} rows share {len(repeated):,} id(s) (e.g. {repeated.index[0]!r} in "
+                     f"{int(repeated.iloc[0])} rows)")
+    if empty.any():
+        parts.append(f"{int(empty.sum()):,} row(s) have no id (the first at row {int(empty.to_numpy().argmax())})")
+    if not parts:
+        return None
+    return (f"id column {name!r}: {' and '.join(parts)}; the rows are kept with their ids as given "
+            f"(--show ID shows every row that holds it)")
+
+
 def is_frame(X) -> bool:
     """True for a pandas DataFrame, without importing pandas (no object is one unless it is loaded)."""
     pd = sys.modules.get("pandas")

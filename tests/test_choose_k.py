@@ -55,6 +55,23 @@ def test_the_rule_takes_the_largest_stable_and_separated_k_and_names_its_runner_
     assert (k, runner["k"]) == (3, 4) and "every cluster used (3 of 4)" in runner["why"]
 
 
+def test_a_proposal_is_a_k_some_fit_used_and_a_huge_range_is_refused_before_any_work():
+    """Every K tried left clusters empty (3 distinct rows, K = 3..5): the proposal is the number of
+    clusters the fits used, said as such; a range of millions of K is refused before it is built."""
+    from neurcam_dist.choosing import decide, k_range
+    table = [row(3, 0.9, 1.0, used=2), row(4, 0.9, 1.0, used=2), row(5, 0.9, 1.0, used=1)]
+    choice = decide(table, 3, 300, 0.0)
+    assert choice.k == 2 and not choice.sure and choice.runner_up["k"] == 3
+    assert "no K tried used all its clusters" in choice.rule and "include K = 2 in the range" in choice.rule
+    assert "only 2 of its 3 clusters" in choice.runner_up["why"]
+    for huge in ("2-300000000", "2-99999999999"):
+        with pytest.raises(ConfigError, match=r"asks for [\d,]+ values of K; choose-k compares at most 100"):
+            k_range(huge)
+    X = pd.DataFrame(np.repeat([[0.0, 0.0], [5.0, 5.0], [10.0, 0.0]], 40, axis=0), columns=["a", "b"])
+    with pytest.raises(ConfigError, match="asks for 299,999,999 values of K"):
+        choose_k(X, k="2-300000000", seeds=2, verbose=False, **FAST)
+
+
 def test_choose_k_proposes_the_clear_k_with_every_figure_and_fewest_terms(three):
     X, y = three
     choice = choose_k(X, y, k=range(2, 6), seeds=2, terms=True, verbose=False, **FAST)
@@ -85,7 +102,7 @@ def test_choose_k_refuses_what_it_cannot_measure(three):
     with pytest.raises(ConfigError, match="seeds must be 2 or more"):
         choose_k(X, k="2-4", seeds=1, verbose=False)
     with pytest.raises(ConfigError, match=r"k goes up to 400, but each seed is fitted on 360 rows"):
-        choose_k(X, k="2-400", verbose=False)
+        choose_k(X, k="2,400", verbose=False)
     with pytest.raises(ConfigError, match="range such as 2-12"):
         choose_k(X, k="two-five", verbose=False)
     with pytest.raises(ConfigError, match="choose_k sets n_clusters"):

@@ -91,8 +91,16 @@ def test_the_model_file_keeps_the_levels_and_older_models_still_load(mixed, tmp_
     old = FittedNet.from_dict({**state, "params": plain.get_params()}, weights)
     assert old.coding is None and old.net.coding is None
     np.testing.assert_allclose(old.logits(numeric.to_numpy()), plain.fitted_.logits(numeric.to_numpy()), atol=1e-5)
-    with pytest.raises(DataError, match="NaN or infinite"):
+    # its messages are today's: the column, the rows, and what to do with a model of that age
+    with pytest.raises(DataError, match=r"X has missing values in column\(s\) 'usage' \(\d+ rows\).*saved before "
+                                        r"missing cells could be scored.*fit the model again"):
         old.encode(numeric.assign(usage=np.nan))
+    with pytest.raises(DataError, match=r"^new.csv has missing values in column\(s\) 'usage'"):
+        old.encode(numeric.assign(usage=np.nan), "new.csv")      # neurcam predict names its input so
+    with pytest.raises(DataError, match=r"infinite values in column\(s\) 'tenure'"):
+        old.encode(numeric.assign(tenure=np.inf))
+    with pytest.raises(DataError, match=r"column 'income'.*holds 'n/a'|column 'income'.*n/a"):
+        old.encode(numeric.assign(income=numeric.income.astype(object).where(numeric.index != numeric.index[0], "n/a")))
 
 
 def test_bad_cells_are_named(mixed):
@@ -333,13 +341,99 @@ def test_the_registered_model_takes_text_and_missing_cells(mixed, tmp_path, monk
     tracking.use(None, experiment="mixed", workdir=tmp_path)
     with mlflow.start_run():
         info, version = tracking.log_model(est, X, registered_name="mixed-model")
-    schema = {c.name: str(c.type).removeprefix("DataType.") for c in info.signature.inputs.inputs}
-    assert schema["plan"] == "string" and schema["paperless"] == "boolean" and schema["usage"] == "double"
+    assert [c.name for c in info.signature.inputs.inputs] == list(X.columns)   # every feature, by name
+    example = mlflow.models.Model.load(info.model_uri).load_input_example(info.model_uri)   # each kind shown
+    assert pd.api.types.is_string_dtype(example["plan"]) and example["paperless"].dtype == bool and example["usage"].dtype == float
     new = X.head(15).copy()
     new.loc[new.index[0], "plan"] = "weekly"
     new.loc[new.index[1], "usage"] = np.nan
     scored = mlflow.pyfunc.load_model(info.model_uri).predict(new.astype({"region": object}))
     assert (scored["cluster"].to_numpy() == est.predict(new)).all()
+
+
+def test_the_registered_model_takes_every_dtype_and_the_served_one_refuses_in_one_line(mixed, tmp_path, monkeypatch):
+    """The registry model takes what the estimator takes: a pandas ``category``, nullable
+    ``Int64``/``boolean``/``string`` with missing cells, plain ``int64``, a zoned datetime; and
+    ``mlflow models serve`` scores JSON (a date as ISO text, a null cell) the same way and answers a
+    bad request (an infinite cell, ``top_terms`` 0) with HTTP 400 and the service's one-line
+    message, no stack trace."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    import mlflow
+
+    from neurcam_dist import tracking
+
+    from .conftest import free_port
+    X0, _, _ = mixed
+    rng = np.random.default_rng(0)
+    X = X0.assign(signup=pd.to_datetime(17_000 + rng.integers(0, 400, len(X0)), unit="D").tz_localize("UTC"),
+                  visits=rng.integers(0, 20, len(X0)))
+    est = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=20, warmup_epochs=8)).fit(X)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracking.use(None, experiment="served", workdir=tmp_path)
+    with mlflow.start_run():
+        info, version = tracking.log_model(est, X, registered_name="served-model")
+    assert {str(c.type) for c in info.signature.inputs.inputs} == {"Any"}
+    typed = X.head(40).astype({"plan": "string", "paperless": "boolean", "visits": "Int64", "tenure": "Float64"})
+    typed.loc[typed.index[0], "plan"] = pd.NA
+    typed.loc[typed.index[1], "paperless"] = pd.NA
+    typed.loc[typed.index[2], "visits"] = pd.NA
+    typed.loc[typed.index[3], "tenure"] = pd.NA
+    typed["signup"] = typed["signup"].dt.tz_convert("America/New_York")
+    assert typed["region"].dtype == "category"
+    model = mlflow.pyfunc.load_model(info.model_uri)
+    np.testing.assert_array_equal(model.predict(typed)["cluster"], est.predict(typed))
+    np.testing.assert_array_equal(model.predict(X.head(40))["cluster"], est.predict(X.head(40)))   # int64 as fit took it
+
+    port = free_port()
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow.get_tracking_uri())
+    log = open(tmp_path / "serve.log", "w")
+    server = subprocess.Popen([sys.executable, "-m", "mlflow", "models", "serve", "-m", "models:/served-model/1",
+                               "--env-manager", "local", "--host", "127.0.0.1", "-p", str(port), "-w", "1"],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2)
+                break
+            except OSError:
+                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+                time.sleep(0.5)
+
+        def ask(frame, params=None, inf_at=None):
+            split = json.loads(frame.to_json(orient="split", date_format="iso"))
+            if inf_at is not None:   # JSON's Infinity token in that cell (pandas writes inf as null)
+                split["data"][inf_at[0]][split["columns"].index(inf_at[1])] = float("inf")
+            body = {"dataframe_split": split, **({"params": params} if params else {})}
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=60) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        rows = X.head(12).copy()
+        rows.loc[rows.index[0], "usage"] = np.nan
+        rows.loc[rows.index[1], "plan"] = "weekly"
+        status, got = ask(rows)
+        assert status == 200, got
+        np.testing.assert_array_equal([p["cluster"] for p in got["predictions"]], est.predict(rows))
+        answers = [ask(rows, inf_at=(1, "usage")), ask(rows, {"explain": True, "top_terms": 0})]
+        for (status, said), expected in zip(answers, ["'usage'", "top_terms must be an integer from 1 to 50"]):
+            assert status == 400 and said["error_code"] == "INVALID_PARAMETER_VALUE" and "stack_trace" not in said, said
+            assert expected in said["message"] and "\n" not in said["message"] and "Traceback" not in said["message"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
 
 
 def test_the_re_clustering_comparison_counts_the_levels_the_champion_never_saw(mixed, tmp_path):

@@ -307,3 +307,34 @@ def test_predict_explain_and_export_follow_the_model_s_id(tmp_path, data, capsys
     assert main(["export", "--model", str(model), "--input", str(tmp_path / "acc.csv"), "--table", "t",
                  "--output", str(tmp_path / "q.sql")]) == 0
     assert '"account"' in (tmp_path / "q.sql").read_text().split("FROM")[0]
+
+
+def test_duplicate_and_empty_ids_are_counted_at_every_door_and_show_names_every_row(tmp_path, capsys):
+    """Ids are checked once at the door of fit, predict and explain: rows that share an id, and
+    rows with none, are kept as given and counted on the console; ``--show ID`` shows every row
+    that holds the id, each named with its row."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"customer_id": [f"C{i:06d}" for i in range(200)], "a": rng.normal(size=200),
+                       "b": rng.normal(size=200)})
+    df.loc[5, "customer_id"] = "C000002"
+    df.loc[[7, 9], "customer_id"] = ["", None]
+    df.to_csv(tmp_path / "t.csv", index=False)
+    df.to_parquet(tmp_path / "t.parquet")
+    said = ("id column 'customer_id': 2 rows share 1 id(s) (e.g. 'C000002' in 2 rows) and 2 row(s) have no id "
+            "(the first at row 7); the rows are kept with their ids as given")
+    assert main(["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "run"), "--n-clusters", "2",
+                 "--epochs", "5", "--id", "customer_id"]) == 0
+    assert said in capsys.readouterr().err
+    for src, out in (("t.csv", "p.csv"), ("t.parquet", "p")):
+        assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / src),
+                     "--output", str(tmp_path / out)]) == 0
+        printed = capsys.readouterr()
+        assert said in printed.out + printed.err
+    scored = pd.read_csv(tmp_path / "p.csv", dtype={"customer_id": str}, keep_default_na=False)
+    assert scored["customer_id"].tolist()[:10] == [*df["customer_id"].fillna("").tolist()[:10]]
+    assert main(["explain", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "t.csv"),
+                 "--output", str(tmp_path / "ex"), "--show", "C000002", "C000010"]) == 0
+    out = capsys.readouterr().out
+    assert said in out
+    assert "row C000002 (row 2): cluster" in out and "row C000002 (row 5): cluster" in out
+    assert "row C000010: cluster" in out

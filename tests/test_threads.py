@@ -78,3 +78,14 @@ def test_the_rule_gives_a_thread_per_step_of_work_up_to_the_process():
     # the defaults' small tables are worth one thread; a 256-feature model, two
     assert threads_for(TrainingSpec.for_data({"n_clusters": 2}, 569, 30).step_work(569), 16) == 1
     assert threads_for(TrainingSpec.for_data({"n_clusters": 4}, 2048, 256).step_work(2048), 16) == 2
+
+
+def test_a_small_pass_in_this_process_runs_on_one_thread_and_gives_the_process_back(two_threads):
+    """Batch scoring of small data runs the actors' callable here (``scoring.in_process``): on the
+    threads a chunk is worth, not on the one an actor pins, nor on all of the process's."""
+    from neurcam_dist.distributed.scoring import _Scorer, in_process
+    X, _ = blobs(n=300, d=3, seed=0)
+    est = NeurCAM(**FAST).fit(X)
+    with in_process(_Scorer, fitted=est.scoring_model(), id_column=None, carry=[]) as scorer:
+        assert isinstance(scorer, _Scorer) and torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2

@@ -67,12 +67,18 @@ class _Evaluator:
 @contextmanager
 def in_process(cls, **kwargs):
     """``cls(**kwargs)``, the callable a Ray Data actor holds, built in this process for a pass
-    over small data. It pins torch to one thread (an actor per CPU); this process keeps its own."""
+    over small data. An actor pins torch to one thread (an actor per CPU); here the pass runs on
+    the threads its chunks are worth (``settings.threads_for``: a forward pass over at most
+    ``fitted.CHUNK`` rows of each model in ``kwargs``), and this process's own setting is restored after."""
     import torch
+
+    from ..model.fitted import CHUNK
+    from ..settings import threads_for
     threads = torch.get_num_threads()
     try:
         fn = cls(**kwargs)
-        torch.set_num_threads(threads)
+        work = sum(m.net.step_work(CHUNK, backward=False) for m in kwargs.values() if isinstance(m, FittedNet))
+        torch.set_num_threads(threads_for(work, threads))
         yield fn
     finally:
         torch.set_num_threads(threads)

@@ -78,8 +78,8 @@ class FittedNet:
         logit column (see ``NeurCAM.importance_``); computed when first asked for or saved.
     coding : ColumnCoding or None
         How the columns reach the network (categorical levels, missing cells: ``columns``); None
-        for a model of plain numbers (trained on Ray, or saved before format 3), which refuses
-        missing cells.
+        for a model saved before format 3, which reads plain numbers as today's models do
+        (``ColumnCoding.numeric(legacy=True)``: the same messages) and refuses missing cells.
     """
 
     net: NeurCAMNet
@@ -226,9 +226,9 @@ class FittedNet:
 
     def encode_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
         """``(encoded matrix, unseen levels per column)``, as ``encode``."""
-        if self.coding is None:
-            from ..validation import check_matrix
-            return check_matrix(X, what, expected_columns=list(self.feature_names))[0], {}
+        if self.coding is None:   # read as today's models read plain numbers, with the same messages
+            legacy = ColumnCoding.numeric(list(self.feature_names), 0, missing="refuse", legacy=True)
+            return legacy.encode_counted(X, what)
         return self.coding.encode_counted(X, what)
 
     def clustering_space(self, arr: np.ndarray) -> np.ndarray:

@@ -54,6 +54,34 @@ def signature_example(est, X_example: pd.DataFrame, rows: int = 5) -> pd.DataFra
     return example
 
 
+def signature(est, example: pd.DataFrame):
+    """The registered model's signature: every feature column by name, each of MLflow's ``Any``
+    type, so that MLflow's schema enforcement passes on whatever the estimator reads (a pandas
+    ``category``, nullable ``Int64``/``boolean``/``string``, ``int64``, zoned datetimes: a typed
+    column spec refuses most of them before the model's code runs) and the model reads each
+    column the way ``fit`` did, with its own messages; the outputs and the params
+    (``PYFUNC_PARAMS``) as the example scores them. The input example shows each column's kind."""
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types.schema import AnyType, ColSpec, Schema
+    output = est.score_frame(example).reset_index(drop=True)
+    inferred = infer_signature(example, output, params=PYFUNC_PARAMS)
+    inputs = Schema([ColSpec(AnyType(), str(name)) for name in est.feature_names_in_])
+    return ModelSignature(inputs=inputs, outputs=inferred.outputs, params=inferred.params)
+
+
+def served_refusal(exc) -> Exception:
+    """The service's refusal (``NeurcamError``) raised inside the pyfunc, as the ``MlflowException``
+    (``INVALID_PARAMETER_VALUE``) that ``mlflow models serve`` answers with HTTP 400 and the
+    one-line message alone (``errors.refusal_as``): the server turns any other exception into a
+    400 whose body carries the stack trace, and prefixes an ``MlflowException``'s message with the
+    whole input."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+
+    from ..errors import refusal_as
+    return refusal_as(MlflowException, exc, error_code=INVALID_PARAMETER_VALUE)
+
+
 def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, alias: str = "candidate"):
     """Log ``est`` as a pyfunc in the active run; register it and alias the new version.
     Returns ``(model_info, version or None)``."""
@@ -61,19 +89,17 @@ def log_model(est, X_example: pd.DataFrame, registered_name: str | None = None, 
 
     import mlflow
     from mlflow import MlflowClient
-    from mlflow.models import infer_signature
 
     example = signature_example(est, X_example)
-    output = est.score_frame(example).reset_index(drop=True)
     with warnings.catch_warnings():  # the "integer column" hint is about inputs; ours are float64
         warnings.filterwarnings("ignore", message="Hint: Inferred schema contains integer", category=UserWarning)
-        signature = infer_signature(example, output, params=PYFUNC_PARAMS)
+        sig = signature(est, example)
     with tempfile.TemporaryDirectory() as tmp:
         est.save(Path(tmp) / "model")
         info = mlflow.pyfunc.log_model(
             name="model", python_model=str(Path(__file__).with_name("pyfunc_model.py")),
             artifacts={"model": str(Path(tmp) / "model")},
-            signature=signature, input_example=example,
+            signature=sig, input_example=example,
             pip_requirements=[f"neurcam-dist=={_version()}"], registered_model_name=registered_name)
     version = None
     if registered_name:
