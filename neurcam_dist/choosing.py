@@ -62,9 +62,20 @@ class KChoice:
     smallest: dict | None = None
     clusters: list[dict] = field(default_factory=list)
 
+    @property
+    def edge(self) -> str | None:
+        """When the proposal is the largest K tried (of several): a line saying a larger K may be
+        better and the wider range to try; else None."""
+        ks = [r["k"] for r in self.table]
+        if len(ks) < 2 or self.k != max(ks):
+            return None
+        return (f"K = {self.k} is the largest K tried ({min(ks)}-{max(ks)}): a larger K may be better still; "
+                f"try a wider range, --k {min(ks)}-{2 * self.k}")
+
     def to_dict(self) -> dict:
         """JSON-ready (what ``choice.json`` holds, with the data's name and columns)."""
-        return {"k": self.k, "rule": self.rule, "sure": self.sure, "runner_up": self.runner_up, "rows": self.rows,
+        return {"k": self.k, "rule": self.rule, "sure": self.sure, "edge": self.edge, "runner_up": self.runner_up,
+                "rows": self.rows,
                 "seeds": self.seeds, "seconds": round(self.seconds, 2), "table": self.table,
                 "terms": self.terms, "smallest": self.smallest, "clusters": self.clusters}
 
@@ -88,6 +99,8 @@ class KChoice:
         out.append(f"proposed K = {self.k}{'' if self.sure else ' (unsure)'}: {self.rule}")
         if self.runner_up:
             out.append(f"runner-up K = {self.runner_up['k']}: {self.runner_up['why']}")
+        if self.edge:
+            out.append(self.edge)
         if self.smallest:
             s = self.smallest
             out.append(f"fewest terms within {TERMS_WITHIN}x of the full model's inertia: {s['terms']} "
@@ -428,8 +441,10 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
     names = {"k": "K", "stability_sd": "stability sd", "term_agreement": f"top-{AGREEMENT_TERMS} terms shared",
              "terms_used": "terms used", "clusters_used": "clusters used", "ari": "ARI with the label"}
 
-    def cell(v):
-        return f"{v:.3g}" if isinstance(v, float) else e(str(v))
+    from .explain.explanation import fmt
+
+    def cell(v):   # 3 significant digits, never scientific notation (the report's ``fmt``)
+        return fmt(v) if isinstance(v, float) else e(str(v))
     rows = "".join("<tr" + (" class='chosen'" if r["k"] == choice.k else "") + ">" +
                    "".join(f"<td>{cell(r.get(c))}</td>" for c in cols) + "</tr>" for r in choice.table)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>"
@@ -440,6 +455,8 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
              f"<p id='proposal'><b>Proposed K = {choice.k}</b>{'' if choice.sure else ' (unsure)'}: {e(choice.rule)}.</p>"]
     if choice.runner_up:
         parts.append(f"<p id='runner-up'>Runner-up K = {choice.runner_up['k']}: {e(choice.runner_up['why'])}.</p>")
+    if choice.edge:
+        parts.append(f"<p id='edge'>{e(choice.edge)}.</p>")
     parts.append(f"<p>{choice.rows:,} rows, {choice.seeds} seeds per K, {choice.seconds:.0f} s.</p>")
     parts.append(f"<img alt='inertia, silhouette and stability against K' src='data:image/png;base64,{_curves(choice)}'>")
     parts.append("<h2>Every K</h2><table><tr>" + "".join(f"<th>{e(names.get(c, c))}</th>" for c in cols) +

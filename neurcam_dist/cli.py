@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from . import service
@@ -21,6 +22,17 @@ from .params import HYPERPARAMETERS
 from .redaction import redact
 from .uris import Location
 from .version import __version__
+
+
+def _share(text: str) -> float:
+    """An argparse type: a share from 0 to 1 (``export --min-agreement``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be from 0 to 1 (0.99: 99% of the rows), got {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -321,6 +333,10 @@ def _add_export(sub) -> argparse.ArgumentParser:
           help="build on a seeded sample of this many rows when the data has more (0: every row)")
     exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis")
     exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair")
+    exp.add_argument("--min-agreement", type=_share, default=service.EXPORT_MIN_AGREEMENT,
+                     help="the least share of the rows (0 to 1) on which the query's cluster must equal "
+                          "predict's to be written; below it nothing is written and rows that disagree are shown "
+                          "(sql; default %(default)s)")
     _encoding(exp)
     return exp
 
@@ -619,7 +635,8 @@ def _explain(args) -> None:
 def _export(args) -> None:
     keep = args.keep or None
     result = service.export(args.model, args.input, table=args.table, fmt=args.format, keep=keep, output=args.output,
-                            sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size, **_csv(args))
+                            sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
+                            min_agreement=args.min_agreement, **_csv(args))
     engines = " and ".join({"sqlite": "SQLite", "duckdb": "DuckDB"}.get(e, e) for e in (result.engines or {}))
     said = (f"the query's cluster equals predict's on {result.agreement:.2%} of the {result.n_rows:,} rows of "
             f"{redact(args.input)}, run in {engines} (the query uses the shape tables, interpolated between "
@@ -777,6 +794,27 @@ def _expand_paths(args) -> None:
             setattr(args, dest, expand(value))
 
 
+@contextmanager
+def _own_warnings():
+    """The service's own warnings (a ``UserWarning`` raised in this package) as console lines,
+    ``neurcam: warning: ...``, not Python's ``path:line: UserWarning:`` form; a library's as
+    Python shows them."""
+    import warnings
+    previous = warnings.showwarning
+    package = str(Path(__file__).parent)
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, UserWarning) and str(filename).startswith(package):
+            print(f"neurcam: warning: {redact(str(message))}", file=sys.stderr)
+        else:
+            previous(message, category, filename, lineno, file, line)
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed, 3 the
     model was written but the report asked for (``fit --report``) was not."""
@@ -794,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from .signals import sigterm_as_exit, terminated
     try:
-        with sigterm_as_exit():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
+        with sigterm_as_exit(), _own_warnings():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
             status = HANDLERS[args.command](args)
     except SystemExit:
         if terminated() is None:

@@ -29,6 +29,7 @@ columns, as before.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -138,6 +139,7 @@ class ColumnCoding:
         coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing)
         arr, _ = coding._encode_cells(names, cells, what)
         counts = np.isnan(arr).sum(axis=0)
+        _refuse_empty_columns(names, counts, len(arr), what)
         coding = cls(columns=tuple(dataclasses.replace(c, missing_rows=int(n)) for c, n in zip(columns, counts)),
                      n_rows=coding.n_rows, missing=missing)
         return coding, arr
@@ -203,6 +205,7 @@ class ColumnCoding:
             if column.categorical:
                 arr[:, j], new = level_codes(col, column.levels)
                 if new:
+                    _refuse_changed_kind(column, col, new, int((~np.isnan(arr[:, j])).sum()), what)
                     unseen[column.name] = new
             else:
                 arr[:, j] = _numbers(_dates_as_at_fit(col, column, what), column.name, what)
@@ -237,6 +240,30 @@ class ColumnCoding:
         for c in self.columns:
             w += (len(c.levels) + (c.missing_rows > 0)) if c.categorical else 1 + (c.missing_rows > 0)
         return w
+
+    def space_bytes(self, n_rows: int) -> int:
+        """Bytes building the clustering space of ``n_rows`` rows takes at its peak: each column's
+        part and their concatenation in float64, and the float32 result (``clustering_space``)."""
+        return 20 * n_rows * self.space_width()
+
+    def check_space(self, n_rows: int, available: int, say=None) -> None:
+        """Before any work: refuse (``ConfigError``, with the estimate and what to lower) a
+        clustering space of categorical levels that would take over half of ``available`` bytes
+        (a column of 10,000 levels kept with ``min_level_rows=1``); ``say`` the estimate above 1 GiB."""
+        if not self.has_categorical:
+            return
+        need = self.space_bytes(n_rows)
+        widest = sorted((c for c in self.columns if c.categorical), key=lambda c: -len(c.levels))[:3]
+        shown = ", ".join(f"{c.name!r} {len(c.levels):,}" for c in widest)
+        if need > 0.5 * available:
+            raise ConfigError(f"the clustering space of {n_rows:,} rows x {self.space_width():,} columns (one per "
+                              f"categorical level; levels: {shown}) needs about {need / 2**30:.1f} GiB, over half of the "
+                              f"{available / 2**30:.1f} GiB available: lower max_levels or raise min_level_rows so rare "
+                              f"levels share {OTHER!r}, leave out a column that is no category (an id, free text), or "
+                              f"pass X_repr (an embedding) as the clustering space")
+        if say is not None and need > 2**30:
+            say(f"the clustering space of {self.space_width():,} columns (levels: {shown}) takes about "
+                f"{need / 2**30:.1f} GiB while it is built")
 
     def clustering_space(self, x_std: np.ndarray) -> np.ndarray:
         """The documented clustering space (module docstring) of standardized encoded rows, float32."""
@@ -470,9 +497,28 @@ def column_dtype(col) -> str:
     return "text"
 
 
-def _text_of(v) -> str | None:
+@functools.cache
+def missing_tokens() -> frozenset:
+    """The text cells read as missing from every source: the tokens pandas' CSV reader takes as
+    NaN (``NA``, ``N/A``, ``NULL``, ``None``, ``NaN``, ``nan``, ``null``, ``#N/A``, ``<NA>``, ...,
+    exactly as written), so a cell reads the same from a CSV, a Parquet file, a DataFrame, the
+    registry model and the exported SQL. A model whose levels include one (learned before this
+    rule) keeps reading it as that level."""
+    from pandas._libs.parsers import STR_NA_VALUES   # the CSV door's own list, whatever pandas' version
+    return frozenset(STR_NA_VALUES) - {""}
+
+
+def is_missing_text(values):
+    """Which cells of a pandas column are text that reads as missing: blank (``is_blank``) or one
+    of ``missing_tokens``."""
+    blank = values.astype("string").str.strip(" ").eq("").fillna(False).astype(bool)
+    return blank | values.isin(missing_tokens())
+
+
+def _text_of(v, levels: frozenset = frozenset()) -> str | None:
     """A cell as level text (None: missing): ``True``/``False``, an integral number without its
-    ``.0``, text as written (blank text is missing)."""
+    ``.0``, text as written (blank text and ``missing_tokens`` are missing, unless ``levels``, a
+    model's, holds the token)."""
     if v is None:
         return None
     if isinstance(v, (bool, np.bool_)):
@@ -490,17 +536,24 @@ def _text_of(v) -> str | None:
     except ImportError:   # pragma: no cover - pandas is a dependency
         pass
     s = str(v)
-    return s if s.strip() else None
+    return None if is_blank(s) or (s in missing_tokens() and s not in levels) else s
 
 
-def _factorized(col) -> tuple[np.ndarray, list]:
+def is_blank(text: str) -> bool:
+    """Blank text, read as a missing cell: empty or spaces only (what SQL's ``TRIM(col) = ''``
+    finds, so an exported query reads the same cells as missing)."""
+    return not text.strip(" ")
+
+
+def _factorized(col, levels: frozenset = frozenset()) -> tuple[np.ndarray, list]:
     """``(each cell's distinct value, -1 for a missing one; the distinct values as level text)``:
-    pandas' ``factorize`` does the per-cell work, so only the distinct values meet Python."""
+    pandas' ``factorize`` does the per-cell work, so only the distinct values meet Python.
+    ``levels``: a model's levels, which a missing token among them stays (``_text_of``)."""
     import pandas as pd
     if not isinstance(col, (pd.Series, pd.Categorical, pd.Index, np.ndarray)):
         col = np.asarray(list(col), dtype=object)
     codes, uniques = pd.factorize(col, use_na_sentinel=True)
-    return np.asarray(codes), [_text_of(v) for v in uniques]
+    return np.asarray(codes), [_text_of(v, levels) for v in uniques]
 
 
 def level_texts(col) -> list:
@@ -527,7 +580,7 @@ def level_codes(col, levels) -> tuple[np.ndarray, int]:
     """``(codes, unseen)``: a categorical column's cells as the codes of ``levels`` (the kept
     levels then ``other``; NaN for a missing cell; a level not among them is ``other``'s code)
     and how many cells were such unseen levels."""
-    codes, texts = _factorized(col)
+    codes, texts = _factorized(col, frozenset(levels[:-1]))
     kept = {v: i for i, v in enumerate(levels[:-1])}
     lut = np.array([np.nan if t is None else kept.get(t, -1) for t in texts] + [np.nan], dtype=np.float64)
     out = lut[codes]
@@ -571,10 +624,64 @@ def column_from_counts(name: str, counts: dict[str, int], dtype: str, min_level_
         warnings.warn(f"column {name!r}: none of its {len(counts):,} distinct values is in min_level_rows="
                       f"{min_level_rows} rows or more, so every one is {OTHER!r} and the column carries nothing "
                       f"(an id or free text is no category: leave it out)", UserWarning, stacklevel=4)
+    if dtype == "text":
+        _warn_lookalikes(name, counts)
     levels = [t for t in order if t in kept]
     other = sum(n for t, n in counts.items() if t not in kept)
     return Column(name=name, levels=(*levels, OTHER), dtype=dtype, rows=(*(counts[t] for t in levels), other),
                   missing_rows=int(missing_rows))
+
+
+KIND_WORDS = {"text": "text levels", "number": "numbers", "bool": "True/False"}
+
+
+def lookalike_key(text: str) -> str:
+    """The form two look-alike levels share: Unicode NFKC (``café`` composed or not), case
+    folded, outer spaces stripped. Levels are kept apart by it (cells are read exactly as
+    written), and named at fit so a user can merge them in the table."""
+    import unicodedata
+    return unicodedata.normalize("NFKC", text).strip().casefold()
+
+
+def _warn_lookalikes(name: str, counts: dict[str, int]) -> None:
+    """A warning naming the levels of text column ``name`` that differ only in case, outer spaces
+    or Unicode form (``monthly``, ``Monthly``, ``monthly ``): kept as distinct levels."""
+    groups: dict[str, list[str]] = {}
+    for t in counts:
+        groups.setdefault(lookalike_key(t), []).append(t)
+    alike = [g for g in groups.values() if len(g) > 1]
+    if not alike:
+        return
+    shown = "; ".join(", ".join(f"{t!r} ({counts[t]:,} rows)" for t in g) for g in alike[:5])
+    warnings.warn(f"column {name!r}: {len(alike):,} group(s) of levels differ only in case, outer spaces or Unicode "
+                  f"form, and are kept as distinct levels (cells are read exactly as written): {shown}"
+                  f"{' ...' if len(alike) > 5 else ''}; make them one value in the table if they mean one thing",
+                  UserWarning, stacklevel=5)
+
+
+def _refuse_changed_kind(column: Column, col, unseen: int, present: int, what: str) -> None:
+    """A categorical column whose cells are of another kind than at fit (numbers where text
+    levels were, 0/1 where True/False were) and none of them a level the model knows: refused,
+    naming the column and both kinds, rather than every cell scored as ``other``. Cells of
+    another kind that still match levels (the numbers 1, 2 of levels written "1", "2") are read."""
+    now = column_dtype(col)
+    if now == column.dtype or unseen < present:
+        return
+    known = ", ".join(repr(v) for v in column.levels[:3])
+    raise DataError(f"{what} column {column.name!r} held {KIND_WORDS.get(column.dtype, column.dtype)} at fit "
+                    f"({known}, ...) but holds {KIND_WORDS.get(now, now)} here (dtype {getattr(col, 'dtype', '?')}), "
+                    f"none of them a level the model knows: pass the column as it was at fit")
+
+
+def _refuse_empty_columns(names: list[str], missing: np.ndarray, n_rows: int, what: str) -> None:
+    """A feature missing in every training row has no shape to learn (its term would be one
+    constant, and an exported query's cluster NULL): refused, naming the columns."""
+    empty = [names[j] for j in np.flatnonzero(missing == n_rows)] if n_rows else []
+    if empty:
+        raise DataError(f"{what} column(s) {', '.join(map(repr, empty[:10]))}"
+                        f"{f' and {len(empty) - 10} more' if len(empty) > 10 else ''} are missing in every one of "
+                        f"the {n_rows:,} rows: leave them out of the features (a column with no values "
+                        f"says nothing about a row)")
 
 
 def _refuse_numbers_with_typos(col, name: str, what: str) -> None:
@@ -585,7 +692,7 @@ def _refuse_numbers_with_typos(col, name: str, what: str) -> None:
                                                 or pd.api.types.is_string_dtype(col.dtype)):
         return
     values = col.dropna()
-    values = values[values.astype(str).str.strip() != ""]
+    values = values[~is_missing_text(values)]
     if values.empty:
         return
     ok = pd.to_numeric(values, errors="coerce").notna() & ~_booleans(values)
@@ -624,6 +731,7 @@ def _numbers(col, name: str, what: str) -> np.ndarray:
     if pd.api.types.is_numeric_dtype(col.dtype) or pd.api.types.is_bool_dtype(col.dtype):
         return col.to_numpy(dtype=np.float64, na_value=np.nan)
     from .validation import first_text_cell
+    col = col.mask(is_missing_text(col))   # blank text and missing tokens, as a CSV reads them
     parsed = pd.to_numeric(col, errors="coerce")
     bad = parsed.isna() & col.notna() & (col.astype(str).str.strip() != "")
     if bad.any():

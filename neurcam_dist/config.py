@@ -608,8 +608,9 @@ def parse_config(raw: dict, source: str = "config") -> JobConfig:
 # One config serves every environment: these variables replace the file's values (and --set
 # replaces both). NEURCAM_TRACKING_URI applies only to a config that has a tracking: section.
 ENV_OVERRIDES = {"NEURCAM_DATA_PATH": "data.path", "NEURCAM_OUTPUT": "output", "NEURCAM_TRACKING_URI": "tracking.uri"}
-# ``NEURCAM_SET_<n>=KEY=VALUE``: a ``--set`` that holds a credential, which ``neurcam submit`` sends
-# to the job in its environment instead of its entrypoint (applied after ENV_OVERRIDES).
+# ``NEURCAM_SET_<n>=KEY=VALUE``: a ``--set`` that holds a credential, given to a job by the cluster
+# (the Ray head pod's environment, from a Kubernetes Secret; ``neurcam submit`` refuses to send one),
+# applied after ENV_OVERRIDES.
 SET_PREFIX = "NEURCAM_SET_"
 
 
@@ -629,7 +630,7 @@ def env_overrides(raw: dict, environ=None) -> tuple[dict, list[str]]:
     for var in sorted(v for v in environ if v.startswith(SET_PREFIX) and environ[v]):
         for key, value in parse_overrides([environ[var]]).items():
             out[key] = value
-            notes.append(f"{var} sets {key} (a --set value with a credential, sent in the environment)")
+            notes.append(f"{var} sets {key} (a --set value with a credential, from the environment)")
     return out, notes
 
 

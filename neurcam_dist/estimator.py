@@ -160,8 +160,23 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
     def _validated(self, X) -> np.ndarray:
         """Rows to score as the encoded float64 matrix in the fitted column order (a DataFrame is
-        realigned by name; levels become codes, missing cells NaN: ``columns``)."""
-        return self._validated_counted(X)[0]
+        realigned by name; levels become codes, missing cells NaN: ``columns``); what scoring them
+        meets that training did not is said in a warning (``_warn_met``)."""
+        arr, unseen = self._validated_counted(X)
+        counts = np.isnan(arr).sum(axis=0)
+        self._warn_met(unseen, {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)})
+        return arr
+
+    def _warn_met(self, unseen: dict[str, int], missing: dict[str, int]) -> None:
+        """A ``UserWarning`` when rows hold levels not seen at training (scored as ``other``) or
+        missing cells (``missing``: column -> cells) in features that had none at training, counted
+        by column as ``neurcam predict`` counts them; nothing for what training had."""
+        coding = self.fitted_.coding
+        had = {c.name for c in coding.columns if c.missing_rows} if coding is not None else set()
+        new = {c: n for c, n in missing.items() if c not in had}
+        if unseen or new:
+            from .explain.assignments import met_line
+            warnings.warn(f"X: {met_line({'unseen': unseen, 'missing': new})}", UserWarning, stacklevel=4)
 
     def _validated_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
         """``_validated``'s matrix and the unseen levels per column (coded ``other``)."""
@@ -197,8 +212,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         params = {**self.get_params(), **({"n_clusters": choice.k} if choice else {})}
         spec = TrainingSpec.for_data(params, n, d)   # the one check of the hyperparameters
         device = resolve_device(self.device)                     # ... and of the device, before any work
-        spec.check_memory(n, available_memory(),
-                          say=(lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None)
+        say = (lambda line: print(f"NeurCAM: {line}", file=sys.stderr)) if self.verbose else None
+        spec.check_memory(n, available_memory(), say=say)
+        if X_repr is None:   # the levels' clustering space, before it is built
+            coding.check_space(n, available_memory(), say=say)
         rep = None if X_repr is None else _representation(X_repr, n)
         allowed = ~self._constant_columns(arr, names)
         mean, scale = _standardization(arr, coding, self.standardize)
@@ -290,7 +307,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         def after_epoch(rec: dict, action) -> None:
             s = trainer.schedule
             bar.update(1)
-            bar.set_postfix(phase=s.phase.value, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}", T2=f"{s.t2:.3g}")
+            bar.set_postfix(phase=s.phase.value, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}",
+                            **({"T2": f"{s.t2:.3g}"} if spec.n_pairs else {}))
             if callback is not None:
                 callback({"record": rec, "schedule": s, "net": trainer.net, "teacher": trainer.teacher,
                           "targets": feed.current_targets(trainer), "x": x_t, "xr": xr_t, "action": action})
@@ -457,7 +475,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         DataFrame
             One row per input row, with ``X``'s index when it is a DataFrame.
         """
-        return self.score_frame_counted(X, top_terms)[0]
+        scored, met = self.score_frame_counted(X, top_terms)
+        self._warn_met(met["unseen"], met["missing"])
+        return scored
 
     @_on_sized_threads
     def score_frame_counted(self, X, top_terms: int = 0, what: str = "X", **layout) -> tuple["pd.DataFrame", dict]:

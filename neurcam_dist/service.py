@@ -505,6 +505,11 @@ class ExportResult:
     note: str | None = None        # what the agreement cannot tell (measured on too few rows)
 
 
+# The least share of rows on which an exported query must agree with predict to be written
+# (``export --min-agreement``): the shape tables interpolated on a 128-point grid agree on 99.5%
+# and more of the rows they are built on; a query below this reads cells differently.
+EXPORT_MIN_AGREEMENT = 0.99
+
 # The fewest rows an export's agreement is measured on before it says nothing about the rest: 100%
 # agreement on 1,000 rows bounds the query's disagreement with predict at 0.3% (95%, the rule of
 # three); on a handful of rows it bounds nothing, and the shape tables span only their range.
@@ -523,7 +528,8 @@ def _few_rows_note(n_rows: int, data: str) -> str | None:
 
 def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
            output: str | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
-           encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None) -> ExportResult:
+           encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None,
+           min_agreement: float = EXPORT_MIN_AGREEMENT) -> ExportResult:
     """``model`` as one standard SQL query over the warehouse table ``table``
     (``explain.sql.to_sql``: the table-only scorer, so no Python is needed to assign clusters),
     built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``sample``
@@ -532,8 +538,8 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     than ``EXPORT_MIN_ROWS``. ``fmt="rules"``: a short readable rule
     per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
     is then the rules' mean precision). The SQL's agreement is measured by running the query itself in
-    SQLite (and DuckDB when installed) on those rows (``explain.sql.run_agreement``): the lowest."""
-    from .explain.sql import to_sql
+    SQLite (and DuckDB when installed) on those rows (``explain.sql.engine_clusters``): the lowest;
+    below ``min_agreement`` nothing is written and ``DataError`` shows rows that disagree."""
     if fmt not in ("sql", "rules"):
         raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
     if fmt == "sql" and not table:
@@ -562,14 +568,9 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
         text = rules_text(rules)
         agreement = float(np.mean([r.precision for r in rules]))
     else:
-        from .explain.sql import run_agreement
-        expl = est.explain(df[features], grid_size=grid_size, pair_grid_size=pair_grid_size)
-        dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
         found = _model_id(est, data, encoding, {"delimiter": delimiter, "decimal": decimal}) if keep is None else None
-        if found is not None:   # the rows' id beside cluster, as predict writes it
-            keep = [found, *features]
-        text = to_sql(expl, table, keep, dtypes=dtypes)
-        engines = run_agreement(expl, df[features], est.predict(df[features]), dtypes)
+        text, engines = _agreed_query(est, df[features], table, [found, *features] if found else keep,
+                                      (grid_size, pair_grid_size), min_agreement, data)
         agreement = min(engines.values())
     if output is not None:
         from .storage.published import put_text
@@ -580,6 +581,42 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
             write_text_atomic(target.path, text)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
                         engines=engines if fmt == "sql" else None, note=_few_rows_note(len(df), data))
+
+
+def _agreed_query(est, X, table: str, keep: list[str] | None, grids: tuple[int, int], min_agreement: float,
+                  data: str) -> tuple[str, dict[str, float]]:
+    """``(query, engine -> agreement)``: ``est`` as SQL over ``table`` returning ``keep`` (the
+    model's id beside the features, as predict writes it), built on the rows ``X`` with shape
+    tables of ``grids`` points, run in each engine on those rows; refused below ``min_agreement``."""
+    import numpy as np
+
+    from .explain.sql import engine_clusters, to_sql
+    expl = est.explain(X, grid_size=grids[0], pair_grid_size=grids[1])
+    dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
+    text = to_sql(expl, table, keep, dtypes=dtypes)
+    expected, clusters = est.predict(X), engine_clusters(expl, X, dtypes)
+    _refuse_disagreement(X, expected, clusters, min_agreement, data)
+    return text, {engine: float(np.mean(got == expected)) for engine, got in clusters.items()}
+
+
+def _refuse_disagreement(df, expected, clusters: dict, min_agreement: float, data: str) -> None:
+    """A query whose cluster equals ``predict``'s (``expected``) on fewer than ``min_agreement``
+    of ``df``'s rows in some engine is not written: ``DataError`` with the share, the first rows
+    that disagree (their row in the input, both clusters, their cells) and what to do."""
+    import numpy as np
+    for engine, got in clusters.items():
+        same = got == expected
+        if same.mean() >= min_agreement:
+            continue
+        shown = []
+        for i in np.flatnonzero(~same)[:5]:
+            cells = ", ".join(f"{c}={v!r}" for c, v in df.iloc[i].items())
+            query = "NULL" if got[i] is None or got[i] != got[i] else int(got[i])
+            shown.append(f"row {df.index[i]} (predict {int(expected[i])}, query {query}: {cells[:200]})")
+        raise DataError(f"the query's cluster equals predict's on {same.mean():.2%} of the {len(df):,} rows of "
+                        f"{redact(data)} in {engine}, below --min-agreement {min_agreement:.0%}, so nothing was "
+                        f"written; {int((~same).sum()):,} rows disagree, e.g. {'; '.join(shown)}. A finer "
+                        f"--grid-size brings the query closer to the model; --min-agreement 0 writes it anyway")
 
 
 def _refuse_dates_in_sql(est, fmt: str) -> None:

@@ -55,6 +55,24 @@ def test_the_rule_takes_the_largest_stable_and_separated_k_and_names_its_runner_
     assert (k, runner["k"]) == (3, 4) and "every cluster used (3 of 4)" in runner["why"]
 
 
+def test_a_proposal_at_the_top_of_the_range_says_so_and_suggests_a_wider_one():
+    from neurcam_dist.choosing import decide
+
+    def full(*args):
+        return {**row(*args), "inertia": 5193.2, "stability_sd": 0.0, "term_agreement": 1.0, "terms_used": 3,
+                "seconds": 0.1}
+    top = decide([full(2, 0.3, 1.0), full(3, 0.5, 1.0), full(4, 0.7, 1.0)], 3, 300, 0.0)
+    assert top.k == 4 and top.edge == ("K = 4 is the largest K tried (2-4): a larger K may be better still; try a "
+                                       "wider range, --k 2-8")
+    assert top.edge in top.lines() and top.to_dict()["edge"] == top.edge
+    from neurcam_dist.choosing import choice_html
+    page = choice_html(top)
+    assert "<p id='edge'>K = 4 is the largest K tried (2-4)" in page
+    assert "<td>5190</td>" in page and "e+" not in page.split("<h2>Every K</h2>")[1]   # no scientific notation
+    inside = decide([full(2, 0.3, 1.0), full(3, 0.7, 1.0), full(4, 0.5, 1.0)], 3, 300, 0.0)
+    assert inside.k == 3 and inside.edge is None and not any("largest K tried" in line for line in inside.lines())
+
+
 def test_a_proposal_is_a_k_some_fit_used_and_a_huge_range_is_refused_before_any_work():
     """Every K tried left clusters empty (3 distinct rows, K = 3..5): the proposal is the number of
     clusters the fits used, said as such; a range of millions of K is refused before it is built."""

@@ -499,3 +499,24 @@ def test_fit_with_a_label_and_a_report_compares_them_in_the_report(data, tmp_pat
                  "--label", "label", "--report", "--epochs", "20", "--quiet"]) == 0
     page = (tmp_path / "o" / "report" / "report.html").read_text()
     assert "Clusters against label" in page and "label label" not in page and "Its rows' label: " in page
+
+
+def test_a_move_of_one_standard_deviation_is_said_in_the_singular():
+    from neurcam_dist.explain.examples import change_words
+    move = {"target": 2, "feature": "a", "value": 0.5, "new_value": 1.5}
+    assert change_words({**move, "change_std": 1.0}).endswith("from 0.5 to 1.5 (1 standard deviation)")
+    assert change_words({**move, "change_std": 1.25}).endswith("(1.25 standard deviations)")
+
+
+def test_a_row_s_values_are_shown_as_they_are():
+    """A year is 2007, not 2010 (3 significant digits); 29.75 stays 29.75; a move between two close
+    values reads as a change."""
+    from neurcam_dist.explain.examples import change_words, row_text, value_text
+    assert [value_text(v) for v in (2007.0, 29.75, 101.23, 1e-7, None, "monthly")] == [
+        "2007", "29.75", "101.23", "0.0000001", "missing", "monthly"]
+    record = {"row": 3, "cluster": 1, "probability": 0.9, "values": {"year": 2007.0, "charges": 29.75},
+              "terms": [{"term": "year", "push": 1.234}, {"term": "charges", "push": -0.5}],
+              "change": {"target": 2, "feature": "charges", "value": 101.23, "new_value": 100.87, "change_std": 0.02}}
+    text = row_text(record)
+    assert "year=2007" in text and "charges=29.75" in text and "from 101.23 to 100.87" in text
+    assert change_words(record["change"]).startswith("would join cluster 2 if charges went from 101.23 to 100.87")

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from neurcam_dist import NeurCAM
+from neurcam_dist import NeurCAM, service
 from neurcam_dist.cli import main
 from neurcam_dist.columns import ColumnCoding
 from neurcam_dist.data.synthetic import mixed_table
-from neurcam_dist.errors import DataError
+from neurcam_dist.errors import ConfigError, DataError
 from neurcam_dist.explain.sql import run_agreement, to_sql
 
 from .conftest import SMALL
@@ -99,8 +99,9 @@ def test_the_model_file_keeps_the_levels_and_older_models_still_load(mixed, tmp_
         old.encode(numeric.assign(usage=np.nan), "new.csv")      # neurcam predict names its input so
     with pytest.raises(DataError, match=r"infinite values in column\(s\) 'tenure'"):
         old.encode(numeric.assign(tenure=np.inf))
-    with pytest.raises(DataError, match=r"column 'income'.*holds 'n/a'|column 'income'.*n/a"):
-        old.encode(numeric.assign(income=numeric.income.astype(object).where(numeric.index != numeric.index[0], "n/a")))
+    with pytest.raises(DataError, match=r"column 'income'.*holds 'unknown'|column 'income'.*unknown"):
+        old.encode(numeric.assign(income=numeric.income.astype(object).where(numeric.index != numeric.index[0],
+                                                                             "unknown")))
 
 
 def test_bad_cells_are_named(mixed):
@@ -108,7 +109,9 @@ def test_bad_cells_are_named(mixed):
     with pytest.raises(DataError, match=r"infinite values in column\(s\) 'tenure' \(1 rows\)"):
         est.predict(X.assign(tenure=X.tenure.where(X.index != 4, np.inf)))
     with pytest.raises(DataError, match=r"column 'usage' was numeric at fit but holds text"):
-        est.predict(X.assign(usage=X.usage.astype(object).where(X.index != 2, "n/a")))
+        est.predict(X.assign(usage=X.usage.astype(object).where(X.index != 2, "unknown")))
+    with_token = X.assign(usage=X.usage.astype(object).where(X.index != 2, "n/a"))   # a missing token: missing
+    assert est.predict(with_token)[2] == est.predict(X.assign(usage=X.usage.where(X.index != 2, np.nan)))[2]
     with pytest.raises(DataError, match=r"column 'tenure' holds numbers except 1 cell\(s\), the first at row 3"):
         NeurCAM(n_clusters=3, **FAST).fit(X.assign(tenure=X.tenure.astype(str).where(X.index != 3, "?")))
     with pytest.raises(ValueError, match=r"categorical_features names 'planz'.*did you mean 'plan'"):
@@ -167,6 +170,130 @@ def test_the_sql_query_reads_levels_nulls_quotes_and_booleans_in_duckdb_and_sqli
     with sqlite3.connect(":memory:") as lite:
         new.astype({"region": object}).to_sql("rows", lite, index=False)
         assert (pd.read_sql_query(text, lite)["cluster"].to_numpy() == est.predict(new)).all()
+
+
+def test_sql_reads_blank_text_as_predict_does_and_refuses_what_no_engine_holds(mixed, tmp_path):
+    """Blank text ('' and spaces) is a missing cell in the query as in predict; columns whose
+    names are one in SQL, a column named like the query's own and a level with a NUL character are
+    refused by name before a query is built; a query below --min-agreement is not written and the
+    rows that disagree are shown; a feature missing in every training row is refused at fit."""
+    from neurcam_dist.explain.sql import check_names
+    X, _, est = mixed
+    expl = est.explain(X)
+    dtypes = est.fitted_.coding.dtypes()
+    rows = X.head(40).copy()
+    nulls = rows.assign(plan=None)
+    for blank in ("", "   "):
+        got = run_agreement(expl, rows.assign(plan=blank), est.predict(nulls), dtypes)
+        assert got == {"sqlite": 1.0, "duckdb": 1.0}, (blank, got)
+    assert (est.predict(rows.assign(plan="  ")) == est.predict(nulls)).all()
+    with pytest.raises(DataError, match=r"columns 'PLAN' and 'plan' are one column in SQL"):
+        to_sql(expl, "t", keep=["PLAN"], dtypes=dtypes)
+    with pytest.raises(ConfigError, match=r"--keep cannot name 'cluster'"):
+        to_sql(expl, "t", keep=["Cluster"], dtypes=dtypes)
+    with pytest.raises(DataError, match=r"column '__neurcam_x0_0' has the name of one of the query's own columns"):
+        check_names(expl, ["__neurcam_x0_0"], ["__neurcam_x0_0"])
+    nul = X.assign(plan=X["plan"].replace({"monthly": "month\x00ly"}))
+    nul_model = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=10, warmup_epochs=4)).fit(nul)
+    with pytest.raises(DataError, match=r"column 'plan' has a level with a NUL character, 'month\\x00ly'"):
+        to_sql(nul_model.explain(nul), "t", dtypes=dtypes)
+    # below the threshold: nothing written, the rows that disagree shown
+    est.save(tmp_path / "model")
+    X.to_parquet(tmp_path / "x.parquet")
+    args = ["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "x.parquet"), "--table", "t",
+            "--grid-size", "2", "--pair-grid-size", "2", "--output", str(tmp_path / "q.sql")]
+    assert main([*args, "--min-agreement", "0"]) == 0 and (tmp_path / "q.sql").exists()
+    (tmp_path / "q.sql").unlink()
+    with pytest.raises(DataError, match=r"below --min-agreement 100%, so nothing was written; [\d,]+ rows disagree, "
+                                        r"e\.g\. row \d+ \(predict \d, query \d: plan="):
+        service.export(str(tmp_path / "model"), str(tmp_path / "x.parquet"), table="t", grid_size=2,
+                       pair_grid_size=2, output=str(tmp_path / "q.sql"), min_agreement=1.0)
+    assert main([*args, "--min-agreement", "1"]) == 2 and not (tmp_path / "q.sql").exists()
+    with pytest.raises(SystemExit):
+        main([*args, "--min-agreement", "1.5"])
+    # a feature with no values at all: refused at fit (auto selection leaves it out, saying why)
+    with pytest.raises(DataError, match=r"column\(s\) 'income' are missing in every one of the 600 rows"):
+        NeurCAM(n_clusters=3, **FAST).fit(X.assign(income=np.nan))
+
+
+def test_a_column_of_another_kind_is_refused_and_look_alike_levels_are_named(mixed):
+    """Numbers where text levels were (or 0/1 where True/False were) and none a known level:
+    refused by predict, naming the column and both kinds; numbers that are the levels' text are
+    read. Levels that differ only in case, outer spaces or Unicode form are named at fit."""
+    X, _, est = mixed
+    with pytest.raises(DataError, match=r"column 'plan' held text levels at fit .* but holds numbers here "
+                                        r"\(dtype int64\), none of them a level the model knows"):
+        est.predict(X.assign(plan=np.arange(len(X)) % 3))
+    with pytest.raises(DataError, match=r"column 'paperless' held True/False at fit .* but holds numbers here"):
+        est.predict(X.assign(paperless=X["paperless"].astype(int)))
+    coded = X.assign(plan=X["plan"].map({"monthly": "1", "yearly": "2", "two-year": "3"}))
+    by_text = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=10, warmup_epochs=4)).fit(coded)
+    as_numbers = coded.assign(plan=coded["plan"].astype(int))
+    assert (by_text.predict(as_numbers) == by_text.predict(coded)).all()
+    alike = X.copy()
+    alike.loc[alike.index[:30], "plan"] = "Monthly"
+    alike.loc[alike.index[30:60], "plan"] = "monthly "
+    alike.loc[alike.index[60:90], "plan"] = "cafe\u0301"
+    alike.loc[alike.index[90:120], "plan"] = "caf\u00e9"
+    with pytest.warns(UserWarning, match=r"column 'plan': 2 group\(s\) of levels differ only in case, outer spaces "
+                                         r"or Unicode form, and are kept as distinct levels .*'Monthly' \(30 rows\)"):
+        model = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=10, warmup_epochs=4)).fit(alike)
+    assert {"Monthly", "monthly ", "monthly"} <= set(model.fitted_.coding.columns[0].levels)
+
+
+def test_missing_tokens_read_the_same_from_csv_parquet_pandas_and_sql(mixed, tmp_path):
+    """``NA`` / ``None`` / ``NULL`` text cells are missing from every door, as the CSV reader takes
+    them: the same rows land in the same clusters from a CSV, a Parquet file, a DataFrame and the
+    exported query; a numbers column holding a token reads it as missing; a model that learned a
+    token as a level (before this rule) keeps reading it as that level."""
+    from neurcam_dist.columns import Column, level_codes
+    from neurcam_dist.data.tables import read_table
+    X, _, _ = mixed
+    X = X.assign(plan=X["plan"].astype(object), tenure=X["tenure"].round(2).astype(str))
+    X.loc[X.index[:40], "plan"] = "NA"
+    X.loc[X.index[40:80], "plan"] = "None"
+    X.loc[X.index[80:90], "plan"] = "NULL"
+    X.loc[X.index[90:95], "tenure"] = "NA"
+    X.to_csv(tmp_path / "x.csv", index=False)
+    X.to_parquet(tmp_path / "x.parquet")
+    from_csv, from_parquet = read_table(str(tmp_path / "x.csv")), read_table(str(tmp_path / "x.parquet"))
+    assert from_parquet["plan"].iloc[0] == "NA" and pd.isna(from_csv["plan"].iloc[0])   # the doors differ ...
+    est = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=20, warmup_epochs=8)).fit(
+        from_parquet.assign(tenure=from_csv["tenure"]))
+    assert est.fitted_.coding.columns[0].levels == ("two-year", "yearly", "monthly", "other")   # ... the model not
+    assert est.fitted_.coding.missing_shares()["plan"] == pytest.approx(90 / len(X), abs=0.02)
+    by_csv, by_parquet = est.predict(from_csv), est.predict(from_parquet)
+    np.testing.assert_array_equal(by_csv, by_parquet)     # tenure from Parquet: text with an 'NA' cell
+    np.testing.assert_array_equal(est.predict(X), by_csv)
+    got = run_agreement(est.explain(from_csv), from_parquet.assign(tenure=from_csv["tenure"]), by_csv,
+                        est.fitted_.coding.dtypes())
+    assert got == {"sqlite": 1.0, "duckdb": 1.0}
+    old = Column(name="plan", levels=("NA", "monthly", "other"), dtype="text")
+    codes, unseen = level_codes(pd.Series(["NA", "monthly", "None", "weekly"]), old.levels)
+    assert codes[:2].tolist() == [0.0, 1.0] and np.isnan(codes[2]) and codes[3] == 2.0 and unseen == 1
+
+
+def test_a_clustering_space_of_too_many_levels_is_refused_before_it_is_built():
+    """A column of 10,000 levels kept with min_level_rows=1 on a million rows: the one-hot space
+    would take hundreds of GiB; the fit refuses at once with the estimate and what to lower."""
+    import time
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    X = pd.DataFrame({"code": pd.Categorical.from_codes(rng.integers(0, 10_000, n),
+                                                        [f"L{i:05d}" for i in range(10_000)]),
+                      "x": rng.normal(size=n)})
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"the clustering space of 1,000,000 rows x 10,002 columns \(one per categorical "
+                                          r"level; levels: 'code' 10,001\) needs about 18\d\.\d GiB.*lower max_levels"):
+        NeurCAM(n_clusters=3, min_level_rows=1, max_levels=20_000, verbose=False).fit(X)
+    assert time.perf_counter() - t0 < 60
+    from neurcam_dist.columns import ColumnCoding
+    coding, _ = ColumnCoding.fit(X.head(50_000), min_level_rows=1, max_levels=20_000)
+    said = []
+    with pytest.raises(ConfigError, match=r"needs about 9\.\d GiB, over half of the 8\.0 GiB available"):
+        coding.check_space(50_000, 8 * 2**30, say=said.append)       # about 9 GiB: refused with 8 ...
+    coding.check_space(50_000, 64 * 2**30, say=said.append)          # ... said with 64
+    assert len(said) == 1 and re.search(r"takes about 9\.\d GiB while it is built", said[0])
 
 
 def test_fit_predict_export_on_a_csv_with_text_ids_free_text_categories_and_blanks(tmp_path, capsys):
@@ -581,3 +708,35 @@ def test_dates_and_times_are_days_since_the_epoch_at_every_door(tmp_path, capsys
     with pytest.raises(DataError, match=r"column 'signup' \(feature\) holds dates and times \(timestamp\[us\]\), "
                                         r"which a Ray job does not read: add a column of days since 1970-01-01"):
         plan(DataConfig(path=str(tmp_path / "ray"), features=["a", "signup"]))
+
+
+def test_python_scoring_warns_of_unseen_levels_and_new_missing_cells_as_the_cli_counts_them(mixed):
+    X, _, est = mixed
+    new = X.head(10).copy()
+    new.loc[new.index[0], "plan"] = "weekly"           # a level never seen
+    new.loc[new.index[1], "tenure"] = np.nan           # tenure had no missing training cell
+    new.loc[new.index[2], "usage"] = np.nan            # usage had some: the model learned a value, no word
+    for score in (est.predict, est.predict_proba, est.score_frame):
+        with pytest.warns(UserWarning) as caught:
+            score(new)
+        said = [str(w.message) for w in caught if str(w.message).startswith("X: ")]
+        assert said == ["X: levels not seen at training, scored as 'other': plan (1 cells); missing cells, scored "
+                        "with each term's value for them: tenure (1 cells)"], said
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.predict(X.head(10).assign(usage=np.nan))   # what training had: no warning
+
+
+def test_the_command_line_shows_the_service_s_warnings_as_its_own_lines(mixed, tmp_path, capsys):
+    X, _, est = mixed
+    est.save(tmp_path / "model")
+    rows = X.head(300).copy()
+    rows.loc[rows.index[1], "tenure"] = np.nan         # tenure had no missing training cell
+    rows.to_parquet(tmp_path / "rows.parquet")
+    assert main(["export", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "rows.parquet"),
+                 "--table", "t", "--output", str(tmp_path / "q.sql"), "--min-agreement", "0"]) == 0
+    err = capsys.readouterr().err
+    assert ("neurcam: warning: X: missing cells, scored with each term's value for them: tenure (1 cells)"
+            in err), err
+    assert "UserWarning" not in err and ".py:" not in err

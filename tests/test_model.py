@@ -686,3 +686,14 @@ def test_a_table_of_at_most_epoch_rows_trains_whole_passes(data, fitted):
     assert not any("watched_loss" in r for r in fitted.history_["epochs"])
     for (k, a), b in zip(fitted.net_.state_dict().items(), passes.net_.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+def test_progress_shows_the_pairs_temperature_only_for_a_model_with_pairs(capsys):
+    """A model without pairs has no pair gates: its progress lines show T, not a T2 of 1."""
+    from .conftest import blobs
+    X, _ = blobs(n=200, d=3)
+    for pairs in (0, 2):
+        NeurCAM(n_clusters=3, n_pairs=pairs, epochs=6, warmup_epochs=2, hidden=(16,), n_bases=4, verbose=True).fit(X)
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("NeurCAM: epoch")]
+        assert lines and all(", T " in line for line in lines)
+        assert all(("T2 " in line) == (pairs > 0) for line in lines), lines

@@ -230,7 +230,9 @@ def _refuse_one_glued_column(path, columns, sep: str) -> None:
 def _numeric_or_error(df: pd.DataFrame, col) -> None:
     """A text column whose values are numbers but for a few cells is a typo, not a category:
     name the column and the first cell that is not a number instead of dropping it silently."""
+    from ..columns import is_missing_text
     values = df[col].dropna()
+    values = values[~is_missing_text(values)]
     if values.empty:
         return
     parsed = pd.to_numeric(values, errors="coerce")
@@ -321,6 +323,9 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
         if as_days(df[c]) is not None:
             why[c] = (f"dates and times: name it in --features to use it as {DATE_UNIT}, or derive numbers or "
                       f"levels from it (month, weekday)")
+            continue
+        if df[c].isna().all():
+            why[c] = "every cell missing"
             continue
         if pd.api.types.is_timedelta64_dtype(df[c]):
             why[c] = "durations: convert them to numbers (seconds, days) to use them"

@@ -402,10 +402,12 @@ def expected_shard_bytes(c: WorkerConfig, world: int) -> int:
     return int(p.n_rows / max(world, 1) * width * 4 * 1.25)
 
 
-def _say_epoch(s, rec: dict) -> None:
-    """The epoch's progress record: epoch, phase (``warmup->anneal`` when it moved), loss, rate."""
+def _say_epoch(s, rec: dict, pairs: bool) -> None:
+    """The epoch's progress record: epoch, phase (``warmup->anneal`` when it moved), loss, the
+    gates' temperatures (the pairs' only for a model with pairs), rate."""
     moved = rec["phase"] + (f"->{s.phase}" if s.phase != rec["phase"] else "")
-    say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={s.t:.3g} T2={s.t2:.3g} {rec['rows_per_s']:,.0f} rows/s",
+    t2 = f" T2={s.t2:.3g}" if pairs else ""
+    say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={s.t:.3g}{t2} {rec['rows_per_s']:,.0f} rows/s",
         epoch=s.epoch, phase=moved, loss=rec["loss"], rows_per_s=rec["rows_per_s"])
 
 
@@ -425,7 +427,7 @@ class _AfterEpoch:
         if self.group.rank == 0 and (time.monotonic() - self.last_line >= LOG_SECONDS or s.phase != rec["phase"]
                                      or trainer.finished):
             self.last_line = time.monotonic()
-            _say_epoch(s, rec)
+            _say_epoch(s, rec, self.c.spec.n_pairs > 0)
         cut_short = self.c.max_epochs is not None and self.epochs_run >= self.c.max_epochs
         if trainer.finished or cut_short or s.epoch % self.c.checkpoint_every == 0:
             _report(trainer, rec, self.state, self.group, self.stream)

@@ -123,17 +123,25 @@ def row_text(record: dict, digits=None) -> str:
     for t in record["terms"]:
         bar = "#" * max(1, round(20 * abs(t["push"]) / widest))
         sign = "+" if t["push"] > 0 else "-"
-        values = " ".join(f"{f}={value_text(record['values'][f], digits)}" for f in t["term"].split(" & ")
+        values = " ".join(f"{f}={value_text(record['values'][f])}" for f in t["term"].split(" & ")
                           if f in record["values"])
         lines.append(f"  {t['term']:<{width}}  {sign + digits(abs(t['push'])):>7} {bar:<20}  {values}")
     lines.append("  " + change_words(record.get("change"), digits))
     return "\n".join(lines)
 
 
-def value_text(v, digits=None) -> str:
-    """A shown value as text: a level as it is, a missing cell as ``missing``, a number formatted."""
-    digits = digits or fmt
-    return "missing" if v is None else v if isinstance(v, str) else digits(v)
+def value_text(v) -> str:
+    """A row's value as text, as it is: a level as written, a missing cell as ``missing``, a whole
+    number as an integer (``2007``, never ``2010``), any other to 6 significant digits (``29.75``),
+    so a move from one value to another reads as a change."""
+    if v is None:
+        return "missing"
+    if isinstance(v, str):
+        return v
+    v = float(v)
+    if v.is_integer() and abs(v) < 2**53:
+        return str(int(v))
+    return np.format_float_positional(v, precision=6, unique=True, fractional=False, trim="-")
 
 
 def change_words(ch: dict | None, digits=None) -> str:
@@ -142,11 +150,12 @@ def change_words(ch: dict | None, digits=None) -> str:
     digits = digits or fmt
     if not ch:
         return "no change of one feature or pair (within the data's range) moves it to another cluster"
-    words = (f"would join cluster {ch['target']} if {ch['feature']} went from {value_text(ch['value'], digits)} to "
-             f"{value_text(ch['new_value'], digits)}")
+    words = (f"would join cluster {ch['target']} if {ch['feature']} went from {value_text(ch['value'])} to "
+             f"{value_text(ch['new_value'])}")
     if ch.get("feature_2"):
-        words += (f" and {ch['feature_2']} from {value_text(ch['value_2'], digits)} to "
-                  f"{value_text(ch['new_value_2'], digits)}")
+        words += (f" and {ch['feature_2']} from {value_text(ch['value_2'])} to "
+                  f"{value_text(ch['new_value_2'])}")
     if isinstance(ch.get("value"), str):
         return words + " (another level)"
-    return words + f" ({digits(ch['change_std'])} standard deviations)"
+    size = digits(ch["change_std"])
+    return words + f" ({size} standard deviation{'' if size == '1' else 's'})"

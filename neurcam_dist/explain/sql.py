@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, DataError
 
 LOGIT = "__neurcam_logit_{}"
 
@@ -83,10 +83,16 @@ def literal(level: str, dtype: str) -> str:
 
 
 def _coded(col: str, level_names: list[str], dtype: str) -> str:
-    """A categorical column as its level code (NULL stays NULL; an unseen level is ``other``)."""
+    """A categorical column as its level code (NULL stays NULL, and so does text the model reads
+    as missing: blank, empty or spaces only, and ``columns.missing_tokens`` the model has no level
+    for; an unseen level is ``other``)."""
+    from ..columns import missing_tokens
     kept, other = level_names[:-2], len(level_names) - 2
     whens = " ".join(f"WHEN {col} = {literal(v, dtype)} THEN {number(i)}" for i, v in enumerate(kept))
-    return f"CASE WHEN {col} IS NULL THEN NULL {whens} ELSE {number(other)} END"
+    tokens = sorted(missing_tokens() - set(kept))
+    missing = f" OR TRIM({col}) = '' OR {col} IN ({', '.join(literal(t, 'text') for t in tokens)})" \
+        if dtype == "text" else ""
+    return f"CASE WHEN {col} IS NULL{missing} THEN NULL {whens} ELSE {number(other)} END"
 
 
 def _clipped(col: str, grid: np.ndarray) -> str:
@@ -151,14 +157,15 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     """
     features = list(explanation.feature_names)
     keep = list(dict.fromkeys(keep if keep else features))
-    if "cluster" in keep:
-        raise ConfigError("--keep cannot name 'cluster': the query's own output column")
     carried = [quote(c) for c in dict.fromkeys(keep + features)]
     axes = [(n, a, quote(f), t.grids[a]) for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)]
-    named = {kind: {(n, a): quote(f"__neurcam_{kind}{n}_{a}") for n, a, _, _ in axes} for kind in "xbf"}
-    xs, bins, frac = named["x"], named["b"], named["f"]
+    internal = {kind: {(n, a): f"__neurcam_{kind}{n}_{a}" for n, a, _, _ in axes} for kind in "xbf"}
     k = explanation.n_clusters
-    logit = [quote(LOGIT.format(c)) for c in range(k)]
+    logits = [LOGIT.format(c) for c in range(k)]
+    check_names(explanation, keep, [*(v for d in internal.values() for v in d.values()), *logits])
+    named = {kind: {key: quote(v) for key, v in d.items()} for kind, d in internal.items()}
+    xs, bins, frac = named["x"], named["b"], named["f"]
+    logit = [quote(v) for v in logits]
 
     def select(cols: list[str], source: str) -> str:
         return "SELECT " + ",\n  ".join(cols) + f"\nFROM {source}"
@@ -196,6 +203,38 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     return head + select([quote(c) for c in keep] + [choose], f"(\n{level4}\n) AS neurcam_scored") + order + "\n"
 
 
+def check_names(explanation, keep: list[str], internal: list[str]) -> None:
+    """Refuse, before a query is built, what no SQL engine can hold: two columns whose names are
+    one once written (SQLite and DuckDB read identifiers without regard to case, so ``Plan`` and
+    ``plan`` are one column), a kept column named ``cluster`` (the query's output), a column named
+    like one of the query's working columns (``internal``), and a NUL character in a column name or a
+    level (no engine's text holds one); each named."""
+    written = list(dict.fromkeys([*keep, *explanation.feature_names]))
+    by_fold: dict[str, list[str]] = {}
+    for name in written:
+        by_fold.setdefault(str(name).casefold(), []).append(str(name))
+    same = [names for names in by_fold.values() if len(names) > 1]
+    if same:
+        raise DataError(f"columns {' and '.join(map(repr, same[0]))} are one column in SQL (SQLite and DuckDB read "
+                        f"names without regard to case): rename one in the table and fit again, or leave it out of "
+                        f"--keep")
+    if any(str(n).casefold() == "cluster" for n in keep):
+        raise ConfigError("--keep cannot name 'cluster': the query's own output column")
+    own = {v.casefold() for v in internal}
+    ours = [n for n in written if str(n).casefold() in own]
+    if ours:
+        raise DataError(f"column {ours[0]!r} has the name of one of the query's own columns (__neurcam_...): "
+                        f"rename it in the table")
+    for name in written:
+        if "\x00" in str(name):
+            raise DataError(f"column {name!r} has a NUL character in its name, which no SQL engine holds: rename it")
+    for name, levels in explanation.categorical_levels().items():
+        bad = [lv for lv in levels if "\x00" in str(lv)]
+        if bad:
+            raise DataError(f"column {name!r} has a level with a NUL character, {bad[0]!r}, which no SQL engine's "
+                            f"text holds: replace the character in the table and fit again (or export --format rules)")
+
+
 def _choice(explanation, features: list[str], logit: list[str]) -> tuple[str, list[str]]:
     """The cluster column: NULL where a feature the model reads no missing value for is NULL,
     else the first largest logit's stable id; and those strict features."""
@@ -212,6 +251,13 @@ def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> d
     """Run the query in SQLite (and DuckDB when it is installed) on ``frame``'s rows and return,
     per engine, the share of rows whose cluster equals ``expected`` (``predict``'s ids): the
     agreement of the text itself, not of the Python scorer it was built from."""
+    expected = np.asarray(expected)
+    return {engine: float(np.mean(got == expected)) for engine, got in engine_clusters(explanation, frame, dtypes).items()}
+
+
+def engine_clusters(explanation, frame, dtypes: dict | None = None) -> dict[str, np.ndarray]:
+    """The query's cluster for each of ``frame``'s rows (in order; NaN where NULL), run in SQLite
+    and in DuckDB when it is installed: engine -> clusters."""
     import sqlite3
 
     import pandas as pd
@@ -222,12 +268,10 @@ def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> d
         if isinstance(table[c].dtype, pd.CategoricalDtype):
             table[c] = table[c].astype(object)
     query = to_sql(explanation, "neurcam_rows", keep=[row], dtypes=dtypes, order_by=row)
-    expected = np.asarray(expected)
     out = {}
     with sqlite3.connect(":memory:") as con:
         table.to_sql("neurcam_rows", con, index=False)
-        got = pd.read_sql_query(query, con)["cluster"].to_numpy()
-    out["sqlite"] = float(np.mean(got == expected))
+        out["sqlite"] = pd.read_sql_query(query, con)["cluster"].to_numpy()
     try:
         import duckdb
     except ImportError:
@@ -236,8 +280,7 @@ def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> d
     try:
         con.register("neurcam_frame", table)
         con.execute("CREATE TABLE neurcam_rows AS SELECT * FROM neurcam_frame")
-        got = con.execute(query).fetchdf()["cluster"].to_numpy()
+        out["duckdb"] = con.execute(query).fetchdf()["cluster"].to_numpy()
     finally:
         con.close()
-    out["duckdb"] = float(np.mean(got == expected))
     return out

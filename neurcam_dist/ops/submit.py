@@ -26,19 +26,22 @@ FORWARDED = tuple(ENV_OVERRIDES)
 _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|credential|access_key|api_key)")
 
 
-def split_secrets(overrides: list[str]) -> tuple[list[str], dict[str, str]]:
-    """``--set`` values as ``(plain, {variable: KEY=VALUE})``: one holding a credential (a URI with
-    a user and password, a secret query option, a key named like a password or token) travels in
-    the job's environment as ``config.SET_PREFIX``\ *n*, which the job's config loader applies,
-    never in the entrypoint that the job server shows, stores and prints."""
-    plain, secret = [], {}
-    for item in overrides:
-        key, _, value = item.partition("=")
-        if redact(value) != value or _SECRET_KEY.search(key.rsplit(".", 1)[-1]):
-            secret[f"{SET_PREFIX}{len(secret)}"] = item
-        else:
-            plain.append(item)
-    return plain, secret
+def refuse_secrets(overrides: list[str]) -> None:
+    """A ``--set`` value holding a credential (a URI with a user and password, a secret query
+    option, a key named like a password or token) is refused: the job server returns a job's
+    entrypoint and runtime environment to anyone who can list jobs, so neither may carry it. The
+    message says how the job reads it from the cluster instead (the head pod's environment, from
+    a Kubernetes Secret: ``config.SET_PREFIX``\ *n*, applied by the job's config loader)."""
+    secret = [item.partition("=")[0] for item in overrides
+              if redact(item.partition("=")[2]) != item.partition("=")[2]
+              or _SECRET_KEY.search(item.partition("=")[0].rsplit(".", 1)[-1])]
+    if secret:
+        key = secret[0]
+        raise ConfigError(f"--set {key}=*** holds a credential: a submitted job's entrypoint and runtime environment "
+                          f"are returned by the Ray job server to anyone who can list jobs, so it is not sent. Give it "
+                          f"to the job from the cluster: put {SET_PREFIX}0='{key}=...' (or the variable the client "
+                          f"reads: MLFLOW_TRACKING_PASSWORD, AWS_SECRET_ACCESS_KEY) in the Ray head pod's environment "
+                          f"from a Kubernetes Secret (docs/operations.md), then submit without that --set")
 
 
 def entrypoint(job: str, config: str, overrides: list[str]) -> str:
@@ -152,12 +155,8 @@ def submit(address: str, job: str, config: str, overrides: list[str], *, working
     returns 124; Ctrl-C stops following (130) and leaves the job running."""
     from ray.job_submission import JobStatus
     env = runtime_env(working_dir, config, log)   # argument errors before any connection
-    plain, secret = split_secrets(overrides)
-    for var, item in secret.items():
-        env["env_vars"][var] = item
-        log(f"--set {item.partition('=')[0]}=*** holds a credential: sent in the job's environment ({var}), "
-            f"not its entrypoint")
-    cmd = entrypoint(job, job_config_path(working_dir, config), plain)
+    refuse_secrets(overrides)
+    cmd = entrypoint(job, job_config_path(working_dir, config), overrides)
     if timeout is not None and timeout <= 0:
         raise ConfigError(f"--timeout must be a positive number of seconds, got {timeout}")
     check_fit(address, job, config if working_dir is None else str(Path(working_dir) / config), overrides, log)
