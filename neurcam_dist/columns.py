@@ -139,7 +139,7 @@ class ColumnCoding:
         coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing)
         arr, _ = coding._encode_cells(names, cells, what)
         counts = np.isnan(arr).sum(axis=0)
-        _refuse_empty_columns(names, counts, len(arr), what)
+        refuse_empty_columns(names, counts, len(arr), what)
         coding = cls(columns=tuple(dataclasses.replace(c, missing_rows=int(n)) for c, n in zip(columns, counts)),
                      n_rows=coding.n_rows, missing=missing)
         return coding, arr
@@ -328,14 +328,13 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
     training rows (``other`` when no level was folded, "missing" of a feature with no missing
     cell) at 0, a numeric feature's mean. The rows of a cluster defined by a level or by
     missingness then start apart on the backbone's input, where the distillation can find them."""
+    from sklearn.decomposition import PCA
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.permutation(len(xr))[:20_000])
     sample = np.asarray(xr[keep], np.float64)
-    centred = sample - sample.mean(0)
-    try:
-        _, _, vt = np.linalg.svd(centred, full_matrices=False)
-        score = centred @ vt[0]
-    except np.linalg.LinAlgError:
+    try:   # scikit-learn picks the solver: randomized on a wide space of levels (seconds, where a full SVD took minutes)
+        score = PCA(n_components=1, random_state=seed).fit_transform(sample)[:, 0]
+    except (np.linalg.LinAlgError, ValueError):
         score = np.zeros(len(sample))
     sd = score.std()
     score = score / sd if sd > 0 else score
@@ -352,9 +351,10 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
         order = np.argsort(-np.asarray(c.rows), kind="stable")
         spread = np.zeros(L)
         spread[order] = 0.25 * (np.linspace(-0.5, 0.5, L) if L > 1 else 0.0)
-        for code in range(L):
-            members = codes == code
-            values[offset + code] = (score[members].mean() if members.any() else 0.0) + spread[code]
+        held = ~nan
+        n = np.bincount(codes[held].astype(np.int64), minlength=L)[:L]
+        sums = np.bincount(codes[held].astype(np.int64), weights=score[held], minlength=L)[:L]
+        values[offset:offset + L] = np.divide(sums, n, out=np.zeros(L), where=n > 0) + spread
         offset += L
     return values
 
@@ -673,7 +673,7 @@ def _refuse_changed_kind(column: Column, col, unseen: int, present: int, what: s
                     f"none of them a level the model knows: pass the column as it was at fit")
 
 
-def _refuse_empty_columns(names: list[str], missing: np.ndarray, n_rows: int, what: str) -> None:
+def refuse_empty_columns(names: list[str], missing: np.ndarray, n_rows: int, what: str) -> None:
     """A feature missing in every training row has no shape to learn (its term would be one
     constant, and an exported query's cluster NULL): refused, naming the columns."""
     empty = [names[j] for j in np.flatnonzero(missing == n_rows)] if n_rows else []

@@ -229,6 +229,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
         t0 = time.perf_counter()
         with sized_threads(spec.step_work(n), self.threads) as threads:
+            if say:
+                say(f"starting point: k-means ({self.kmeans}) on {n:,} rows x {xr.shape[1]:,} columns")
             centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
                                                      allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
             trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,

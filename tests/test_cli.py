@@ -198,30 +198,80 @@ def test_deterministic_flag_sets_the_model_field_for_train_and_tune(tmp_path):
         assert _load_config(args).model.deterministic is False
 
 
-def test_sigterm_ends_a_command_with_143_and_writes_nothing(tmp_path):
-    """SIGTERM (kill, a pod stopping) unwinds the command: exit 143, no half-written output."""
-    import os
-    import signal
-
+@pytest.fixture(scope="module")
+def mixed_csv(tmp_path_factory):
+    """20,000 rows: six numeric features and a categorical of 400 levels."""
     from .conftest import blobs
     X, _ = blobs(n=20000, d=6)
-    X.to_csv(tmp_path / "x.csv", index=False)
-    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(tmp_path / "x.csv"),
+    X["shop"] = [f"shop {i}" for i in np.random.default_rng(0).integers(0, 400, len(X))]
+    path = tmp_path_factory.mktemp("mixed") / "x.csv"
+    X.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("phase", ["features (", "starting point", "phase distill", "phase warmup"])
+def test_sigterm_in_every_phase_ends_the_command_within_seconds_with_143_and_writes_nothing(mixed_csv, tmp_path,
+                                                                                            phase):
+    """SIGTERM (kill, a pod stopping) in each phase of a fit (reading the table, the starting
+    point, the distillation, the warm-up) unwinds the command within seconds: exit 143, no output."""
+    import os
+    import signal
+    import time
+
+    from neurcam_dist.signals import UNWIND_S
+    proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "fit", "--input", str(mixed_csv),
                              "--output", str(tmp_path / "out"), "--n-clusters", "3", "--epochs", "5000",
-                             "--warmup-epochs", "4000", "--no-early-stopping"],
+                             "--warmup-epochs", "4000", "--no-early-stopping", "--distill-epochs", "30"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "NEURCAM_VERBOSE": ""})
     said = []
-    for line in proc.stdout:           # until it is training
+    for line in proc.stdout:           # until the phase has begun
         said.append(line)
-        if "NeurCAM: epoch" in line:
+        if phase in line:
             break
     assert proc.poll() is None, "".join(said) + proc.stdout.read()
+    sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
     out = "".join(said) + out
     assert proc.returncode == 143, out[-2000:]
-    assert not (tmp_path / "out" / "model").exists()
+    assert "neurcam: terminated (SIGTERM)" in out and "library call" not in out, out[-2000:]
+    assert took < UNWIND_S, (took, out[-2000:])
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_sigterm_inside_a_long_library_call_still_ends_the_command_within_seconds(tmp_path):
+    """A library call that does not return on a signal (here libc's system(), which waits out its
+    child) holds Python's handler back; the watcher ends the command UNWIND_S seconds after SIGTERM."""
+    import contextlib
+    import os
+    import signal
+    import time
+
+    from neurcam_dist.signals import UNWIND_S
+    code = ("import ctypes\nfrom neurcam_dist.signals import sigterm_as_exit\nwith sigterm_as_exit():\n"
+            "    print('inside', flush=True)\n    ctypes.CDLL(None).system(b'sleep 40')\nprint('returned')\n")
+    log = tmp_path / "log"
+    with open(log, "w") as sink:   # a file, not a pipe: the orphaned `sleep` would hold a pipe open
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    deadline = time.monotonic() + 120
+    while "inside" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)   # the `sleep` left behind
+    out = log.read_text()
+    assert proc.returncode == 128 + signal.SIGTERM, out
+    assert "still inside a library call" in out and "returned" not in out, out
+    assert UNWIND_S - 1 < took < UNWIND_S + 10, took
 
 
 def test_sigterm_to_a_ray_run_exits_143_not_rays_abort(tmp_path):
@@ -256,3 +306,4 @@ def test_sigterm_to_a_ray_run_exits_143_not_rays_abort(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 143, out[-3000:]
     assert "neurcam: terminated (SIGTERM)" in out and not (tmp_path / "out" / "model").exists()
+    assert "library call" not in out, out[-3000:]   # unwound (runs ended, Ray stopped), not cut short

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow.compute as pc
 
-from ..columns import ColumnCoding, Column, column_from_counts, level_counts
+from ..columns import ColumnCoding, Column, column_from_counts, level_counts, refuse_empty_columns
 from ..numerics import FLOAT32_MAX, scale_problem, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
@@ -284,6 +284,8 @@ def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profil
     n = acc["rows"]
     if n != p.n_rows:
         raise DataError(f"the profile pass saw {n} rows but the Parquet footers say {p.n_rows}")
+    gaps = json.loads(acc["missing"])
+    refuse_empty_columns(list(p.features), np.array([gaps.get(c, 0) for c in p.features]), n, "the data's")
     counts = np.asarray(acc["n"], np.float64)
     std = np.asarray(acc["s"]) * np.sqrt(np.asarray(acc["m2s"]) / np.maximum(counts, 1))
     levels = json.loads(acc["levels"])
@@ -292,7 +294,7 @@ def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profil
         if c in p.categorical:
             mean[j], std[j] = 0.0, 1.0
     return Profile(n_rows=n, mean=mean, std=std, bad=bad, lengths=json.loads(acc["len"]),
-                   lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]), missing=json.loads(acc["missing"]),
+                   lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]), missing=gaps,
                    levels={c: v["counts"] for c, v in levels.items()},
                    dtypes={c: v["dtype"] for c, v in levels.items()}, names=tuple(p.features),
                    min_level_rows=min_level_rows)
