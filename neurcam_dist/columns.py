@@ -131,8 +131,8 @@ class ColumnCoding:
                 columns.append(Column(name=name, dtype="date"))
                 continue
             if name not in named:
-                _refuse_numbers_with_typos(col, name, what)
-            if is_category_dtype(col) or name in named:
+                refuse_numbers_with_typos(col, name, what)
+            if (is_category_dtype(col) and not numbers_in_text(col)) or name in named:
                 columns.append(_fit_levels(name, col, min_level_rows, max_levels))
             else:
                 columns.append(Column(name=name))
@@ -684,18 +684,37 @@ def refuse_empty_columns(names: list[str], missing: np.ndarray, n_rows: int, wha
                         f"says nothing about a row)")
 
 
-def _refuse_numbers_with_typos(col, name: str, what: str) -> None:
-    """A text column whose cells are numbers but for a few is a typo, not a category: name the
-    first cell that is not a number (``categorical_features`` reads it as levels on purpose)."""
+def _number_cells(col):
+    """``(cells that hold a value, which of them are numbers)`` of a text column (object or
+    string dtype; missing cells, blank text and ``missing_tokens`` left out, booleans no
+    numbers), or None for any other column."""
     import pandas as pd
     if not isinstance(col, pd.Series) or not (pd.api.types.is_object_dtype(col.dtype)
                                                 or pd.api.types.is_string_dtype(col.dtype)):
-        return
+        return None
     values = col.dropna()
     values = values[~is_missing_text(values)]
-    if values.empty:
+    return values, pd.to_numeric(values, errors="coerce").notna() & ~_booleans(values)
+
+
+def numbers_in_text(col) -> bool:
+    """A text column whose every cell is a number or missing (an amount exported as text, with
+    ``' '`` or ``NA`` in its blank cells): a numeric feature at every door, its blank cells
+    missing, unless named in ``categorical_features``. Digits with a leading zero (``'02134'``)
+    are codes (a zip, an account), not numbers: such a column stays text."""
+    found = _number_cells(col)
+    if found is None or not len(found[0]) or not bool(found[1].all()):
+        return False
+    return not found[0].astype(str).str.match(r"\s*[+-]?0\d").any()
+
+
+def refuse_numbers_with_typos(col, name: str, what: str) -> None:
+    """A text column whose cells are numbers but for a few is a typo, not a category: name the
+    first cell that is not a number (``categorical_features`` reads it as levels on purpose)."""
+    found = _number_cells(col)
+    if found is None or found[0].empty:
         return
-    ok = pd.to_numeric(values, errors="coerce").notna() & ~_booleans(values)
+    values, ok = found
     if ok.mean() >= 0.5 and not ok.all():
         row = values.index[~ok.to_numpy()][0]
         raise DataError(f"{what} column {name!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..columns import DATE_UNIT, as_days, level_counts
+from ..columns import DATE_UNIT, as_days, level_counts, numbers_in_text, refuse_numbers_with_typos
 from ..errors import ConfigError, DataError
 from ..validation import auto_features, first_names, missing_columns_note
 
@@ -227,22 +227,6 @@ def _refuse_one_glued_column(path, columns, sep: str) -> None:
                             f"like {glued[0]!r}, not {sep!r}: pass --delimiter {glued[0]!r}")
 
 
-def _numeric_or_error(df: pd.DataFrame, col) -> None:
-    """A text column whose values are numbers but for a few cells is a typo, not a category:
-    name the column and the first cell that is not a number instead of dropping it silently."""
-    from ..columns import is_missing_text
-    values = df[col].dropna()
-    values = values[~is_missing_text(values)]
-    if values.empty:
-        return
-    parsed = pd.to_numeric(values, errors="coerce")
-    ok = parsed.notna()
-    if ok.mean() >= 0.5 and not ok.all():
-        row = values.index[~ok.to_numpy()][0]
-        raise DataError(f"column {col!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
-                        f"{row} ({values[row]!r}): fix those cells, or name the features with --features")
-
-
 def id_columns(df: pd.DataFrame, features, label: str | None) -> list:
     """The columns automatic feature selection sets aside as ids (index-, id- or key-like names):
     what ``fit``'s assignments carry beside each row's cluster."""
@@ -310,7 +294,7 @@ def is_category_column(series: pd.Series) -> bool:
     """Text, ``category`` and boolean columns: the categorical features automatic selection
     considers (as scikit-learn's ``categorical_features="from_dtype"``; ``columns.is_category_dtype``)."""
     from ..columns import is_category_dtype
-    return is_category_dtype(series) and as_days(series) is None   # dates: a number of days
+    return is_category_dtype(series) and as_days(series) is None and not numbers_in_text(series)   # dates: days
 
 
 def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_levels: int) -> tuple[list, dict]:
@@ -331,8 +315,7 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
             why[c] = "durations: convert them to numbers (seconds, days) to use them"
             continue
         if is_category_column(df[c]) and c not in named_cat and auto_features([(c, True)], {label}):
-            if not pd.api.types.is_bool_dtype(df[c]):
-                _numeric_or_error(df, c)   # a numbers column with a few text cells is a typo
+            refuse_numbers_with_typos(df[c], c, "the table's")   # a numbers column with a few text cells is a typo
             reason = category_reason(*level_counts(df[c]), max_levels)
             if reason:
                 why[c] = reason
@@ -382,10 +365,12 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     if not quiet:
         cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
         dates = [str(c) for c in cols if c not in named_cat and as_days(df[c]) is not None]
+        texts = [str(c) for c in cols if c not in named_cat and numbers_in_text(df[c])]
         skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]
         print(f"features ({len(cols)}): {first_names(cols)}"
               + (f"; categorical: {first_names(cat)}" if cat else "")
               + (f"; dates and times as {DATE_UNIT}: {first_names(dates)}" if dates else "")
+              + (f"; numbers written as text (blank cells missing): {first_names(texts)}" if texts else "")
               + (f"; not used: {first_names(skipped)}" if skipped else ""), file=sys.stderr)
     y = None
     if label is not None:

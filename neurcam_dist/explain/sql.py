@@ -4,12 +4,20 @@ Built from the table-only scorer (``Explanation``'s shape tables): every term is
 interpolated linearly between grid points (bilinearly for a pair) and constant outside the grid,
 exactly as ``TableScorer`` does; the logits are the intercept plus every term; the cluster is the
 first largest logit's stable id. The text uses only what DuckDB, SQLite, PostgreSQL and the
-common warehouses share: ``CASE``, arithmetic, comparisons, quoted identifiers and a subquery (no
-``LEAST``/``GREATEST``, no arrays, no window functions). A categorical feature is read with
+common warehouses share: ``CASE``, ``CAST``, ``TRIM``, ``LOWER``, arithmetic, comparisons, quoted
+identifiers, subqueries and one ``LIMIT ... OFFSET 0`` (no ``LEAST``/``GREATEST``, no arrays, no
+window functions). A categorical feature is read with
 ``CASE WHEN col = 'monthly' THEN 0 ...`` (its level codes; a level the model never saw takes
 ``other``'s, as the scorer does; text quoted, booleans as ``TRUE``/``FALSE``, integer codes as
 numbers). A NULL cell takes its term's "missing" value when the model learned one; with a model
 that reads no missing cells a row with a NULL feature gets a NULL cluster, never a guessed one.
+
+Every feature is read through a cast to the kind it was trained on, so the query agrees with
+``predict`` whatever the table's column types (an all-TEXT table, as SQLite's ``.import --csv``
+and many raw loads make it, as well as a typed one): a numeric feature is ``CAST(col AS DOUBLE
+PRECISION)``, a categorical one compares ``CAST(col AS VARCHAR)`` with its levels (numbers as
+numbers, ``true``/``false``/``1``/``0`` alike for booleans), and a cell that is NULL, blank or one
+of ``columns.missing_tokens`` is missing, as it is at every other door.
 """
 from __future__ import annotations
 
@@ -82,17 +90,41 @@ def literal(level: str, dtype: str) -> str:
     return "'" + str(level).replace("'", "''") + "'"
 
 
-def _coded(col: str, level_names: list[str], dtype: str) -> str:
-    """A categorical column as its level code (NULL stays NULL, and so does text the model reads
-    as missing: blank, empty or spaces only, and ``columns.missing_tokens`` the model has no level
-    for; an unseen level is ``other``)."""
+# After the typed reading: an OFFSET keeps SQLite (and PostgreSQL) from inlining it into the levels
+# above, which would copy each cast into every one of its many uses there (SQLite: gigabytes to plan)
+FENCE = "\nLIMIT 9223372036854775807 OFFSET 0"
+TRUE_TEXT, FALSE_TEXT = ("true", "1", "1.0"), ("false", "0", "0.0")   # a boolean as text, lower-cased
+
+
+def _missing(col: str, levels=()) -> str:
+    """The test for a cell the model reads as missing: NULL, blank text (empty or spaces only)
+    or one of ``columns.missing_tokens`` (but a token the model learned as a level, ``levels``),
+    on the cell as text whatever the column's type."""
     from ..columns import missing_tokens
-    kept, other = level_names[:-2], len(level_names) - 2
-    whens = " ".join(f"WHEN {col} = {literal(v, dtype)} THEN {number(i)}" for i, v in enumerate(kept))
-    tokens = sorted(missing_tokens() - set(kept))
-    missing = f" OR TRIM({col}) = '' OR {col} IN ({', '.join(literal(t, 'text') for t in tokens)})" \
-        if dtype == "text" else ""
-    return f"CASE WHEN {col} IS NULL{missing} THEN NULL {whens} ELSE {number(other)} END"
+    text = f"CAST({col} AS VARCHAR)"
+    tokens = ", ".join(literal(t, "text") for t in sorted(missing_tokens() - set(levels)))
+    return f"{col} IS NULL OR TRIM({text}) = '' OR {text} IN ({tokens})"
+
+
+def _typed(col: str, levels: list[str] | None, dtype: str) -> str:
+    """A feature's cell as the model reads it: a numeric one as a number (NULL when missing), a
+    categorical one as its level code (NULL when missing; a level the model never saw is
+    ``other``'s code), whatever type the table gives the column."""
+    if levels is None:
+        return f"CASE WHEN {_missing(col)} THEN NULL ELSE CAST({col} AS DOUBLE PRECISION) END"
+    kept, other = levels[:-2], len(levels) - 2
+    if dtype == "bool":
+        text = f"LOWER(TRIM(CAST({col} AS VARCHAR)))"
+        words = {"True": TRUE_TEXT, "False": FALSE_TEXT}
+        whens = " ".join(f"WHEN {text} IN ({', '.join(literal(w, 'text') for w in words.get(v, (v,)))}) "
+                         f"THEN {number(i)}" for i, v in enumerate(kept))
+    elif dtype == "number":
+        whens = " ".join(f"WHEN CAST({col} AS DOUBLE PRECISION) = {number(float(v))} THEN {number(i)}"
+                         for i, v in enumerate(kept))
+    else:
+        whens = " ".join(f"WHEN CAST({col} AS VARCHAR) = {literal(v, 'text')} THEN {number(i)}"
+                         for i, v in enumerate(kept))
+    return f"CASE WHEN {_missing(col, kept if dtype == 'text' else ())} THEN NULL {whens} ELSE {number(other)} END"
 
 
 def _clipped(col: str, grid: np.ndarray) -> str:
@@ -158,11 +190,13 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     features = list(explanation.feature_names)
     keep = list(dict.fromkeys(keep if keep else features))
     carried = [quote(c) for c in dict.fromkeys(keep + features)]
-    axes = [(n, a, quote(f), t.grids[a]) for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)]
+    typed = {f: quote(f"__neurcam_v{j}") for j, f in enumerate(features)}   # each feature as the model reads it
+    axes = [(n, a, typed[f], t.grids[a]) for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)]
     internal = {kind: {(n, a): f"__neurcam_{kind}{n}_{a}" for n, a, _, _ in axes} for kind in "xbf"}
     k = explanation.n_clusters
     logits = [LOGIT.format(c) for c in range(k)]
-    check_names(explanation, keep, [*(v for d in internal.values() for v in d.values()), *logits])
+    check_names(explanation, keep, [*(v for d in internal.values() for v in d.values()), *logits,
+                                    *(v.strip('"') for v in typed.values())])
     named = {kind: {key: quote(v) for key, v in d.items()} for kind, d in internal.items()}
     xs, bins, frac = named["x"], named["b"], named["f"]
     logit = [quote(v) for v in logits]
@@ -175,11 +209,12 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     feature = {(n, a): f for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)}
 
     def read(n, a, col, g):
-        f = feature[n, a]
-        value = _coded(col, levels[f], dtypes.get(f, "text")) if f in levels else _clipped(col, g)
-        return f"{value} AS {xs[n, a]}"
+        return f"{col if feature[n, a] in levels else _clipped(col, g)} AS {xs[n, a]}"
 
-    level1 = select(carried + [read(*axis) for axis in axes], table_name(table))
+    level0 = select(carried + [f"{_typed(quote(f), levels.get(f), dtypes.get(f, 'text'))} AS {typed[f]}"
+                               for f in features], table_name(table)) + FENCE
+    carried = carried + list(typed.values())
+    level1 = select(carried + [read(*axis) for axis in axes], f"(\n{level0}\n) AS neurcam_typed")
     level2 = select(carried + list(xs.values()) + [f"{_bin(xs[n, a], g)} AS {bins[n, a]}" for n, a, _, g in axes],
                     f"(\n{level1}\n) AS neurcam_clipped")
     level3 = select(carried + list(xs.values()) + list(bins.values())
@@ -194,7 +229,7 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
                                    [frac[n, a] for a in axis]))
         sums.append("\n    + ".join(parts) + f" AS {logit[c]}")
     level4 = select(carried + sums, f"(\n{level3}\n) AS neurcam_positions")
-    choose, strict = _choice(explanation, features, logit)
+    choose, strict = _choice(explanation, features, logit, typed)
     nulls = ("the cluster is NULL where a feature is NULL" if strict else
              "a NULL cell takes its term's missing value")
     head = (f"-- NeurCAM cluster assignment (neurcam export): {k} clusters, {len(explanation.terms)} terms over "
@@ -235,13 +270,13 @@ def check_names(explanation, keep: list[str], internal: list[str]) -> None:
                             f"text holds: replace the character in the table and fit again (or export --format rules)")
 
 
-def _choice(explanation, features: list[str], logit: list[str]) -> tuple[str, list[str]]:
-    """The cluster column: NULL where a feature the model reads no missing value for is NULL,
-    else the first largest logit's stable id; and those strict features."""
+def _choice(explanation, features: list[str], logit: list[str], typed: dict) -> tuple[str, list[str]]:
+    """The cluster column: NULL where a feature the model reads no missing value for is missing
+    (its ``typed`` column NULL), else the first largest logit's stable id; and those strict features."""
     ids, k = explanation.cluster_ids, explanation.n_clusters
     reads_missing = {f for t in explanation.terms if t.missing is not None for f in t.features}
     strict = [f for f in features if f not in reads_missing]
-    picks = ["WHEN " + " OR ".join(f"{quote(f)} IS NULL" for f in strict) + " THEN NULL"] if strict else []
+    picks = ["WHEN " + " OR ".join(f"{typed[f]} IS NULL" for f in strict) + " THEN NULL"] if strict else []
     for c in range(k - 1):
         picks.append("WHEN " + " AND ".join(f"{logit[c]} >= {logit[j]}" for j in range(c + 1, k)) + f" THEN {ids[c]}")
     return f"CASE {' '.join(picks)} ELSE {ids[-1]} END AS cluster", strict
@@ -255,23 +290,31 @@ def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> d
     return {engine: float(np.mean(got == expected)) for engine, got in engine_clusters(explanation, frame, dtypes).items()}
 
 
+TEXT_ENGINE = "sqlite-text"   # SQLite on a copy whose every column is TEXT, as `.import --csv` loads a CSV
+
+
 def engine_clusters(explanation, frame, dtypes: dict | None = None) -> dict[str, np.ndarray]:
     """The query's cluster for each of ``frame``'s rows (in order; NaN where NULL), run in SQLite
-    and in DuckDB when it is installed: engine -> clusters."""
+    on the typed rows and on a copy of them whose every column is TEXT (the cells as a CSV writes
+    them, blanks as empty text: a raw load), and in DuckDB when it is installed: engine -> clusters."""
+    import io
     import sqlite3
 
     import pandas as pd
     row = "__neurcam_row"
     table = frame.reset_index(drop=True).copy()
-    table[row] = np.arange(len(table))
     for c in table.columns:   # pandas' nullable and category columns as plain values
         if isinstance(table[c].dtype, pd.CategoricalDtype):
             table[c] = table[c].astype(object)
+    text = pd.read_csv(io.StringIO(table.to_csv(index=False)), dtype=str, keep_default_na=False)
+    text.columns = table.columns
+    table[row] = text[row] = np.arange(len(table))
     query = to_sql(explanation, "neurcam_rows", keep=[row], dtypes=dtypes, order_by=row)
     out = {}
-    with sqlite3.connect(":memory:") as con:
-        table.to_sql("neurcam_rows", con, index=False)
-        out["sqlite"] = pd.read_sql_query(query, con)["cluster"].to_numpy()
+    for engine, rows, types in (("sqlite", table, None), (TEXT_ENGINE, text, {c: "TEXT" for c in frame.columns})):
+        with sqlite3.connect(":memory:") as con:
+            rows.to_sql("neurcam_rows", con, index=False, dtype=types)
+            out[engine] = pd.read_sql_query(query, con)["cluster"].to_numpy()
     try:
         import duckdb
     except ImportError:
