@@ -38,7 +38,8 @@ import numpy as np
 
 from .errors import ConfigError, DataError
 
-OTHER = "other"       # the shared level of rare and unseen levels (always the last code)
+OTHER = "(other levels)"   # the pooled level of rare and unseen levels (always the last code), named so that a
+                           # level the data calls "other" keeps its own name beside it
 MISSING = "missing"   # how explanations and reports name a missing cell
 
 
@@ -51,13 +52,14 @@ class Column:
     name : str
         The column's name.
     levels : tuple of str
-        A categorical column's kept levels as text, ``other`` last; empty for a numeric column.
+        A categorical column's kept levels as text, ``OTHER`` (the pooled level) last; empty for a
+        numeric column.
     dtype : str
         How the column's cells are written: ``number``, ``text`` or ``bool`` (SQL compares a
         level with ``col = 'monthly'``, ``col = 3`` or ``col = TRUE``), or ``date`` for a numeric
         column of dates and times, read as ``DATE_UNIT`` (``as_days``).
     rows : tuple of int
-        Training rows per level (``other`` included).
+        Training rows per level (``OTHER`` included).
     missing_rows : int
         Training rows whose cell was missing.
     """
@@ -259,7 +261,7 @@ class ColumnCoding:
             raise ConfigError(f"the clustering space of {n_rows:,} rows x {self.space_width():,} columns (one per "
                               f"categorical level; levels: {shown}) needs about {need / 2**30:.1f} GiB, over half of the "
                               f"{available / 2**30:.1f} GiB available: lower max_levels or raise min_level_rows so rare "
-                              f"levels share {OTHER!r}, leave out a column that is no category (an id, free text), or "
+                              f"levels share {OTHER}, leave out a column that is no category (an id, free text), or "
                               f"pass X_repr (an embedding) as the clustering space")
         if say is not None and need > 2**30:
             say(f"the clustering space of {self.space_width():,} columns (levels: {shown}) takes about "
@@ -308,7 +310,7 @@ class ColumnCoding:
     @classmethod
     def from_dict(cls, d: dict) -> "ColumnCoding":
         """The coding ``to_dict`` gave."""
-        return cls(columns=tuple(Column(name=c["name"], levels=tuple(c["levels"]), dtype=c.get("dtype", "number"),
+        return cls(columns=tuple(Column(name=c["name"], levels=_pooled_last(c["levels"]), dtype=c.get("dtype", "number"),
                                         rows=tuple(int(r) for r in c.get("rows", ())),
                                         missing_rows=int(c.get("missing_rows", 0))) for c in d["columns"]),
                    n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"))
@@ -357,6 +359,12 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
         values[offset:offset + L] = np.divide(sums, n, out=np.zeros(L), where=n > 0) + spread
         offset += L
     return values
+
+
+def _pooled_last(levels) -> tuple:
+    """A stored column's levels with the last, the pooled level, named ``OTHER`` (a model saved
+    before it was "(other levels)" named it "other", as a level of the data may be named)."""
+    return (*levels[:-1], OTHER) if levels else ()
 
 
 # ---------------------------------------------------------------------- cells
@@ -617,12 +625,12 @@ def column_from_counts(name: str, counts: dict[str, int], dtype: str, min_level_
     kept = set(frequent[:max_levels])
     if len(frequent) > max_levels:
         warnings.warn(f"column {name!r} has {len(counts):,} distinct values: its max_levels={max_levels} most "
-                      f"frequent are levels, the other {len(counts) - max_levels:,} share {OTHER!r} (an id or free "
+                      f"frequent are levels, the other {len(counts) - max_levels:,} share {OTHER} (an id or free "
                       f"text is no category: leave it out, or featurize it with `neurcam featurize-text`)",
                       UserWarning, stacklevel=4)
     if counts and not kept:
         warnings.warn(f"column {name!r}: none of its {len(counts):,} distinct values is in min_level_rows="
-                      f"{min_level_rows} rows or more, so every one is {OTHER!r} and the column carries nothing "
+                      f"{min_level_rows} rows or more, so every one is in {OTHER} and the column carries nothing "
                       f"(an id or free text is no category: leave it out)", UserWarning, stacklevel=4)
     if dtype == "text":
         _warn_lookalikes(name, counts)

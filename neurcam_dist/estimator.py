@@ -484,7 +484,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     @_on_sized_threads
     def score_frame_counted(self, X, top_terms: int = 0, what: str = "X", **layout) -> tuple["pd.DataFrame", dict]:
         """``score_frame``'s rows and what reading them met: ``{"unseen": column -> cells whose
-        level was not seen at training (scored as 'other'), "missing": column -> missing cells}``.
+        level was not seen at training (scored as (other levels)), "missing": column -> missing cells}``.
         ``what``: how a message names the rows (``neurcam predict``: the input file); ``layout``:
         ``explain.assignments.assignments``' column choice (``file_layout``)."""
         from .explain.assignments import assignments

@@ -90,8 +90,8 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "missing": Spec(str, "learn", "missing cells (NaN, null, blank): learn (each term learns a contribution for "
                     "them) or refuse (an error naming the columns)", choices=("learn", "refuse")),
     "min_level_rows": Spec(int, 5, "training rows a categorical level needs to be a level of its own; rarer levels "
-                           "share 'other'", ge=1),
-    "max_levels": Spec(int, 64, "most levels of a categorical column (the most frequent; the rest share 'other')",
+                           "share (other levels)", ge=1),
+    "max_levels": Spec(int, 64, "most levels of a categorical column (the most frequent; the rest share (other levels))",
                        ge=1),
 }
 

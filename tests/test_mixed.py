@@ -31,10 +31,10 @@ def test_text_category_and_boolean_columns_are_features_and_missing_cells_a_valu
     X, y, est = mixed
     coding = est.fitted_.coding
     assert [c.name for c in coding.columns if c.categorical] == ["plan", "region", "paperless"]
-    assert coding.columns[0].levels[-1] == "other" and set(coding.columns[0].levels[:-1]) == {
+    assert coding.columns[0].levels[-1] == "(other levels)" and set(coding.columns[0].levels[:-1]) == {
         "monthly", "yearly", "two-year"}
     assert coding.columns[1].levels[:-1] == ("north", "south", "east", "west")     # a category's own order
-    assert coding.columns[2].levels == ("False", "True", "other")
+    assert coding.columns[2].levels == ("False", "True", "(other levels)")
     assert coding.missing_shares()["usage"] == pytest.approx(X["usage"].isna().mean())
     # the segments are the plan's levels: found, and the plan ranks first
     assert adjusted_rand_score(y, est.labels_) > 0.85
@@ -50,12 +50,40 @@ def test_text_category_and_boolean_columns_are_features_and_missing_cells_a_valu
     assert est.decision_function(new.iloc[[0]]) == pytest.approx(est.decision_function(other))
 
 
+def test_a_level_the_data_calls_other_keeps_its_name_and_a_pooled_cell_shows_the_rows_own_value(tmp_path):
+    """The pooled level is "(other levels)", apart from a level named "other"; a row scored with it
+    shows its own value beside it; a model saved when the pooled level was named "other" reads the same."""
+    import hashlib
+    df, _ = mixed_table(400, seed=2, defined_by="level")
+    X = df.drop(columns="customer_id")
+    X["plan"] = X["plan"].replace({"two-year": "other"})           # a level the data itself calls 'other'
+    est = NeurCAM(n_clusters=3, random_state=0, **FAST).fit(X)
+    levels = est.fitted_.coding.columns[0].levels
+    assert "other" in levels[:-1] and levels[-1] == "(other levels)" and len(set(levels)) == len(levels)
+    assert est.explain(X).term("plan").levels[0][-2:] == ["(other levels)", "missing"]
+    new = X.head(2).assign(plan=["Three year", "other"])
+    shown = [r["values"].get("plan") for r in est.explain(X, rows=new).examples["rows"]]
+    assert shown == ["Three year (other levels)", "other"]
+    est.save(tmp_path / "m")
+    config = tmp_path / "m" / "config.json"
+    saved = json.loads(config.read_text())
+    assert saved["coding"]["columns"][0]["levels"][-1] == "(other levels)"
+    saved["coding"]["columns"][0]["levels"][-1] = "other"                # as an older version wrote it
+    config.write_text(json.dumps(saved))
+    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    manifest["files"]["config.json"] = hashlib.sha256(config.read_bytes()).hexdigest()
+    (tmp_path / "m" / "manifest.json").write_text(json.dumps(manifest))
+    old = NeurCAM.load(tmp_path / "m")
+    assert old.fitted_.coding.columns[0].levels == levels
+    np.testing.assert_array_equal(old.predict(new), est.predict(new))
+
+
 def test_a_categorical_term_is_a_lookup_table_of_its_levels(mixed):
     X, _, est = mixed
     expl = est.explain(X)
     term = expl.term("plan")
-    assert term.levels == [["two-year", "yearly", "monthly", "other", "missing"]] or term.levels[0][-2:] == [
-        "other", "missing"]
+    assert term.levels == [["two-year", "yearly", "monthly", "(other levels)", "missing"]] or term.levels[0][-2:] == [
+        "(other levels)", "missing"]
     assert term.values.shape == (len(term.levels[0]) - 1, 3) and term.missing.shape == (3,)
     rows = est.explain_rows(X)
     col = rows.terms.index("plan")
@@ -120,7 +148,7 @@ def test_bad_cells_are_named(mixed):
     rng = np.random.default_rng(0)
     flags = pd.Series(rng.choice(np.array([True, "yes", False, None], dtype=object), len(X)), dtype=object)
     coding, _ = ColumnCoding.fit(X[["tenure"]].assign(flag=flags))
-    assert set(coding.columns[1].levels) == {"True", "yes", "False", "other"} and coding.columns[1].missing_rows > 0
+    assert set(coding.columns[1].levels) == {"True", "yes", "False", "(other levels)"} and coding.columns[1].missing_rows > 0
     # Decimal cells (a database driver's NUMERIC) are numbers, at fit and at predict alike
     import decimal
     prices = pd.Series([decimal.Decimal(f"{v:.2f}") for v in X.tenure], dtype=object).where(X.index != 5, None)
@@ -135,7 +163,7 @@ def test_integer_codes_named_categorical_and_rare_levels_share_other():
     X.loc[:2, "segment_code"] = 9          # 3 rows: fewer than min_level_rows=5
     coding, arr = ColumnCoding.fit(X, ["segment_code"])
     col = coding.columns[0]
-    assert col.levels == ("1", "2", "3", "other") and col.dtype == "number" and col.rows[-1] == 3
+    assert col.levels == ("1", "2", "3", "(other levels)") and col.dtype == "number" and col.rows[-1] == 3
     assert (arr[:3, 0] == 3).all()
     plain, _ = ColumnCoding.fit(X)            # not named: a number like any other
     assert not plain.has_categorical
@@ -261,7 +289,7 @@ def test_missing_tokens_read_the_same_from_csv_parquet_pandas_and_sql(mixed, tmp
     assert from_parquet["plan"].iloc[0] == "NA" and pd.isna(from_csv["plan"].iloc[0])   # the doors differ ...
     est = NeurCAM(n_clusters=3, random_state=0, **dict(FAST, epochs=20, warmup_epochs=8)).fit(
         from_parquet.assign(tenure=from_csv["tenure"]))
-    assert est.fitted_.coding.columns[0].levels == ("two-year", "yearly", "monthly", "other")   # ... the model not
+    assert est.fitted_.coding.columns[0].levels == ("two-year", "yearly", "monthly", "(other levels)")   # ... the model not
     assert est.fitted_.coding.missing_shares()["plan"] == pytest.approx(90 / len(X), abs=0.02)
     by_csv, by_parquet = est.predict(from_csv), est.predict(from_parquet)
     np.testing.assert_array_equal(by_csv, by_parquet)     # tenure from Parquet: text with an 'NA' cell
@@ -324,7 +352,7 @@ def test_fit_predict_export_on_a_csv_with_text_ids_free_text_categories_and_blan
         assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / src),
                      "--output", str(tmp_path / out), "--id", "customer_id"]) == 0
         said = capsys.readouterr().out
-        assert "levels not seen at training, scored as 'other': plan (1 cells)" in said
+        assert "levels not seen at training, scored as (other levels): plan (1 cells)" in said
         assert "tenure (1 cells)" in said
     a, b = pd.read_parquet(tmp_path / "s1"), pd.read_parquet(tmp_path / "s2")
     assert (a["cluster"] == b["cluster"]).all()
@@ -442,9 +470,9 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     # a named text column whose values are all rare is 'other' in every row: said why, and no gate takes it
     # (as the estimator leaves it out in memory)
     said = capsys.readouterr()
-    assert ("price: none of its 600 distinct values is in min_level_rows=5 rows, so it is 'other' in every row and "
-            "no gate may select it; numbers written as text with '$', thousands separators") in said.out + said.err
-    assert coding.columns[6].levels == ("other",) and "price" not in est.selected_features_
+    assert ("price: none of its 600 distinct values is in min_level_rows=5 rows, so it is in (other levels) in every "
+            "row and no gate may select it; numbers written as text with '$', thousands separators") in said.out + said.err
+    assert coding.columns[6].levels == ("(other levels)",) and "price" not in est.selected_features_
     assert "price" not in NeurCAM(**FAST, n_clusters=3).fit(df[features]).selected_features_
     # with the features chosen from the schema, the profile pass leaves it out (as fit's "not used"),
     # and the plan, the profile and the model's width follow
@@ -478,7 +506,7 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
     with pytest.raises(DataError, match="no feature columns left: name them in data.features"):
         prepare(resolve(JobConfig.model_validate({"data": {"path": str(tmp_path / "text"), "id": "id"},
                                                   "model": {"n_clusters": 3}, "output": str(tmp_path / "t")})))
-    assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "other"}
+    assert set(coding.columns[0].levels) == {"monthly", "yearly", "two-year", "two years", "(other levels)"}
     assert coding.columns[3].missing_rows == int(df.usage.isna().sum())
     assert res.metrics["repr_dim"] == coding.space_width()
     from neurcam_dist.distributed import predict_parquet
@@ -755,7 +783,7 @@ def test_python_scoring_warns_of_unseen_levels_and_new_missing_cells_as_the_cli_
         with pytest.warns(UserWarning) as caught:
             score(new)
         said = [str(w.message) for w in caught if str(w.message).startswith("X: ")]
-        assert said == ["X: levels not seen at training, scored as 'other': plan (1 cells); missing cells, scored "
+        assert said == ["X: levels not seen at training, scored as (other levels): plan (1 cells); missing cells, scored "
                         "with each term's value for them: tenure (1 cells)"], said
     import warnings
     with warnings.catch_warnings():

@@ -32,7 +32,7 @@ class Profile:
     levels: dict = field(default_factory=dict)     # categorical feature -> {level text: rows}
     dtypes: dict = field(default_factory=dict)     # categorical feature -> text | bool | number
     names: tuple = ()                              # the features, in order
-    min_level_rows: int = 1                        # a level in fewer rows is 'other' to the model
+    min_level_rows: int = 1                        # a level in fewer rows is in (other levels) to the model
 
     def scale(self) -> np.ndarray:
         """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
@@ -42,7 +42,7 @@ class Profile:
     def constant(self) -> np.ndarray:
         """Features with one value in every row as the model reads them (a categorical one: one
         level and no missing cell, or no value at all; its levels in fewer than ``min_level_rows``
-        rows count as one, 'other', as the estimator codes them in memory)."""
+        rows count as one, (other levels), as the estimator codes them in memory)."""
         out = self.lo == self.hi
         names = list(self.names)
         for j, name in enumerate(names):

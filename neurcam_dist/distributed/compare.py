@@ -67,7 +67,7 @@ def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, 
     """``table`` (challenger x champion contingency of raw cluster indices), both inertias, both
     raw cluster sizes, the agreement (ARI) of the two assignments over every row, and the cells
     whose level the champion never saw at its training (``unseen_champion``: column -> cells,
-    scored as 'other')."""
+    scored as (other levels))."""
     for f, schema, _ in data_mod.footers(plan.source):
         missing = [c for c in champion.feature_names if schema.get_field_index(c) < 0]
         if missing:

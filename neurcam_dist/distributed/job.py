@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import data as data_mod
+from ..columns import OTHER
 from ..config import DataConfig, JobConfig, ModelConfig
 from ..data.profiling import LEVEL_CAP
 from ..data.tables import PLAIN_NUMBERS, category_reason, written_as_numbers
@@ -240,7 +241,7 @@ def not_categories(job: ResolvedJob, prof: data_mod.Profile) -> dict[str, str]:
 
 def hollow_notes(prof: data_mod.Profile) -> list[str]:
     """A line for each categorical feature none of whose values is in ``min_level_rows`` rows:
-    'other' in every row, so constant and no gate may select it; what it looks like (numbers
+    in (other levels) in every row, so constant and no gate may select it; what it looks like (numbers
     written as text, else free text or ids) and what to do."""
     lines, k = [], prof.min_level_rows
     for name, counts in prof.levels.items():
@@ -251,5 +252,5 @@ def hollow_notes(prof: data_mod.Profile) -> list[str]:
                "free text or ids are no category: list the features in data.features without it (`neurcam "
                "featurize-text` for text)")
         lines.append(f"{name}: none of its {len(counts):,} distinct values is in min_level_rows={k} rows, "
-                     f"so it is 'other' in every row and no gate may select it; {why}")
+                     f"so it is in {OTHER} in every row and no gate may select it; {why}")
     return lines

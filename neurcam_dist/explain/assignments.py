@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..columns import OTHER
 from ..numerics import softmax
 from .terms import rows_from_contributions
 
@@ -134,8 +135,8 @@ def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True,
 
 def met_line(met: dict) -> str | None:
     """One line on what a scoring pass met (``NeurCAM.score_frame_counted``): levels not seen at
-    training (scored as 'other') and missing cells (scored with each term's value for them)."""
+    training (scored as ``OTHER``, the pooled level) and missing cells (scored with each term's value for them)."""
     parts = [f"{what}: " + ", ".join(f"{c} ({n:,} cells)" for c, n in met[key].items())
-             for key, what in (("unseen", "levels not seen at training, scored as 'other'"),
+             for key, what in (("unseen", f"levels not seen at training, scored as {OTHER}"),
                                ("missing", "missing cells, scored with each term's value for them")) if met.get(key)]
     return "; ".join(parts) or None

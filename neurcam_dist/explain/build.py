@@ -12,11 +12,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..columns import OTHER
 from ..storage import jsonable
 from .compare import comparison
 from .counterfactual import value_span
 from .evaluation import label_summary
-from .examples import TYPICAL, row_records, typical_positions
+from .examples import TYPICAL, pooled_cells, row_records, typical_positions
 from .explanation import Explanation, Term
 from .grids import feature_grid, interp_main, nearest_index, purify
 from .stability import stability
@@ -262,7 +263,8 @@ def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits
     positions, border, basis = typical_positions(fitted, arr, typical, logits)
     row_ids = _row_ids(X, len(arr))
     flat = [p for c in range(fitted.n_clusters) for p in positions[c]] + list(border.values())
-    records = iter(row_records(fitted, arr[flat], names, [row_ids[p] for p in flat], *value_span(arr)))
+    records = iter(row_records(fitted, arr[flat], names, [row_ids[p] for p in flat], *value_span(arr),
+                               pooled=pooled_cells(fitted, X, arr, flat)))
     return {"basis": basis, "typical": {str(ids[c]): [next(records) for _ in positions[c]]
                                         for c in range(fitted.n_clusters)},
             "borderline": {str(ids[c]): next(records) for c in border}, "rows": []}
@@ -278,7 +280,8 @@ def _row_views(fitted, X, span: np.ndarray) -> list[dict]:
     """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
     the smallest change of one feature or pair to another cluster, within ``span``'s range)."""
     arr = fitted.encode(X)
-    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(X, len(arr)), *value_span(span))
+    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(X, len(arr)), *value_span(span),
+                       pooled=pooled_cells(fitted, X, arr, range(len(arr))))
 
 
 PROFILE_TERMS = 10   # the terms a cluster profile lists as pushing rows in
@@ -396,7 +399,7 @@ def _columns_card(est) -> dict | None:
             "missing": coding.missing,
             "rule": (f"missing cells: {coding.missing} (each term has its own value for them); levels in fewer than "
                      f"min_level_rows={est.min_level_rows} training rows, beyond the max_levels={est.max_levels} most "
-                     f"frequent, or never seen at training share 'other'")}
+                     f"frequent, or never seen at training share {OTHER}")}
 
 
 def model_card(est, arr: np.ndarray) -> dict:

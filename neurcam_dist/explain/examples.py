@@ -53,12 +53,14 @@ def typical_positions(fitted, arr: np.ndarray, n: int = TYPICAL, logits: np.ndar
 
 
 def row_records(fitted, arr: np.ndarray, names: list[str], row_ids: list, low: np.ndarray, high: np.ndarray,
-                n_terms: int = ROW_TERMS) -> list[dict]:
+                n_terms: int = ROW_TERMS, pooled: list[dict] | None = None) -> list[dict]:
     """One record per row of ``arr``: ``row`` (its id), ``cluster`` (stable id), ``probability``,
     ``values`` (feature -> value, the features the model reads), ``terms`` (the ``n_terms``
     largest pushes toward its cluster, strongest first: ``term``, ``push`` in logits) and
     ``change`` (the smallest move of one feature, or of a pair term's two, to the nearest other
-    cluster within ``[low, high]``: ``counterfactual.counterfactuals``; None when none moves it)."""
+    cluster within ``[low, high]``: ``counterfactual.counterfactuals``; None when none moves it).
+    ``pooled`` (``pooled_cells``): per row, the row's own value of each categorical cell the model
+    scores as its pooled level, shown beside it ("Three year (other levels)")."""
     if not len(arr):
         return []
     rows = rows_from_contributions(fitted, fitted.contributions(arr))
@@ -81,7 +83,8 @@ def row_records(fitted, arr: np.ndarray, names: list[str], row_ids: list, low: n
             change.update(feature_2=str(move["feature_2"]), value_2=_moved(move["value_2"]),
                           new_value_2=_moved(move["new_value_2"]), change_2=_moved(move["change_2"]))
         out.append({"row": _plain(row_ids[r]), "cluster": int(ids[c]), "probability": float(proba[r, c]),
-                    "values": {names[j]: _shown(fitted, j, arr[r, j]) for j in used},
+                    "values": {names[j]: _shown(fitted, j, arr[r, j], pooled[r].get(j) if pooled else None)
+                               for j in used},
                     "terms": [{"term": rows.terms[i], "push": float(push[i])} for i in order if push[i] != 0.0],
                     "change": change})
     return out
@@ -94,12 +97,33 @@ def _moved(v):
     return None if v != v else float(v)
 
 
-def _shown(fitted, j: int, value: float):
+def _shown(fitted, j: int, value: float, own=None):
     """A row's value of feature ``j`` as the report shows it: a number, a categorical feature's
-    level name, or None for a missing cell."""
+    level name (the row's ``own`` value before the pooled level's name), or None for a missing cell."""
     if fitted.coding is not None and fitted.coding.columns[j].categorical:
-        return fitted.coding.level_of(j, value)
+        level = fitted.coding.level_of(j, value)
+        return f"{own} {level}" if own is not None else level
     return None if value != value else float(value)
+
+
+def pooled_cells(fitted, X, arr: np.ndarray, rows) -> list[dict]:
+    """For each of ``rows`` (positions in ``X`` and its encoding ``arr``): feature index -> the
+    row's own value (text) of each categorical cell the model scores as its pooled level
+    (``columns.OTHER``: a level too rare at training or never seen), which the level's name alone
+    would hide."""
+    from ..validation import is_frame
+    coding = fitted.coding
+    out = [{} for _ in rows]
+    if coding is None or X is None:
+        return out
+    for j, c in enumerate(coding.columns):
+        if not c.categorical:
+            continue
+        cells = X[c.name] if is_frame(X) else None
+        for i, r in enumerate(rows):
+            if arr[r, j] == len(c.levels) - 1:
+                out[i][j] = str(cells.iloc[r] if cells is not None else np.asarray(X)[r, j])
+    return out
 
 
 def _read(fitted) -> set[str]:

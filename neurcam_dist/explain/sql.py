@@ -204,15 +204,14 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     def select(cols: list[str], source: str) -> str:
         return "SELECT " + ",\n  ".join(cols) + f"\nFROM {source}"
 
-    levels = explanation.categorical_levels()
-    dtypes = dtypes or {}
+    levels, dtypes = explanation.categorical_levels(), dtypes or {}
     feature = {(n, a): f for n, t in enumerate(explanation.terms) for a, f in enumerate(t.features)}
 
     def read(n, a, col, g):
         return f"{col if feature[n, a] in levels else _clipped(col, g)} AS {xs[n, a]}"
 
-    level0 = select(carried + [f"{_typed(quote(f), levels.get(f), dtypes.get(f, 'text'))} AS {typed[f]}"
-                               for f in features], table_name(table)) + FENCE
+    level0 = select(carried + [f"{_typed(quote(f), levels.get(f), dtypes.get(f, 'text'))} AS {v}"
+                               for f, v in typed.items()], table_name(table)) + FENCE
     carried = carried + list(typed.values())
     level1 = select(carried + [read(*axis) for axis in axes], f"(\n{level0}\n) AS neurcam_typed")
     level2 = select(carried + list(xs.values()) + [f"{_bin(xs[n, a], g)} AS {bins[n, a]}" for n, a, _, g in axes],
