@@ -242,6 +242,8 @@ def _add_fit(sub) -> argparse.ArgumentParser:
                                                         "report/ with --report")
     fit.add_argument("--features", **LIST, default=None,
                      help="feature columns (default: every numeric column that is not id-like or the label)")
+    fit.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
+                     help="columns the default selection leaves out (a second id, a free-text note)")
     fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
     _flag(fit, "--id", default=None, help="the rows' id column (never a feature): carried into the assignments and "
                                           "naming the report's rows (default: the one id-like column, if any)")
@@ -272,6 +274,8 @@ def _add_choose_k(sub) -> argparse.ArgumentParser:
                                                          "and report the smallest within 1.02x of the full model")
     ck.add_argument("--features", **LIST, default=None,
                     help="feature columns (default: every numeric column that is not id-like or the label)")
+    ck.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
+                    help="columns the default selection leaves out (a second id, a free-text note)")
     ck.add_argument("--label", default=None, help="ground-truth column, for evaluation only (each K's ARI)")
     _flag(ck, "--id", default=None, help="the rows' id column (never a feature)")
     ck.add_argument("--categorical", **LIST, default=None, metavar="COL",
@@ -554,7 +558,7 @@ def _fit(args) -> int | None:
     if args.categorical:
         params["categorical_features"] = args.categorical
     result = service.fit(args.input, args.output, features=args.features, label=args.label, params=params,
-                         report=args.report, id_column=args.id, **_csv(args))
+                         report=args.report, id_column=args.id, exclude=args.exclude, **_csv(args))
     keys = ("n_rows", "n_clusters", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     choice = result.metrics.get("k_choice")
@@ -596,6 +600,7 @@ def _choose_k(args) -> None:
         params["categorical_features"] = args.categorical
     choice = service.choose_k(args.input, args.output, k=args.k, seeds=args.seeds, features=args.features,
                               label=args.label, id_column=args.id, params=params, terms=args.terms,
+                              exclude=args.exclude,
                               say=(lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr)),
                               **_csv(args))
     print("\n".join(choice.lines()))

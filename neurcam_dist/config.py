@@ -76,6 +76,8 @@ class DataConfig(_Strict):
     embedding: str | list[str] | None = Field(None, description="representation: one list<float> column or "
                                                                 "a set of numeric columns; default: the "
                                                                 "standardized features")
+    exclude: list[str] | None = Field(None, description="columns never taken as features when data.features "
+                                                         "is not given (a second id, a free-text note)")
     label: str | None = Field(None, description="ground truth, evaluation only")
     id: str | None = Field(None, description="row id column, carried into predictions")
     categorical: list[str] | None = Field(None, description="integer-coded categorical feature columns (text, "
@@ -97,6 +99,9 @@ class DataConfig(_Strict):
         if self.embedding_table is not None and self.embedding is None:
             raise ConfigError("data.embedding_table is set: data.embedding must name the representation column(s) "
                              "of that table")
+        both = [c for c in (self.exclude or []) if c in (self.features or [])]
+        if both:
+            raise ConfigError(f"data.exclude names {both}, which data.features lists: name each column in one")
         return self
 
 

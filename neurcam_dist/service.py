@@ -82,7 +82,7 @@ class FitResult:
 
 def fit(data: str, output: str, *, features: list[str] | None = None, label: str | None = None,
         params: dict | None = None, report: bool = False, encoding: str = "utf-8", delimiter: str | None = None,
-        decimal: str | None = None, id_column: str | None = None) -> FitResult:
+        decimal: str | None = None, id_column: str | None = None, exclude: list[str] | None = None) -> FitResult:
     """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
 
     Parameters
@@ -108,6 +108,8 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     id_column : str, optional
         The rows' id (never a feature): carried into the assignments and naming the report's
         typical, borderline and chosen rows (default: the one id-like column, when there is one).
+    exclude : list of str, optional
+        Columns automatic feature selection leaves out (a second id, a free-text note).
     """
     import json
 
@@ -120,7 +122,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,), inputs=[data])
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
-    X, y, ids = _fit_table(df, features, label, id_column, params)
+    X, y, ids = _fit_table(df, features, label, id_column, params, exclude)
     k = params.get("n_clusters", 10)
     _check_fit_outputs(output, ids, len(X), 12 if k == "auto" else k, assignments, report)
     t0 = time.perf_counter()
@@ -152,7 +154,7 @@ def _fit_metrics(est, X, y, seconds: float) -> dict:
             **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
 
 
-def _fit_table(df, features, label, id_column, params: dict):
+def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] | None = None):
     """``(X, y, ids)`` of the table ``fit`` read: the features (always said on stderr: what was
     used and why the rest was not), the label's values and the id columns set aside. The id
     (``id_column``, else the one id-like column) is never a feature and names ``X``'s rows, so
@@ -167,7 +169,7 @@ def _fit_table(df, features, label, id_column, params: dict):
     table = df if id_column is None else df.drop(columns=[id_column])
     named = params.get("categorical_features")
     X, y = split_columns(table, features, label, categorical=named if isinstance(named, list) else None,
-                         max_levels=params.get("max_levels", 64))
+                         max_levels=params.get("max_levels", 64), exclude=exclude)
     ids = df[([id_column] if id_column else []) + id_columns(table, X.columns, label)]
     name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
     if name is not None:
@@ -238,7 +240,8 @@ def _assignments(est, X, ids, name: str) -> bytes:
 
 def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
              label: str | None = None, id_column: str | None = None, params: dict | None = None, terms: bool = False,
-             encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None, say=print):
+             encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None, say=print,
+             exclude: list[str] | None = None):
     """Propose a number of clusters for a CSV or Parquet table (``neurcam_dist.choosing``), read
     as ``fit`` reads it, and write ``OUTPUT/choice.json`` and ``OUTPUT/choice.html`` in one swap.
 
@@ -251,7 +254,7 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
         The values of K: ``"2-12"``, ``"3,5,8"`` or a list.
     seeds : int
         Seeds per K (2 at least: stability is their agreement).
-    features, label, id_column, encoding, delimiter, decimal
+    features, label, id_column, encoding, delimiter, decimal, exclude
         As for ``fit``; the label is for evaluation only (each K's ARI with it).
     params : dict, optional
         Other hyperparameters of every fit (``n_clusters`` is what is chosen).
@@ -281,7 +284,7 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     check_writable(output, "--output")
     check_room(output, 16 * 2**20)
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
-    X, y, _ = _fit_table(df, features, label, id_column, params)
+    X, y, _ = _fit_table(df, features, label, id_column, params, exclude)
     check_request(ks, seeds, len(X))
     say(f"choosing K among {ks[0]}..{ks[-1]} on {min(len(X), 5000):,} rows, {seeds} seeds per K")
     choice = fit_each(X, y, ks, seeds=seeds, terms=terms, describe=True, say=say, **params)

@@ -5,6 +5,7 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from neurcam_dist import NeurCAM
@@ -93,6 +94,34 @@ def test_errors_exit_nonzero_and_write_nothing(data, tmp_path, capsys):
     assert rc == 2
     assert "column 'f2' holds numbers except 1 cell(s), the first at row 3 ('unknown')" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_exclude_leaves_columns_out_of_the_default_selection_and_is_checked(data, tmp_path, capsys):
+    """--exclude (and a job config's data.exclude) leaves a column out of the features chosen by
+    default, said on the features line; a column the table lacks, or one --features also names, is refused."""
+    import pyarrow.parquet as pq
+
+    from neurcam_dist.config import DataConfig
+    from neurcam_dist.data import DataError, plan
+    X, _ = data
+    table = X.assign(account_no=np.arange(len(X)) * 7919 % 1000)   # a second id, not id-like by name
+    table.to_csv(tmp_path / "t.csv", index=False)
+    fit = ["fit", "--data", str(tmp_path / "t.csv"), "--n-clusters", "3", "--epochs", "3"]
+    assert main([*fit, "--out", str(tmp_path / "run"), "--exclude", "account_no"]) == 0
+    assert "; not used: account_no (excluded)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["features"] == [str(c) for c in X.columns]
+    assert main([*fit, "--out", str(tmp_path / "bad"), "--exclude", "acount_no"]) == 2
+    assert "--exclude columns ['acount_no'] are not in the data; did you mean 'account_no'?" in capsys.readouterr().err
+    assert main([*fit, "--out", str(tmp_path / "bad"), "--exclude", "f0", "--features", "f0", "f1"]) == 2
+    assert "--exclude names ['f0'], which --features lists" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+    (tmp_path / "pq").mkdir()
+    pq.write_table(pa.Table.from_pandas(table, preserve_index=False), tmp_path / "pq" / "part-0.parquet")
+    assert plan(DataConfig(path=str(tmp_path / "pq"), exclude=["account_no"])).features == [str(c) for c in X.columns]
+    with pytest.raises(DataError, match=r"data.exclude names \['acount_no'\], which .* does not have; did you mean"):
+        plan(DataConfig(path=str(tmp_path / "pq"), exclude=["acount_no"]))
+    with pytest.raises(ValueError, match=r"data.exclude names \['f0'\], which data.features lists"):
+        DataConfig(path=str(tmp_path / "pq"), features=["f0", "f1"], exclude=["f0"])
 
 
 def test_bad_sizes_are_refused_before_anything_is_written(tmp_path, capsys):

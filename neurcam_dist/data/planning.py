@@ -85,7 +85,12 @@ def plan(cfg: DataConfig) -> Plan:
         raise DataError(f"the dataset at {cfg.path!r} is empty: {len(foot)} file(s), 0 rows")
     first = foot[0][1]
     repr_in_features = cfg.embedding_table is None and cfg.embedding is not None
-    reserved = {c for c in (cfg.label, cfg.id) if c} | ({cfg.embedding_table.key} if cfg.embedding_table else set())
+    unknown = [c for c in (cfg.exclude or []) if c not in first.names]
+    if unknown:
+        raise DataError(f"data.exclude names {unknown}, which {foot[0][0]} does not have"
+                        f"{missing_columns_note(unknown, first.names)}")
+    reserved = ({c for c in (cfg.label, cfg.id) if c} | ({cfg.embedding_table.key} if cfg.embedding_table else set())
+                | set(cfg.exclude or []))
     if repr_in_features:
         reserved |= set([cfg.embedding] if isinstance(cfg.embedding, str) else cfg.embedding)
     text = find_vocabulary(cfg.path)

@@ -327,13 +327,28 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
     return cols, why
 
 
+def _excluded(df: pd.DataFrame, features: list[str] | None, exclude: list[str] | None) -> dict:
+    """``--exclude``'s columns, each with why it is not used; ``ConfigError`` for a column the
+    table does not have (with the nearest names) or one ``features`` also names."""
+    exclude = list(exclude or [])
+    missing = [c for c in exclude if c not in df.columns]
+    if missing:
+        raise ConfigError(f"--exclude columns {missing} are not in the data"
+                          f"{missing_columns_note(missing, list(df.columns))}")
+    both = [c for c in exclude if c in (features or [])]
+    if both:
+        raise ConfigError(f"--exclude names {both}, which --features lists: name each column in one")
+    return {c: "excluded" for c in exclude}
+
+
 def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False,
-                  categorical: list[str] | None = None, max_levels: int = 64):
+                  categorical: list[str] | None = None, max_levels: int = 64, exclude: list[str] | None = None):
     """``(X, y)``: the feature columns (named, or chosen by ``validation.auto_features``, plus the
     text, ``category`` and boolean columns with at most ``max_levels`` distinct values) and the
     label's values (None without a label). ``categorical`` names integer-coded categorical
-    columns (they must be features). Says on stderr which columns were chosen, which are
-    categorical and why the others were not used, unless ``quiet``.
+    columns (they must be features); ``exclude`` names columns automatic selection leaves out.
+    Says on stderr which columns were chosen, which are categorical and why the others were not
+    used, unless ``quiet``.
 
     Raises
     ------
@@ -350,7 +365,7 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     if missing:
         raise ConfigError(f"--categorical columns {missing} are not in the data"
                           f"{missing_columns_note(missing, list(df.columns))}")
-    why: dict = {}
+    why = _excluded(df, features, exclude)
     if features:
         missing = [f for f in features if f not in df.columns]
         if missing:
@@ -358,7 +373,8 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
                               f"{missing_columns_note(missing, list(df.columns))}")
         cols = list(features)
     else:
-        cols, why = _auto_columns(df, label, named_cat, max_levels)
+        cols, auto_why = _auto_columns(df.drop(columns=list(why)), label, named_cat, max_levels)
+        why.update(auto_why)
     not_features = [c for c in named_cat if c not in cols]
     if not_features:
         raise ConfigError(f"--categorical names {not_features}, which are not features (--features {' '.join(cols)})")
