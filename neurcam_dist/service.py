@@ -830,8 +830,8 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     import pyarrow.parquet as pq
 
     from .data.tables import read_table
-    from .distributed.scoring import MARKER
     from .storage import write_dataset
+    from .storage.atomic import PREDICTIONS_MARKER
     from .validation import missing_columns_note
     t0 = time.perf_counter()
     df = read_table(str(settings.input), **csv)
@@ -872,10 +872,10 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
         with fs.open_output_stream(f"{root}/part-00000.parquet") as f:
             pq.write_table(out, f)
         summary["seconds"] = round(time.perf_counter() - t0, 2)
-        with fs.open_output_stream(f"{root}/{MARKER}") as f:
+        with fs.open_output_stream(f"{root}/{PREDICTIONS_MARKER}") as f:
             f.write(json.dumps(summary, indent=1).encode())
 
-    write_dataset(settings.output, write, marker=MARKER)
+    write_dataset(settings.output, write, marker=PREDICTIONS_MARKER)
     return summary
 
 

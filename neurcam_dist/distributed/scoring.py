@@ -28,12 +28,12 @@ from ..explain.assignments import (ROW_NUMBER, ROW_TERMS, assignments, file_layo
 from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
+from ..storage.atomic import PREDICTIONS_MARKER
 from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
 from .events import beside_driver
 from .session import ray_for
 
-MARKER = "_neurcam_predictions.json"
 PROGRESS_SECONDS = 30.0   # a Ray Data pass's progress line at most this often (NEURCAM_PREDICT_PROGRESS_S)
 
 
@@ -338,18 +338,18 @@ def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: st
             raise TrainingError(f"scoring wrote {written} rows for {n_rows} input rows: output discarded")
         summary.update(n_rows=n_rows, files=len(files), seconds=round(time.perf_counter() - t0, 2),
                        input=redact(str(input_path)), where="here" if here else "ray")
-        with fs.open_output_stream(f"{root}/{MARKER}") as f:
+        with fs.open_output_stream(f"{root}/{PREDICTIONS_MARKER}") as f:
             f.write(json.dumps(summary, indent=1).encode())
 
     if here:
         log(f"scoring {n_rows:,} rows from {len(footers)} file(s) in this process (small input: Ray not needed)")
-        write_dataset(output, write, marker=MARKER)
+        write_dataset(output, write, marker=PREDICTIONS_MARKER)
         return summary
     with stderr_to_log(log_dir, "predict", "Ray's", log) if log_dir is not None else nullcontext():
         with ray_for(min_cpus=concurrency + 1):   # the scoring actors, plus a CPU for the reads
             log(f"scoring {n_rows:,} rows from {len(footers)} file(s) with Ray Data, "
                 f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")
-            write_dataset(output, write, marker=MARKER)
+            write_dataset(output, write, marker=PREDICTIONS_MARKER)
     return summary
 
 

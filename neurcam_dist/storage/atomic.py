@@ -177,6 +177,7 @@ def check_writable(out, what: str = "output") -> None:
         os.unlink(probe)
 
 
+PREDICTIONS_MARKER = "_neurcam_predictions.json"   # written last into a finished predictions folder
 MODEL_MARKERS = ("manifest.json", "weights.safetensors")   # modeldir's files: a folder holding both is a model
 
 
