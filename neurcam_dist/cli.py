@@ -643,8 +643,8 @@ def _export(args) -> None:
                             sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
                             min_agreement=args.min_agreement, **_csv(args))
     names = {"sqlite": "SQLite", "sqlite-text": "SQLite with every column TEXT", "duckdb": "DuckDB"}
-    said_engines = [names.get(e, e) for e in (result.engines or {})]
-    engines = " and ".join(filter(None, [", ".join(said_engines[:-1]), *said_engines[-1:]]))
+    engines = ", ".join(names.get(e, e) for e in (result.engines or {}))
+    engines = " and ".join(engines.rsplit(", ", 1))   # "A, B and C"
     said = (f"the query's cluster equals predict's on {result.agreement:.2%} of the {result.n_rows:,} rows of "
             f"{redact(args.input)}, run in {engines} (the query uses the shape tables, interpolated between "
             f"grid points)"

@@ -55,8 +55,8 @@ class Column:
         A categorical column's kept levels as text, ``OTHER`` (the pooled level) last; empty for a
         numeric column.
     dtype : str
-        How the column's cells are written: ``number``, ``text`` or ``bool`` (SQL compares a
-        level with ``col = 'monthly'``, ``col = 3`` or ``col = TRUE``), or ``date`` for a numeric
+        How the column's cells are written: ``number``, ``text`` or ``bool`` (the exported SQL
+        compares a level as a number, as text, or as true/false), or ``date`` for a numeric
         column of dates and times, read as ``DATE_UNIT`` (``as_days``).
     rows : tuple of int
         Training rows per level (``OTHER`` included).
@@ -132,9 +132,8 @@ class ColumnCoding:
             if name not in named and as_days(col) is not None:   # encoded as days below
                 columns.append(Column(name=name, dtype="date"))
                 continue
-            if name not in named:
-                refuse_numbers_with_typos(col, name, what)
-            if (is_category_dtype(col) and not numbers_in_text(col)) or name in named:
+            numbers = name not in named and refuse_numbers_with_typos(col, name, what)
+            if (is_category_dtype(col) and not numbers) or name in named:
                 columns.append(_fit_levels(name, col, min_level_rows, max_levels))
             else:
                 columns.append(Column(name=name))
@@ -353,9 +352,9 @@ def level_init(coding: ColumnCoding, xr: np.ndarray, arr: np.ndarray, seed: int)
         order = np.argsort(-np.asarray(c.rows), kind="stable")
         spread = np.zeros(L)
         spread[order] = 0.25 * (np.linspace(-0.5, 0.5, L) if L > 1 else 0.0)
-        held = ~nan
-        n = np.bincount(codes[held].astype(np.int64), minlength=L)[:L]
-        sums = np.bincount(codes[held].astype(np.int64), weights=score[held], minlength=L)[:L]
+        held = codes[~nan].astype(np.int64)
+        n = np.bincount(held, minlength=L)[:L]
+        sums = np.bincount(held, weights=score[~nan], minlength=L)[:L]
         values[offset:offset + L] = np.divide(sums, n, out=np.zeros(L), where=n > 0) + spread
         offset += L
     return values
@@ -710,24 +709,29 @@ def numbers_in_text(col) -> bool:
     ``' '`` or ``NA`` in its blank cells): a numeric feature at every door, its blank cells
     missing, unless named in ``categorical_features``. Digits with a leading zero (``'02134'``)
     are codes (a zip, an account), not numbers: such a column stays text."""
-    found = _number_cells(col)
+    return _all_numbers(_number_cells(col))
+
+
+def _all_numbers(found) -> bool:
     if found is None or not len(found[0]) or not bool(found[1].all()):
         return False
     return not found[0].astype(str).str.match(r"\s*[+-]?0\d").any()
 
 
-def refuse_numbers_with_typos(col, name: str, what: str) -> None:
+def refuse_numbers_with_typos(col, name: str, what: str) -> bool:
     """A text column whose cells are numbers but for a few is a typo, not a category: name the
-    first cell that is not a number (``categorical_features`` reads it as levels on purpose)."""
+    first cell that is not a number (``categorical_features`` reads it as levels on purpose).
+    Returns ``numbers_in_text(col)``, from the same one pass over the cells."""
     found = _number_cells(col)
     if found is None or found[0].empty:
-        return
+        return False
     values, ok = found
     if ok.mean() >= 0.5 and not ok.all():
         row = values.index[~ok.to_numpy()][0]
         raise DataError(f"{what} column {name!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
                         f"{row} ({values[row]!r}): fix those cells, or name the column in categorical_features "
                         f"(--categorical) to read its values as levels")
+    return _all_numbers(found)
 
 
 def _booleans(values):

@@ -116,13 +116,13 @@ def pooled_cells(fitted, X, arr: np.ndarray, rows) -> list[dict]:
     out = [{} for _ in rows]
     if coding is None or X is None:
         return out
+    rows = np.asarray(rows, dtype=np.int64)
     for j, c in enumerate(coding.columns):
         if not c.categorical:
             continue
-        cells = X[c.name] if is_frame(X) else None
-        for i, r in enumerate(rows):
-            if arr[r, j] == len(c.levels) - 1:
-                out[i][j] = str(cells.iloc[r] if cells is not None else np.asarray(X)[r, j])
+        cells = X[c.name].to_numpy(dtype=object) if is_frame(X) else np.asarray(X)[:, j]
+        for i in np.flatnonzero(arr[rows, j] == len(c.levels) - 1):
+            out[i][j] = str(cells[rows[i]])
     return out
 
 

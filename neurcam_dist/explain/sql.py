@@ -6,10 +6,8 @@ exactly as ``TableScorer`` does; the logits are the intercept plus every term; t
 first largest logit's stable id. The text uses only what DuckDB, SQLite, PostgreSQL and the
 common warehouses share: ``CASE``, ``CAST``, ``TRIM``, ``LOWER``, arithmetic, comparisons, quoted
 identifiers, subqueries and one ``LIMIT ... OFFSET 0`` (no ``LEAST``/``GREATEST``, no arrays, no
-window functions). A categorical feature is read with
-``CASE WHEN col = 'monthly' THEN 0 ...`` (its level codes; a level the model never saw takes
-``other``'s, as the scorer does; text quoted, booleans as ``TRUE``/``FALSE``, integer codes as
-numbers). A NULL cell takes its term's "missing" value when the model learned one; with a model
+window functions). A categorical feature is read as its level codes (a level the model never
+saw takes the pooled level's, as the scorer does). A NULL cell takes its term's "missing" value when the model learned one; with a model
 that reads no missing cells a row with a NULL feature gets a NULL cluster, never a guessed one.
 
 Every feature is read through a cast to the kind it was trained on, so the query agrees with
