@@ -88,6 +88,13 @@ def test_a_proposal_is_a_k_some_fit_used_and_a_huge_range_is_refused_before_any_
     X = pd.DataFrame(np.repeat([[0.0, 0.0], [5.0, 5.0], [10.0, 0.0]], 40, axis=0), columns=["a", "b"])
     with pytest.raises(ConfigError, match="asks for 299,999,999 values of K"):
         choose_k(X, k="2-300000000", seeds=2, verbose=False, **FAST)
+    # within the count and the rows, but every seed's labels would not fit: refused before any fit
+    from neurcam_dist.settings import available_memory
+    seeds = int(available_memory() // len(X))     # 2 K x 16 bytes per row and seed: 32x the memory
+    with pytest.raises(ConfigError, match=r"would keep about [\d.]+ GiB .* over half of the [\d.]+ GiB available"):
+        choose_k(X, k="2,3", seeds=seeds, verbose=False, **FAST)
+    with pytest.raises(ConfigError, match="k goes up to 200, but each seed is fitted on"):
+        choose_k(X, k="2,200", seeds=2, verbose=False, **FAST)
 
 
 def test_choose_k_proposes_the_clear_k_with_every_figure_and_fewest_terms(three):
