@@ -126,6 +126,8 @@ def _params(args) -> dict:
          if spec.in_config and getattr(args, name, None) is not None}
     if "hidden" in p:
         p["hidden"] = tuple(p["hidden"])
+    if "missing_values" in p:
+        p["missing_values"] = tuple(p["missing_values"])
     p["verbose"] = not args.quiet
     return p
 
@@ -155,12 +157,14 @@ def _add_model_args(p: argparse.ArgumentParser, skip: tuple = ()) -> None:
         if not spec.in_config or name in skip:
             continue
         flags = ["--seed", "--random-state"] if name == "random_state" else [f"--{name.replace('_', '-')}"]
-        shown = " ".join(map(str, spec.default)) if spec.kind is tuple else spec.default
+        shown = " ".join(map(str, spec.default)) if spec.kind in (tuple, frozenset) else spec.default
         doc = f"{spec.doc} (required)" if name == "n_clusters" else f"{spec.doc} (default: {shown})"
         if spec.kind is bool:
             g.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc)
         elif spec.kind is tuple:
             g.add_argument(*flags, dest=name, nargs="+", action=_Widths, default=None, metavar="WIDTH", help=doc)
+        elif spec.kind is frozenset:
+            g.add_argument(*flags, dest=name, nargs="+", default=None, metavar="TOKEN", help=doc)
         else:
             g.add_argument(*flags, dest=name, type=_kind_or_words(spec) if spec.words else spec.kind,
                            choices=spec.choices, default=None, required=name == "n_clusters", help=doc)

@@ -6,7 +6,8 @@ model's *encoded matrix* (``encode``), float64 rows x features:
 
 - a numeric column keeps its values; a missing cell (NaN, null, blank) is NaN;
 - a categorical column (text, pandas ``category`` and boolean columns, as scikit-learn's
-  ``categorical_features="from_dtype"``; integer-coded ones when named) holds its level's code
+  ``categorical_features="from_dtype"``; a table's numeric column holding exactly two whole
+  numbers, a 0/1 flag, by ``FLAG_RULE``; integer-coded ones when named) holds its level's code
   ``0 .. L-1``; levels seen in fewer than ``min_level_rows`` training rows, those beyond the
   ``max_levels`` most frequent, and levels never seen at training share the last code, ``other``;
   a missing cell is NaN.
@@ -92,17 +93,21 @@ class ColumnCoding:
         Training rows the coding was learned on.
     missing : str
         ``learn`` (missing cells are a value of their own) or ``refuse`` (they are an error).
+    missing_values : tuple of str
+        Text cells read as missing besides blank ones and ``missing_tokens`` (``'?'``), outer
+        spaces aside: the user's, kept with the model so every door reads them so.
     """
 
     columns: tuple
     n_rows: int
     missing: str = "learn"
+    missing_values: tuple = ()
     legacy: bool = False   # the coding of a model saved without one (format 2 or older): plain numbers
 
     # ------------------------------------------------------------------ learning
     @classmethod
     def fit(cls, X, categorical_features="from_dtype", *, min_level_rows: int = 5, max_levels: int = 64,
-            missing: str = "learn", what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
+            missing: str = "learn", missing_values: tuple = (), what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
         """``(coding, encoded matrix)`` of a training table (a DataFrame or a 2-D array).
 
         Parameters
@@ -110,13 +115,17 @@ class ColumnCoding:
         X : DataFrame or array-like
             The feature columns.
         categorical_features : "from_dtype", None or list of str / int
-            "from_dtype": text, ``category`` and boolean columns are categorical; a list names
+            "from_dtype": text, ``category`` and boolean columns are categorical, and a
+            DataFrame's numeric columns of two whole-number values (``FLAG_RULE``); a list names
             integer-coded categorical columns as well (by name or position); None: none beyond
-            the text, ``category`` and boolean columns (which cannot be numbers).
+            the text, ``category`` and boolean columns (which cannot be numbers), so a 0/1
+            column stays numeric.
         min_level_rows, max_levels : int
             A level seen in fewer rows, or beyond the ``max_levels`` most frequent, joins ``other``.
         missing : str
             ``learn`` or ``refuse``.
+        missing_values : tuple of str
+            Text cells read as missing besides the blank ones and ``missing_tokens``.
 
         Raises
         ------
@@ -126,7 +135,11 @@ class ColumnCoding:
             A named categorical column that is not in ``X``.
         """
         names, cells = _columns_of(X, what)
+        missing_values = tuple(missing_values)
+        cells = [without_tokens(c, missing_values) for c in cells]
         named = _named_categoricals(categorical_features, names)
+        from .validation import is_frame
+        flags = categorical_features is not None and is_frame(X)   # FLAG_RULE: a table's columns, not an array's
         columns = []
         for name, col in zip(names, cells):
             if name not in named and as_days(col) is not None:   # encoded as days below
@@ -135,14 +148,17 @@ class ColumnCoding:
             numbers = name not in named and refuse_numbers_with_typos(col, name, what)
             if (is_category_dtype(col) and not numbers) or name in named:
                 columns.append(_fit_levels(name, col, min_level_rows, max_levels))
+            elif flags and is_flag(col):
+                columns.append(column_from_counts(name, level_counts(col)[0], "number", min_level_rows, max_levels))
             else:
                 columns.append(Column(name=name))
-        coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing)
+        coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing,
+                     missing_values=missing_values)
         arr, _ = coding._encode_cells(names, cells, what)
         counts = np.isnan(arr).sum(axis=0)
         refuse_empty_columns(names, counts, len(arr), what)
-        coding = cls(columns=tuple(dataclasses.replace(c, missing_rows=int(n)) for c, n in zip(columns, counts)),
-                     n_rows=coding.n_rows, missing=missing)
+        coding = dataclasses.replace(coding, columns=tuple(dataclasses.replace(c, missing_rows=int(n))
+                                                           for c, n in zip(columns, counts)))
         return coding, arr
 
     # ------------------------------------------------------------------ reading
@@ -196,7 +212,7 @@ class ColumnCoding:
         """``(encoded matrix, unseen)``: ``encode``'s matrix and, per categorical column with
         any, the cells whose level was not seen at training (coded ``other``)."""
         names, cells = _columns_of(X, what, expected=self.names)
-        return self._encode_cells(names, cells, what)
+        return self._encode_cells(names, [without_tokens(c, self.missing_values) for c in cells], what)
 
     def _encode_cells(self, names, cells, what: str) -> tuple[np.ndarray, dict[str, int]]:
         n = len(cells[0]) if cells else 0
@@ -302,7 +318,7 @@ class ColumnCoding:
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
         """Plain JSON values (what a model directory's ``config.json`` keeps)."""
-        return {"missing": self.missing, "n_rows": int(self.n_rows),
+        return {"missing": self.missing, "n_rows": int(self.n_rows), "missing_values": list(self.missing_values),
                 "columns": [{"name": c.name, "levels": list(c.levels), "dtype": c.dtype, "rows": list(c.rows),
                              "missing_rows": int(c.missing_rows)} for c in self.columns]}
 
@@ -312,7 +328,8 @@ class ColumnCoding:
         return cls(columns=tuple(Column(name=c["name"], levels=_pooled_last(c["levels"]), dtype=c.get("dtype", "number"),
                                         rows=tuple(int(r) for r in c.get("rows", ())),
                                         missing_rows=int(c.get("missing_rows", 0))) for c in d["columns"]),
-                   n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"))
+                   n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"),
+                   missing_values=tuple(d.get("missing_values", ())))
 
     @classmethod
     def numeric(cls, names: list[str], n_rows: int, missing: str = "learn", legacy: bool = False) -> "ColumnCoding":
@@ -491,6 +508,50 @@ def is_category_dtype(col) -> bool:
                 or pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype))
 
 
+FLAG_RULE = "two whole-number values"   # the console's and docs' words for is_flag
+
+
+def is_flag(col) -> bool:
+    """A numeric column (not boolean, not dates) whose present cells hold exactly two values,
+    both whole numbers: a 0/1 flag, a 1/2 code. Categorical by default at every door (a
+    DataFrame's column, a CSV's, a Parquet column on Ray: ``data.profiling``'s ``pairs``), so
+    its term reads ``senior = 1``, not "low senior (mean 0 against 0.16)". Its clustering space is
+    the same either way: a two-level column's scaled one-hot is the 0/1 column standardized."""
+    import pandas as pd
+    dtype = getattr(col, "dtype", None)
+    if (dtype is None or isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_bool_dtype(dtype)
+            or not pd.api.types.is_numeric_dtype(dtype)):
+        return False
+    v = pd.Series(col).to_numpy(dtype=np.float64, na_value=np.nan)
+    v = v[~np.isnan(v)]
+    return bool(len(v)) and two_whole_values(v) is not None
+
+
+def two_whole_values(v: np.ndarray) -> tuple[float, int, float, int] | None:
+    """``(lo, rows at lo, hi, rows at hi)`` when the numbers ``v`` (no NaN) are exactly two
+    distinct whole numbers (``FLAG_RULE``), else None. One pass of two comparisons."""
+    if not len(v):
+        return None
+    lo, hi = float(v.min()), float(v.max())
+    if not (lo < hi and math.isfinite(lo) and math.isfinite(hi) and lo.is_integer() and hi.is_integer()):
+        return None
+    at_lo = int(np.count_nonzero(v == lo))
+    at_hi = int(np.count_nonzero(v == hi))
+    return (lo, at_lo, hi, at_hi) if at_lo + at_hi == len(v) else None
+
+
+def whole_value_counts(v: np.ndarray) -> dict[str, int] | None:
+    """Numbers ``v`` (no NaN; one file of a Ray profile pass) as ``{value as level text: rows}``
+    while they are at most two whole numbers (``FLAG_RULE``); None beyond that."""
+    if not len(v):
+        return {}
+    lo = float(v.min())
+    if lo == float(v.max()):
+        return {_text_of(lo): len(v)} if lo.is_integer() else None
+    two = two_whole_values(v)
+    return None if two is None else {_text_of(two[0]): two[1], _text_of(two[2]): two[3]}
+
+
 def column_dtype(col) -> str:
     """``bool``, ``number`` or ``text``: how a categorical column's cells are written."""
     import pandas as pd
@@ -513,6 +574,20 @@ def missing_tokens() -> frozenset:
     rule) keeps reading it as that level."""
     from pandas._libs.parsers import STR_NA_VALUES   # the CSV door's own list, whatever pandas' version
     return frozenset(STR_NA_VALUES) - {""}
+
+
+def without_tokens(col, tokens: tuple):
+    """A text column (object, string or ``category``) with its cells that are one of ``tokens``
+    (outer spaces aside: ``' ?'``) as missing; any other column, or no tokens, as it is."""
+    if not tokens or not is_category_dtype(col):
+        return col
+    import pandas as pd
+    s = col if isinstance(col, pd.Series) else pd.Series(col)
+    hit = s.astype("string").str.strip(" ").isin(set(tokens)).fillna(False).to_numpy(dtype=bool)
+    if not hit.any():
+        return col
+    out = s.mask(hit)
+    return out if isinstance(col, pd.Series) else out.to_numpy()
 
 
 def is_missing_text(values):
@@ -729,8 +804,9 @@ def refuse_numbers_with_typos(col, name: str, what: str) -> bool:
     if ok.mean() >= 0.5 and not ok.all():
         row = values.index[~ok.to_numpy()][0]
         raise DataError(f"{what} column {name!r} holds numbers except {int((~ok).sum())} cell(s), the first at row "
-                        f"{row} ({values[row]!r}): fix those cells, or name the column in categorical_features "
-                        f"(--categorical) to read its values as levels")
+                        f"{row} ({values[row]!r}): fix those cells; if such a cell means missing, say so with "
+                        f"missing_values (--missing-values {str(values[row]).strip()!r}); or name the column in "
+                        f"categorical_features (--categorical) to read its values as levels")
     return _all_numbers(found)
 
 

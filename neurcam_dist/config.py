@@ -171,6 +171,9 @@ def _model_fields() -> dict:
         if spec.kind is tuple:
             ann = list[Annotated[int, Field(ge=1)]]
             field = Field(default_factory=lambda d=spec.default: list(d), min_length=1, description=spec.doc)
+        elif spec.kind is frozenset:
+            ann = list[Annotated[str, Field(pattern=r"[^ ]")]]
+            field = Field(default_factory=lambda d=spec.default: list(d), description=spec.doc)
         else:
             ann = Literal[spec.choices] if spec.choices else spec.kind
             if spec.optional:
@@ -192,6 +195,7 @@ class _ModelBase(_Strict):
         """Keyword arguments for ``NeurCAM``."""
         p = self.model_dump()
         p["hidden"] = tuple(p["hidden"])
+        p["missing_values"] = tuple(p["missing_values"])
         return p
 
 

@@ -94,8 +94,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  early_stopping: bool = True, n_iter_no_change: int = 10, tol: float = 1e-3,
                  anneal_epochs: int = 30, max_seconds: float | None = None,
                  precision: str = "fp32", deterministic: bool = False, verbose: bool = True,
-                 categorical_features="from_dtype", missing: str = "learn", min_level_rows: int = 5,
-                 max_levels: int = 64):
+                 categorical_features="from_dtype", missing: str = "learn", missing_values=(),
+                 min_level_rows: int = 5, max_levels: int = 64):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -129,6 +129,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.verbose = verbose
         self.categorical_features = categorical_features
         self.missing = missing
+        self.missing_values = missing_values
         self.min_level_rows = min_level_rows
         self.max_levels = max_levels
 
@@ -154,7 +155,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         else:
             source = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
         coding, arr = ColumnCoding.fit(source, self.categorical_features, min_level_rows=self.min_level_rows,
-                                       max_levels=self.max_levels, missing=self.missing, what=what)
+                                       max_levels=self.max_levels, missing=self.missing,
+                                       missing_values=tuple(self.missing_values), what=what)
         check_scale_range(arr, list(coding.names), what, skip=coding.categorical_mask())
         return arr, coding
 
@@ -642,6 +644,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                  f"load it with that version or newer")
         params = dict(config["params"])
         params["hidden"] = tuple(params["hidden"])
+        params["missing_values"] = tuple(params.get("missing_values", ()))
         params["device"] = device
         return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
 

@@ -18,7 +18,8 @@ from .errors import ConfigError
 
 @dataclass(frozen=True)
 class Spec:
-    """One hyperparameter: its type (``int``, ``float``, ``bool``, ``str`` or ``tuple`` of ints),
+    """One hyperparameter: its type (``int``, ``float``, ``bool``, ``str``, ``tuple`` of ints or
+    ``frozenset`` of texts),
     default, bounds (``ge``/``gt``/``le``/``lt``), allowed ``choices`` and whether None is allowed.
     ``in_config``: part of a job config's ``model`` section (False for process-level settings)."""
 
@@ -89,6 +90,9 @@ HYPERPARAMETERS: dict[str, Spec] = {
                                  "(integer-coded categories) besides those", optional=True, in_config=False),
     "missing": Spec(str, "learn", "missing cells (NaN, null, blank): learn (each term learns a contribution for "
                     "them) or refuse (an error naming the columns)", choices=("learn", "refuse")),
+    "missing_values": Spec(frozenset, (), "text cells read as missing besides blank ones and the CSV reader's "
+                           "tokens (NA, NULL, ...): for example '?' or '-' (outer spaces aside); kept with the model, "
+                           "so predict, the registry model and the exported SQL read them so too"),
     "min_level_rows": Spec(int, 5, "training rows a categorical level needs to be a level of its own; rarer levels "
                            "share (other levels)", ge=1),
     "max_levels": Spec(int, 64, "most levels of a categorical column (the most frequent; the rest share (other levels))",
@@ -124,6 +128,11 @@ def check_value(name: str, value) -> None:
                               f"got {value!r}") from None
         if any(not isinstance(v, (str, numbers.Integral)) or isinstance(v, bool) for v in items):
             raise ConfigError(f"{name} must list column names (text) or positions (integers), got {value!r}")
+        return
+    if spec.kind is frozenset:
+        items = [] if isinstance(value, (str, bytes)) else list(value) if hasattr(value, "__iter__") else []
+        if isinstance(value, (str, bytes)) or any(not isinstance(v, str) or not v.strip(" ") for v in items):
+            raise ConfigError(f"{name} must be a list of texts (each not blank, such as '?'), got {value!r}")
         return
     if spec.kind is tuple:
         try:

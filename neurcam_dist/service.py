@@ -167,6 +167,10 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
         raise ConfigError(f"--id column {id_column!r} is not in the data"
                           f"{missing_columns_note([id_column], list(df.columns))}")
     table = df if id_column is None else df.drop(columns=[id_column])
+    tokens = tuple(params.get("missing_values") or ())
+    if tokens:   # before the features are chosen: '?' in a numbers column is a missing cell, not a typo
+        from .columns import without_tokens
+        table = table.apply(lambda col: without_tokens(col, tokens))
     named = params.get("categorical_features")
     X, y = split_columns(table, features, label, categorical=named if isinstance(named, list) else None,
                          max_levels=params.get("max_levels", 64), exclude=exclude)
@@ -595,9 +599,10 @@ def _agreed_query(est, X, table: str, keep: list[str] | None, grids: tuple[int, 
 
     from .explain.sql import engine_clusters, to_sql
     expl = est.explain(X, grid_size=grids[0], pair_grid_size=grids[1])
-    dtypes = est.fitted_.coding.dtypes() if est.fitted_.coding is not None else {}
-    text = to_sql(expl, table, keep, dtypes=dtypes)
-    expected, clusters = est.predict(X), engine_clusters(expl, X, dtypes)
+    coding = est.fitted_.coding
+    dtypes, tokens = (coding.dtypes(), coding.missing_values) if coding is not None else ({}, ())
+    text = to_sql(expl, table, keep, dtypes=dtypes, missing_values=tokens)
+    expected, clusters = est.predict(X), engine_clusters(expl, X, dtypes, tokens)
     _refuse_disagreement(X, expected, clusters, min_agreement, data)
     return text, {engine: float(np.mean(got == expected)) for engine, got in clusters.items()}
 

@@ -803,3 +803,114 @@ def test_the_command_line_shows_the_service_s_warnings_as_its_own_lines(mixed, t
     assert ("neurcam: warning: X: missing cells, scored with each term's value for them: tenure (1 cells)"
             in err), err
     assert "UserWarning" not in err and ".py:" not in err
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys):
+    """A table's numeric column of exactly two whole numbers (a 0/1 flag, with or without blank
+    cells, int or float or nullable) is categorical by default in the estimator, `neurcam fit` and
+    a Ray job's profile pass (its counts merged across files), said on the features line; a
+    column of more values, of fractions, or spread over three values across files stays numeric;
+    ``categorical_features=None`` keeps a flag numeric."""
+    from neurcam_dist.config import JobConfig
+    from neurcam_dist.distributed.job import prepare, resolve
+    rng = np.random.default_rng(3)
+    n = 400
+    df = pd.DataFrame({"id": np.arange(n), "usage": rng.normal(50, 10, n), "tenure": rng.gamma(2, 10, n),
+                       "senior": (rng.random(n) < 0.2).astype(int),
+                       "phone": np.where(rng.random(n) < 0.9, 1.0, 0.0),
+                       "plan_code": rng.integers(1, 3, n),                   # 1 or 2 in the first half ...
+                       "half": np.where(rng.random(n) < 0.5, 0.5, 1.5),      # two values, not whole numbers
+                       "year": rng.integers(2005, 2015, n)})
+    df.loc[[3, 8], "phone"] = np.nan
+    df.loc[n // 2:, "plan_code"] = 3                                          # ... and 3 in the second
+    X = df.drop(columns="id")
+    flags = {"senior", "phone"}
+
+    def kinds(coding):
+        return {c.name: (c.levels, c.dtype) for c in coding.columns if c.categorical}
+
+    est = NeurCAM(n_clusters=2, random_state=0, **FAST).fit(X.astype({"senior": "Int64"}))
+    assert kinds(est.fitted_.coding) == {c: (("0", "1", "(other levels)"), "number") for c in flags}
+    assert est.fitted_.coding.columns[3].missing_rows == 2
+    assert not NeurCAM(n_clusters=2, random_state=0, categorical_features=None, **FAST).fit(X).fitted_.coding.has_categorical
+    rows = X.head(30).assign(senior=X.senior.head(30).astype(float))              # the same flag read as floats
+    np.testing.assert_array_equal(est.predict(rows), est.predict(X.head(30)))
+    # the CLI: the features line says which columns the rule took, the model codes them so
+    df.to_csv(tmp_path / "t.csv", index=False)
+    assert main(["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "run"), "--n-clusters", "2",
+                 "--epochs", "5", "--id", "id"]) == 0
+    assert "; categorical, two whole-number values: senior, phone" in capsys.readouterr().err
+    assert kinds(NeurCAM.load(tmp_path / "run" / "model").fitted_.coding).keys() == flags
+    # a Ray job: the profile pass counts each file's values, merges them, and reads the flags as levels
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    df.iloc[: n // 2].to_parquet(shards / "a.parquet")
+    df.iloc[n // 2:].to_parquet(shards / "b.parquet")
+    job, prof = prepare(resolve(JobConfig.model_validate({"data": {"path": str(shards), "id": "id"},
+                                                          "model": {"n_clusters": 2}, "output": str(tmp_path / "ray")})))
+    assert "categorical, two whole-number values: senior, phone" in capsys.readouterr().out
+    assert set(job.plan.categorical) == flags and job.plan.features == list(prof.names)
+    assert prof.levels["senior"] == {"0": int((df.senior == 0).sum()), "1": int((df.senior == 1).sum())}
+    assert prof.levels["phone"] == {"0": int((df.phone == 0).sum()), "1": int((df.phone == 1).sum())}
+    assert prof.missing["phone"] == 2 and prof.dtypes["senior"] == "number"
+    coding = prof.coding(job.plan, min_level_rows=5, max_levels=64, missing="learn")
+    assert kinds(coding) == kinds(est.fitted_.coding)
+
+
+@pytest.mark.usefixtures("ray_cluster")
+def test_missing_values_name_more_missing_tokens_kept_with_the_model_at_every_door(tmp_path, capsys):
+    """``missing_values`` ('?' as in UCI's adult table, outer spaces aside) makes those cells
+    missing in a numbers column and a categorical one: `neurcam fit` takes the column it refused
+    before (the refusal says how), the model keeps the tokens, predict, the Python API after a
+    load, the exported SQL (typed and all-TEXT) and a Ray job's profile pass read them so."""
+    import json
+
+    from neurcam_dist.config import JobConfig
+    from neurcam_dist.distributed.job import prepare, resolve
+    rng = np.random.default_rng(0)
+    n = 300
+    g = rng.integers(0, 2, n)
+    df = pd.DataFrame({"id": [f"R{i}" for i in range(n)],
+                       "age": (30 + 20 * g + rng.normal(0, 3, n)).round().astype(int).astype(str),
+                       "work": np.where(g == 1, "Private", "Gov"), "hours": rng.normal(40, 5, n).round(1)})
+    df.loc[[2, 5, 9], "age"] = " ?"
+    df.loc[[4, 7], "work"] = " ?"
+    df.loc[11, "work"] = "?"
+    df.to_csv(tmp_path / "t.csv", index=False)
+    args = ["fit", "--input", str(tmp_path / "t.csv"), "--n-clusters", "2", "--epochs", "10", "--id", "id"]
+    assert main([*args, "--output", str(tmp_path / "no")]) == 2
+    assert "if such a cell means missing, say so with missing_values (--missing-values '?')" in capsys.readouterr().err
+    assert main([*args, "--output", str(tmp_path / "run"), "--missing-values", "?"]) == 0
+    assert "numbers written as text (blank cells missing): age" in capsys.readouterr().err
+    est = NeurCAM.load(tmp_path / "run" / "model")
+    coding = est.fitted_.coding
+    assert coding.missing_values == ("?",) and [c.missing_rows for c in coding.columns] == [3, 3, 0]
+    assert "?" not in coding.columns[1].levels
+    saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+    assert saved["coding"]["missing_values"] == ["?"]
+    # the Python API on the raw frame, the saved model on new rows, and predict agree
+    X = df.drop(columns="id")
+    mem = NeurCAM(n_clusters=2, random_state=0, missing_values=["?"], **FAST).fit(X)
+    assert [c.missing_rows for c in mem.fitted_.coding.columns] == [3, 3, 0]
+    new = X.head(20).assign(work=lambda f: f.work.where(f.index != 0, " ?  "))
+    assert np.isnan(est.fitted_.coding.encode(new)[0, 1]) and not np.isnan(est.fitted_.coding.encode(X.head(1))[0, 1])
+    assert main(["predict", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "t.csv"),
+                 "--output", str(tmp_path / "p.csv")]) == 0
+    assert "missing cells, scored with each term's value for them: age (3 cells), work (3 cells)" in capsys.readouterr().out
+    np.testing.assert_array_equal(pd.read_csv(tmp_path / "p.csv")["cluster"], est.predict(X))
+    assert main(["export", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "t.csv"),
+                 "--output", str(tmp_path / "q.sql"), "--table", "t"]) == 0
+    said = capsys.readouterr().out
+    assert "predict's on 100.00% of the 300 rows" in said and "SQLite with every column TEXT" in said
+    assert "TRIM(CAST(\"work\" AS VARCHAR)) IN ('?')" in (tmp_path / "q.sql").read_text()
+    # a Ray job: the model section's missing_values reach the profile pass's level counts and the coding
+    (tmp_path / "shards").mkdir()
+    df.to_parquet(tmp_path / "shards" / "a.parquet")
+    job, prof = prepare(resolve(JobConfig.model_validate(
+        {"data": {"path": str(tmp_path / "shards"), "id": "id", "features": ["work", "hours"]},
+         "model": {"n_clusters": 2, "missing_values": ["?"]}, "output": str(tmp_path / "ray")})))
+    assert prof.levels["work"] == {"Private": int((df.work == "Private").sum()), "Gov": int((df.work == "Gov").sum())}
+    assert prof.missing["work"] == 3 and job.model.estimator_params()["missing_values"] == ("?",)
+    with pytest.raises(ConfigError, match="missing_values must be a list of texts"):
+        NeurCAM(n_clusters=2, missing_values="?").fit(X)

@@ -56,6 +56,12 @@ class Plan:
                                    repr_columns=list(features) if own else self.repr_columns,
                                    repr_dim=len(features) if own else self.repr_dim)
 
+    def as_categorical(self, names) -> "Plan":
+        """This plan with the numeric features ``names`` read as categorical (the profile pass
+        found two whole-number values in each: ``columns.FLAG_RULE``)."""
+        more = set(self.categorical) | set(names)
+        return dataclasses.replace(self, categorical=[c for c in self.features if c in more])
+
     def judged(self, cfg: DataConfig) -> list[str]:
         """The categorical features taken from the schema (no ``data.features``, no vocabulary, not
         named in ``data.categorical``): the profile pass judges whether each is a category at all

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pyarrow.compute as pc
 
-from ..columns import ColumnCoding, Column, column_from_counts, level_counts, refuse_empty_columns
+from ..columns import (ColumnCoding, Column, column_from_counts, level_counts, refuse_empty_columns,
+                       whole_value_counts, without_tokens)
 from ..numerics import FLOAT32_MAX, scale_problem, scaled_moments
 from .planning import Plan
 from .reading import local_pass, matrix
@@ -33,6 +34,7 @@ class Profile:
     dtypes: dict = field(default_factory=dict)     # categorical feature -> text | bool | number
     names: tuple = ()                              # the features, in order
     min_level_rows: int = 1                        # a level in fewer rows is in (other levels) to the model
+    pairs: dict = field(default_factory=dict)      # numeric feature -> {value text: rows} of two whole numbers
 
     def scale(self) -> np.ndarray:
         """The standard deviations with 1 for a constant feature (standardizing never divides by 0)."""
@@ -62,9 +64,28 @@ class Profile:
         return replace(self, mean=self.mean[keep], std=self.std[keep], names=tuple(self.names[j] for j in keep),
                        lo=None if self.lo is None else self.lo[keep], hi=None if self.hi is None else self.hi[keep],
                        **{k: {c: v for c, v in getattr(self, k).items() if c not in drop}
-                          for k in ("missing", "levels", "dtypes")})
+                          for k in ("missing", "levels", "dtypes", "pairs")})
 
-    def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str) -> ColumnCoding:
+    @property
+    def flags(self) -> list[str]:
+        """The numeric features whose cells are exactly two whole numbers (``columns.FLAG_RULE``):
+        categorical by default, as ``fit`` reads a table's 0/1 columns."""
+        return [c for c in self.names if len(self.pairs.get(c) or ()) == 2]
+
+    def as_categorical(self, names) -> "Profile":
+        """This profile with the two-valued numeric features ``names`` read as categorical: their
+        value counts become level counts (written as numbers), their codes pass as they are."""
+        names = set(names)
+        mean, std = self.mean.copy(), self.std.copy()
+        for j, c in enumerate(self.names):
+            if c in names:
+                mean[j], std[j] = 0.0, 1.0
+        return replace(self, mean=mean, std=std, levels={**self.levels, **{c: dict(self.pairs[c]) for c in names}},
+                       dtypes={**self.dtypes, **{c: "number" for c in names}},
+                       pairs={c: v for c, v in self.pairs.items() if c not in names})
+
+    def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str,
+               missing_values: tuple = ()) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as
         ``fit`` would choose them from the same counts) and every feature's missing cells."""
         columns = []
@@ -75,7 +96,8 @@ class Profile:
                                                   min_level_rows, max_levels, missing_rows=miss))
             else:
                 columns.append(Column(name=name, missing_rows=miss))
-        return ColumnCoding(columns=tuple(columns), n_rows=self.n_rows, missing=missing)
+        return ColumnCoding(columns=tuple(columns), n_rows=self.n_rows, missing=missing,
+                            missing_values=tuple(missing_values))
 
 
 LEVEL_CAP = 10_000   # distinct levels counted per categorical column and file (more: not a category)
@@ -87,8 +109,8 @@ class _Tally:
     Computed inside the file's read task, so only a few numbers per file travel (a Ray Data
     ``aggregate`` over the rows spilled 2.8 GiB of a 4.3 GiB dataset from a 1 GiB store)."""
 
-    def __init__(self, p: Plan, missing: str = "refuse"):
-        self.p, self.d, self.missing = p, len(p.features), missing
+    def __init__(self, p: Plan, missing: str = "refuse", missing_values: tuple = ()):
+        self.p, self.d, self.missing, self.missing_values = p, len(p.features), missing, tuple(missing_values)
         self.checked = list(dict.fromkeys(p.features + ([] if p.repr_kind == "features" else p.repr_columns)
                                           + [c for c in (p.label, p.id) if c]))
         self.numeric = [c for c in p.features if c not in set(p.categorical)]
@@ -105,7 +127,7 @@ class _Tally:
     def zero(self):
         d = self.d
         return {"rows": 0, "n": [0] * d, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d,
-                "lo": [0.0] * d, "hi": [0.0] * d, "tiny": [float("inf")] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}"}
+                "lo": [0.0] * d, "hi": [0.0] * d, "tiny": [float("inf")] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}", "pairs": "{}"}
 
     def _levels(self, col) -> tuple[dict, int, str]:
         """A categorical column's level counts, missing cells and how its cells are written."""
@@ -113,7 +135,7 @@ class _Tally:
         t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
         dtype = "bool" if pa.types.is_boolean(t) else "number" if (pa.types.is_integer(t) or pa.types.is_floating(t)) \
             else "text"
-        counts, miss = level_counts(col.to_pandas())
+        counts, miss = level_counts(without_tokens(col.to_pandas(), self.missing_values))
         if len(counts) > LEVEL_CAP:   # free text or ids: keep the most frequent (the rest cannot be levels)
             counts = dict(sorted(counts.items(), key=lambda kv: -kv[1])[:LEVEL_CAP])
         return counts, miss, dtype
@@ -179,7 +201,10 @@ class _Tally:
                 j = index[c]
                 n[j], mean[j], m2s[j], s[j] = len(x), float(m[k]), float(m2[k]), float(sc[k])
                 lo[j], hi[j], tiny[j] = float(x[:, k].min()), float(x[:, k].max()), _tiny(x[:, k])
-            return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny}
+            pairs = {c: whole_value_counts(x[:, k]) for k, c in enumerate(self.numeric)}
+            return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny,
+                    "pairs": json.dumps(pairs)}
+        pairs = {}
         for k, c in enumerate(self.numeric):
             v = x[:, k]
             v = v[np.isfinite(v)]
@@ -190,7 +215,8 @@ class _Tally:
             n[j], mean[j], m2s[j], s[j], lo[j], hi[j] = len(v), float(m[0]), float(m2[0]), float(sc[0]), \
                 float(v.min()), float(v.max())
             tiny[j] = _tiny(v)
-        return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny}
+            pairs[c] = whole_value_counts(v)
+        return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny, "pairs": json.dumps(pairs)}
 
     def combine(self, a, b):
         na, nb = np.asarray(a["n"], np.float64), np.asarray(b["n"], np.float64)
@@ -223,13 +249,26 @@ class _Tally:
         missing = json.loads(a["missing"])
         for c, v in json.loads(b["missing"]).items():
             missing[c] = missing.get(c, 0) + v
+        pairs = json.loads(a["pairs"])
+        for c, v in json.loads(b["pairs"]).items():
+            pairs[c] = _merged_values(pairs.get(c, {}), v)
         tiny = np.minimum(a.get("tiny", np.inf), b.get("tiny", np.inf))
         return {"rows": a["rows"] + b["rows"], "n": n.astype(int).tolist(), "mean": mean.tolist(),
                 "tiny": np.broadcast_to(np.asarray(tiny, np.float64), n.shape).tolist(),
                 "m2s": np.asarray(m2s, np.float64).tolist(), "s": np.asarray(s, np.float64).tolist(),
                 "lo": np.asarray(lo, np.float64).tolist(), "hi": np.asarray(hi, np.float64).tolist(),
                 "bad": json.dumps(bad), "len": json.dumps(lens), "levels": json.dumps(levels),
-                "missing": json.dumps(missing)}
+                "missing": json.dumps(missing), "pairs": json.dumps(pairs)}
+
+
+def _merged_values(a: dict | None, b: dict | None) -> dict | None:
+    """Two files' ``whole_value_counts`` together: None once more than two values (or a fraction) show."""
+    if a is None or b is None:
+        return None
+    out = dict(a)
+    for k, n in b.items():
+        out[k] = out.get(k, 0) + n
+    return out if len(out) <= 2 else None
 
 
 def _tiny(v: np.ndarray) -> float:
@@ -249,17 +288,18 @@ def _refuse_out_of_scale(p: Plan, acc: dict) -> None:
             raise DataError(problem)
 
 
-def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profile:
+def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1, missing_values: tuple = ()) -> Profile:
     """One streaming pass over the data: refuse inf, wrong list lengths and (``missing='refuse'``,
     or outside the features) NaN / null; return the standardization moments, the missing cells
     per feature and the categorical features' level counts (``min_level_rows``: the model's, for
-    ``Profile.constant``). Raises ``DataError`` naming each offending file and column.
+    ``Profile.constant``; ``missing_values``: the model's extra missing tokens, read as missing in
+    categorical columns). Raises ``DataError`` naming each offending file and column.
 
     Each file is tallied where it is read (in its Ray Data read task, or here for small data)
     and the tallies are merged here in file order, so the numbers do not depend on which task
     finished first, nor on whether the pass ran here or on Ray."""
     cols = list(dict.fromkeys(p.columns + [c for c in (p.label, p.id) if c]))
-    tally = _Tally(p, missing)
+    tally = _Tally(p, missing, missing_values)
     from .parquet_files import per_file_tables
     acc = tally.zero()
     for t in per_file_tables(p.source, cols, p.rows_per_file, here=local_pass(p, cols), fold=tally):
@@ -297,4 +337,4 @@ def profile(p: Plan, missing: str = "refuse", min_level_rows: int = 1) -> Profil
                    lo=np.asarray(acc["lo"]), hi=np.asarray(acc["hi"]), missing=gaps,
                    levels={c: v["counts"] for c, v in levels.items()},
                    dtypes={c: v["dtype"] for c, v in levels.items()}, names=tuple(p.features),
-                   min_level_rows=min_level_rows)
+                   min_level_rows=min_level_rows, pairs=json.loads(acc["pairs"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..columns import DATE_UNIT, as_days, level_counts, numbers_in_text, refuse_numbers_with_typos
+from ..columns import DATE_UNIT, FLAG_RULE, as_days, is_flag, level_counts, numbers_in_text, refuse_numbers_with_typos
 from ..errors import ConfigError, DataError
 from ..validation import auto_features, first_names, missing_columns_note
 
@@ -380,11 +380,13 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
         raise ConfigError(f"--categorical names {not_features}, which are not features (--features {' '.join(cols)})")
     if not quiet:
         cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
+        flags = [str(c) for c in cols if str(c) not in cat and is_flag(df[c])]
         dates = [str(c) for c in cols if c not in named_cat and as_days(df[c]) is not None]
         texts = [str(c) for c in cols if c not in named_cat and numbers_in_text(df[c])]
         skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]
         print(f"features ({len(cols)}): {first_names(cols)}"
               + (f"; categorical: {first_names(cat)}" if cat else "")
+              + (f"; categorical, {FLAG_RULE}: {first_names(flags)}" if flags else "")
               + (f"; dates and times as {DATE_UNIT}: {first_names(dates)}" if dates else "")
               + (f"; numbers written as text (blank cells missing): {first_names(texts)}" if texts else "")
               + (f"; not used: {first_names(skipped)}" if skipped else ""), file=sys.stderr)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import data as data_mod
-from ..columns import OTHER
+from ..columns import FLAG_RULE, OTHER
 from ..config import DataConfig, JobConfig, ModelConfig
 from ..data.profiling import LEVEL_CAP
 from ..data.tables import PLAIN_NUMBERS, category_reason, written_as_numbers
@@ -203,7 +203,8 @@ def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
     # embedding, a join) lies in the output's storage folder by design
     refuse_overwrite(job.output, inputs=job.config.data.inputs(), what="output")
     t0 = time.perf_counter()
-    prof = data_mod.profile(plan, missing=m.missing, min_level_rows=m.min_level_rows)
+    prof = data_mod.profile(plan, missing=m.missing, min_level_rows=m.min_level_rows,
+                            missing_values=tuple(m.missing_values))
     say(f"validated and profiled {prof.n_rows:,} rows in {time.perf_counter() - t0:.1f} s")
     left_out = not_categories(job, prof)
     if left_out:
@@ -213,6 +214,11 @@ def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
         plan, prof = plan.without(left_out), prof.without(left_out)
         job = dataclasses.replace(job, plan=plan, spec=spec_for(m, plan))
         say(f"features ({len(plan.features)}): {first_names(plan.features)}")
+    flags = prof.flags
+    if flags:   # as fit reads a table's 0/1 columns (columns.FLAG_RULE)
+        say(f"categorical, {FLAG_RULE}: {first_names(flags)}")
+        plan, prof = plan.as_categorical(flags), prof.as_categorical(flags)
+        job = dataclasses.replace(job, plan=plan)
     for line in hollow_notes(prof):
         say(line)
     try:

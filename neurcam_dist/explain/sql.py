@@ -94,22 +94,25 @@ FENCE = "\nLIMIT 9223372036854775807 OFFSET 0"
 TRUE_TEXT, FALSE_TEXT = ("true", "1", "1.0"), ("false", "0", "0.0")   # a boolean as text, lower-cased
 
 
-def _missing(col: str, levels=()) -> str:
-    """The test for a cell the model reads as missing: NULL, blank text (empty or spaces only)
-    or one of ``columns.missing_tokens`` (but a token the model learned as a level, ``levels``),
-    on the cell as text whatever the column's type."""
+def _missing(col: str, levels=(), missing_values=()) -> str:
+    """The test for a cell the model reads as missing: NULL, blank text (empty or spaces only),
+    one of ``columns.missing_tokens`` (but a token the model learned as a level, ``levels``) or,
+    outer spaces aside, one of the model's ``missing_values``, on the cell as text whatever the
+    column's type."""
     from ..columns import missing_tokens
     text = f"CAST({col} AS VARCHAR)"
     tokens = ", ".join(literal(t, "text") for t in sorted(missing_tokens() - set(levels)))
-    return f"{col} IS NULL OR TRIM({text}) = '' OR {text} IN ({tokens})"
+    own = ", ".join(literal(t, "text") for t in sorted(set(missing_values)))
+    return (f"{col} IS NULL OR TRIM({text}) = '' OR {text} IN ({tokens})"
+            + (f" OR TRIM({text}) IN ({own})" if own else ""))
 
 
-def _typed(col: str, levels: list[str] | None, dtype: str) -> str:
+def _typed(col: str, levels: list[str] | None, dtype: str, missing_values=()) -> str:
     """A feature's cell as the model reads it: a numeric one as a number (NULL when missing), a
     categorical one as its level code (NULL when missing; a level the model never saw is
     ``other``'s code), whatever type the table gives the column."""
     if levels is None:
-        return f"CASE WHEN {_missing(col)} THEN NULL ELSE CAST({col} AS DOUBLE PRECISION) END"
+        return f"CASE WHEN {_missing(col, (), missing_values)} THEN NULL ELSE CAST({col} AS DOUBLE PRECISION) END"
     kept, other = levels[:-2], len(levels) - 2
     if dtype == "bool":
         text = f"LOWER(TRIM(CAST({col} AS VARCHAR)))"
@@ -122,7 +125,8 @@ def _typed(col: str, levels: list[str] | None, dtype: str) -> str:
     else:
         whens = " ".join(f"WHEN CAST({col} AS VARCHAR) = {literal(v, 'text')} THEN {number(i)}"
                          for i, v in enumerate(kept))
-    return f"CASE WHEN {_missing(col, kept if dtype == 'text' else ())} THEN NULL {whens} ELSE {number(other)} END"
+    missing = _missing(col, kept if dtype == "text" else (), missing_values)
+    return f"CASE WHEN {missing} THEN NULL {whens} ELSE {number(other)} END"
 
 
 def _clipped(col: str, grid: np.ndarray) -> str:
@@ -174,12 +178,13 @@ def _term_sql(t, c: int, x, b, f) -> str:
 
 
 def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict | None = None,
-           order_by: str | None = None) -> str:
+           order_by: str | None = None, missing_values: tuple = ()) -> str:
     """``SELECT <keep columns>, <cluster expression> AS cluster FROM table`` for ``explanation``
     (``NeurCAM.explain()``): ``keep`` defaults to the model's feature columns; the query's
     cluster column is ``NULL`` for a row with a NULL feature the model has no missing value for.
     ``dtypes``: feature -> how a categorical column's cells are written (``text``, ``bool``,
-    ``number``; default text); ``order_by``: a column the rows are sorted by.
+    ``number``; default text); ``order_by``: a column the rows are sorted by; ``missing_values``:
+    the model's own missing tokens (``ColumnCoding.missing_values``).
 
     Nested selects compute each term axis once: the feature clipped to the term's grid, its
     grid cell, its position in the cell; then the logits (lookups per term and cluster) and the
@@ -196,8 +201,7 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     check_names(explanation, keep, [*(v for d in internal.values() for v in d.values()), *logits,
                                     *(v.strip('"') for v in typed.values())])
     named = {kind: {key: quote(v) for key, v in d.items()} for kind, d in internal.items()}
-    xs, bins, frac = named["x"], named["b"], named["f"]
-    logit = [quote(v) for v in logits]
+    (xs, bins, frac), logit = (named[kind] for kind in "xbf"), [quote(v) for v in logits]
 
     def select(cols: list[str], source: str) -> str:
         return "SELECT " + ",\n  ".join(cols) + f"\nFROM {source}"
@@ -208,7 +212,7 @@ def to_sql(explanation, table: str, keep: list[str] | None = None, dtypes: dict 
     def read(n, a, col, g):
         return f"{col if feature[n, a] in levels else _clipped(col, g)} AS {xs[n, a]}"
 
-    level0 = select(carried + [f"{_typed(quote(f), levels.get(f), dtypes.get(f, 'text'))} AS {v}"
+    level0 = select(carried + [f"{_typed(quote(f), levels.get(f), dtypes.get(f, 'text'), missing_values)} AS {v}"
                                for f, v in typed.items()], table_name(table)) + FENCE
     carried = carried + list(typed.values())
     level1 = select(carried + [read(*axis) for axis in axes], f"(\n{level0}\n) AS neurcam_typed")
@@ -279,18 +283,20 @@ def _choice(explanation, features: list[str], logit: list[str], typed: dict) -> 
     return f"CASE {' '.join(picks)} ELSE {ids[-1]} END AS cluster", strict
 
 
-def run_agreement(explanation, frame, expected, dtypes: dict | None = None) -> dict[str, float]:
+def run_agreement(explanation, frame, expected, dtypes: dict | None = None,
+                  missing_values: tuple = ()) -> dict[str, float]:
     """Run the query in SQLite (and DuckDB when it is installed) on ``frame``'s rows and return,
     per engine, the share of rows whose cluster equals ``expected`` (``predict``'s ids): the
     agreement of the text itself, not of the Python scorer it was built from."""
     expected = np.asarray(expected)
-    return {engine: float(np.mean(got == expected)) for engine, got in engine_clusters(explanation, frame, dtypes).items()}
+    clusters = engine_clusters(explanation, frame, dtypes, missing_values)
+    return {engine: float(np.mean(got == expected)) for engine, got in clusters.items()}
 
 
 TEXT_ENGINE = "sqlite-text"   # SQLite on a copy whose every column is TEXT, as `.import --csv` loads a CSV
 
 
-def engine_clusters(explanation, frame, dtypes: dict | None = None) -> dict[str, np.ndarray]:
+def engine_clusters(explanation, frame, dtypes: dict | None = None, missing_values: tuple = ()) -> dict[str, np.ndarray]:
     """The query's cluster for each of ``frame``'s rows (in order; NaN where NULL), run in SQLite
     on the typed rows and on a copy of them whose every column is TEXT (the cells as a CSV writes
     them, blanks as empty text: a raw load), and in DuckDB when it is installed: engine -> clusters."""
@@ -306,7 +312,7 @@ def engine_clusters(explanation, frame, dtypes: dict | None = None) -> dict[str,
     text = pd.read_csv(io.StringIO(table.to_csv(index=False)), dtype=str, keep_default_na=False)
     text.columns = table.columns
     table[row] = text[row] = np.arange(len(table))
-    query = to_sql(explanation, "neurcam_rows", keep=[row], dtypes=dtypes, order_by=row)
+    query = to_sql(explanation, "neurcam_rows", keep=[row], dtypes=dtypes, order_by=row, missing_values=missing_values)
     out = {}
     for engine, rows, types in (("sqlite", table, None), (TEXT_ENGINE, text, {c: "TEXT" for c in frame.columns})):
         with sqlite3.connect(":memory:") as con:
