@@ -6,6 +6,8 @@ at the mean with an indicator, levels one-hot scaled to unit variance), one seed
     python benchmarks/mixed.py                 # writes benchmarks/results/mixed.md
     python benchmarks/mixed.py --quick         # the generated tables only
     python benchmarks/mixed.py --data-seeds 5  # the generated tables over 5 data seeds, ARI by kind
+    python benchmarks/mixed.py --weights 0.5,1,2   # categorical_weight beside k-prototypes and Gower
+                                                   # (results/mixed_weight.md; pip install -e ".[bench]")
 
 Rows: generated customer tables (``data.synthetic.mixed_table``) whose segments are defined by a
 categorical column's levels, by numerics, and by missingness, at two sizes and seeds; and public
@@ -131,13 +133,84 @@ def over_seeds(n_seeds: int) -> str:
             f"## By kind\n\n{markdown_table(summary)}\n## Every fit\n\n{markdown_table(rows)}")
 
 
+def _k_prototypes(X, k: int, seed: int = 0) -> np.ndarray:
+    """k-prototypes (``kmodes``) on the table: numerics standardized with a missing cell at the mean
+    (0), categorical cells as text with "missing" a level; its own gamma (half the numerics' mean
+    standard deviation, Huang's convention); k-means on a table without a categorical column."""
+    from kmodes.kprototypes import KPrototypes
+    cols, cat = [], []
+    for j, c in enumerate(X.columns):
+        col = X[c]
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col) and col.nunique() > 2:
+            v = col.astype(float)
+            cols.append(((v - v.mean()) / (v.std() or 1.0)).fillna(0.0).to_numpy(dtype=object))
+        else:
+            cols.append(col.astype(object).where(col.notna(), "missing").astype(str).to_numpy(dtype=object))
+            cat.append(j)
+    data = np.column_stack(cols)
+    if not cat:   # no categorical column: k-prototypes is k-means (kmodes refuses to run)
+        return KMeans(k, n_init=4, random_state=seed).fit_predict(data.astype(float))
+    return KPrototypes(n_clusters=k, init="Cao", n_init=4, random_state=seed, n_jobs=1).fit_predict(data, categorical=cat)
+
+
+def _gower_average(X, k: int) -> np.ndarray:
+    """Gower's distance (``gower``: range-scaled numerics, 0/1 level mismatch, averaged) and
+    average-linkage agglomerative clustering cut at ``k``."""
+    import gower
+    from sklearn.cluster import AgglomerativeClustering
+    cols, cat = [], []
+    for c in X.columns:
+        col = X[c]
+        text = not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)
+        cols.append([str(v) if v == v and v is not None else "missing" for v in col.astype(object)] if text else
+                    col.astype(float).fillna(col.astype(float).mean()).tolist())
+        cat.append(text)
+    data = np.empty((len(X), len(cols)), dtype=object)
+    for j, v in enumerate(cols):
+        data[:, j] = v
+    d = gower.gower_matrix(data, cat_features=cat)
+    return AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average").fit_predict(d)
+
+
+def weights(tables, grid: list[float]) -> list[dict]:
+    """Each labelled table at each ``categorical_weight``: NeurCAM's ARI with the label and its
+    inertia over KMeans' in that weight's space; beside k-prototypes' and Gower's ARI (references
+    that weigh categories by their own conventions)."""
+    rows = []
+    for name, X, y, k in tables:
+        if y is None:
+            continue
+        row = {"table": name, "rows": len(X)}
+        for w in grid:
+            est = NeurCAM(n_clusters=k, random_state=0, verbose=False, categorical_weight=w).fit(X)
+            space = est.clustering_space(X)
+            km = KMeans(k, n_init=10, random_state=0).fit(space)
+            row[f"ARI w={w:g}"] = round(adjusted_rand_score(y, est.predict(X)), 3)
+            row[f"inertia / KMeans w={w:g}"] = round(est.inertia(X) / metrics.inertia(space, km.labels_), 4)
+        row["k-prototypes ARI"] = round(adjusted_rand_score(y, _k_prototypes(X, k)), 3)
+        row["Gower + average linkage ARI"] = round(adjusted_rand_score(y, _gower_average(X, k)), 3)
+        print(row, file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the generated tables only")
     ap.add_argument("--out", default=str(ROOT / "results" / "mixed.md"))
     ap.add_argument("--data-seeds", type=int, default=0,
                     help="instead: the generated tables over this many data seeds (results/mixed_seeds.md)")
+    ap.add_argument("--weights", default=None, help="instead: categorical_weight over these values, e.g. 0.5,1,2, "
+                    "beside k-prototypes and Gower (results/mixed_weight.md; needs kmodes and gower)")
     args = ap.parse_args()
+    if args.weights:
+        grid = [float(w) for w in args.weights.split(",")]
+        rows = weights(list(generated(args.quick)) + ([] if args.quick else list(public())), grid)
+        text = (f"# categorical_weight on labelled mixed tables (benchmarks/mixed.py --weights {args.weights})\n\n"
+                f"{machine()}\n\n{markdown_table(rows)}")
+        print(text)
+        write_atomic(ROOT / "results" / "mixed_weight.md", text)
+        return
     if args.data_seeds:
         text = over_seeds(args.data_seeds)
         print(text)

@@ -96,18 +96,22 @@ class ColumnCoding:
     missing_values : tuple of str
         Text cells read as missing besides blank ones and ``missing_tokens`` (``'?'``), outer
         spaces aside: the user's, kept with the model so every door reads them so.
+    categorical_weight : float
+        A categorical column's weight in the clustering space against a standardized numeric.
     """
 
     columns: tuple
     n_rows: int
     missing: str = "learn"
     missing_values: tuple = ()
+    categorical_weight: float = 1.0
     legacy: bool = False   # the coding of a model saved without one (format 2 or older): plain numbers
 
     # ------------------------------------------------------------------ learning
     @classmethod
     def fit(cls, X, categorical_features="from_dtype", *, min_level_rows: int = 5, max_levels: int = 64,
-            missing: str = "learn", missing_values: tuple = (), what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
+            missing: str = "learn", missing_values: tuple = (), categorical_weight: float = 1.0,
+            what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
         """``(coding, encoded matrix)`` of a training table (a DataFrame or a 2-D array).
 
         Parameters
@@ -126,6 +130,8 @@ class ColumnCoding:
             ``learn`` or ``refuse``.
         missing_values : tuple of str
             Text cells read as missing besides the blank ones and ``missing_tokens``.
+        categorical_weight : float
+            A categorical column's weight in the clustering space.
 
         Raises
         ------
@@ -153,7 +159,7 @@ class ColumnCoding:
             else:
                 columns.append(Column(name=name))
         coding = cls(columns=tuple(columns), n_rows=len(cells[0]) if cells else 0, missing=missing,
-                     missing_values=missing_values)
+                     missing_values=missing_values, categorical_weight=float(categorical_weight))
         arr, _ = coding._encode_cells(names, cells, what)
         counts = np.isnan(arr).sum(axis=0)
         refuse_empty_columns(names, counts, len(arr), what)
@@ -301,7 +307,7 @@ class ColumnCoding:
             codes = np.where(nan, len(c.levels), np.nan_to_num(v, nan=0.0)).astype(np.int64)
             keep = codes < width
             onehot[np.flatnonzero(keep), codes[keep]] = 1.0
-            parts.append(onehot * self.level_weight(j))
+            parts.append(onehot * (self.level_weight(j) * self.categorical_weight))
         return np.concatenate(parts, axis=1).astype(np.float32)
 
     def level_weight(self, j: int) -> float:
@@ -319,6 +325,7 @@ class ColumnCoding:
     def to_dict(self) -> dict:
         """Plain JSON values (what a model directory's ``config.json`` keeps)."""
         return {"missing": self.missing, "n_rows": int(self.n_rows), "missing_values": list(self.missing_values),
+                "categorical_weight": float(self.categorical_weight),
                 "columns": [{"name": c.name, "levels": list(c.levels), "dtype": c.dtype, "rows": list(c.rows),
                              "missing_rows": int(c.missing_rows)} for c in self.columns]}
 
@@ -329,7 +336,8 @@ class ColumnCoding:
                                         rows=tuple(int(r) for r in c.get("rows", ())),
                                         missing_rows=int(c.get("missing_rows", 0))) for c in d["columns"]),
                    n_rows=int(d["n_rows"]), missing=d.get("missing", "learn"),
-                   missing_values=tuple(d.get("missing_values", ())))
+                   missing_values=tuple(d.get("missing_values", ())),
+                   categorical_weight=float(d.get("categorical_weight", 1.0)))
 
     @classmethod
     def numeric(cls, names: list[str], n_rows: int, missing: str = "learn", legacy: bool = False) -> "ColumnCoding":

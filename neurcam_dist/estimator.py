@@ -95,7 +95,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  anneal_epochs: int = 30, max_seconds: float | None = None,
                  precision: str = "fp32", deterministic: bool = False, verbose: bool = True,
                  categorical_features="from_dtype", missing: str = "learn", missing_values=(),
-                 min_level_rows: int = 5, max_levels: int = 64):
+                 categorical_weight: float = 1.0, min_level_rows: int = 5, max_levels: int = 64):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -130,6 +130,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.categorical_features = categorical_features
         self.missing = missing
         self.missing_values = missing_values
+        self.categorical_weight = categorical_weight
         self.min_level_rows = min_level_rows
         self.max_levels = max_levels
 
@@ -156,7 +157,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             source = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False)
         coding, arr = ColumnCoding.fit(source, self.categorical_features, min_level_rows=self.min_level_rows,
                                        max_levels=self.max_levels, missing=self.missing,
-                                       missing_values=tuple(self.missing_values), what=what)
+                                       missing_values=tuple(self.missing_values),
+                                       categorical_weight=self.categorical_weight, what=what)
         check_scale_range(arr, list(coding.names), what, skip=coding.categorical_mask())
         return arr, coding
 

@@ -93,6 +93,9 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "missing_values": Spec(frozenset, (), "text cells read as missing besides blank ones and the CSV reader's "
                            "tokens (NA, NULL, ...): for example '?' or '-' (outer spaces aside); kept with the model, "
                            "so predict, the registry model and the exported SQL read them so too"),
+    "categorical_weight": Spec(float, 1.0, "how much a categorical column weighs in the clustering space against a "
+                               "standardized numeric: its scaled one-hot columns are multiplied by it (1: the same "
+                               "total variance as a standardized numeric; docs/mixed.md)", gt=0.0),
     "min_level_rows": Spec(int, 5, "training rows a categorical level needs to be a level of its own; rarer levels "
                            "share (other levels)", ge=1),
     "max_levels": Spec(int, 64, "most levels of a categorical column (the most frequent; the rest share (other levels))",

@@ -463,10 +463,12 @@ def test_ray_training_counts_levels_and_missing_cells_across_shards(tmp_path, ca
         profile(plan(DataConfig(path=str(blank), id="id", features=features)), missing="learn")
     res = train({"data": {"path": str(d), "id": "id", "features": features},
                  "model": {**{k: v for k, v in FAST.items() if k not in ("verbose", "device")}, "hidden": [16, 16],
-                           "n_clusters": 3, "epochs": 12, "warmup_epochs": 4, "distill_epochs": 2},
+                           "n_clusters": 3, "epochs": 12, "warmup_epochs": 4, "distill_epochs": 2,
+                           "categorical_weight": 1.5},
                  "train": {"num_workers": 2, "cpus_per_worker": 1}, "output": str(tmp_path / "out")})
     est = res.estimator
     coding = est.fitted_.coding
+    assert coding.categorical_weight == 1.5 and est.get_params()["categorical_weight"] == 1.5   # the config's, on Ray
     # a named text column whose values are all rare is 'other' in every row: said why, and no gate takes it
     # (as the estimator leaves it out in memory)
     said = capsys.readouterr()
@@ -914,3 +916,35 @@ def test_missing_values_name_more_missing_tokens_kept_with_the_model_at_every_do
     assert prof.missing["work"] == 3 and job.model.estimator_params()["missing_values"] == ("?",)
     with pytest.raises(ConfigError, match="missing_values must be a list of texts"):
         NeurCAM(n_clusters=2, missing_values="?").fit(X)
+
+
+def test_categorical_weight_scales_the_levels_in_the_clustering_space_and_is_kept(mixed, tmp_path):
+    """``categorical_weight`` multiplies each categorical column's scaled one-hot in the
+    clustering space (at 1 its columns' variances sum to 1, a standardized numeric's): the
+    numeric columns do not move, the levels' variance grows by its square; the model keeps it,
+    a job config takes it, and 0 is refused by name."""
+    from neurcam_dist.config import ModelConfig
+    X, _, est = mixed
+    heavy = NeurCAM(n_clusters=3, random_state=0, categorical_weight=2.0, **FAST).fit(X)
+    base, space = est.clustering_space(X), heavy.clustering_space(X)
+    cat = np.array([j for j, c in enumerate(_space_columns(est.fitted_.coding)) if c])
+    np.testing.assert_allclose(space[:, ~np.isin(np.arange(base.shape[1]), cat)],
+                               base[:, ~np.isin(np.arange(base.shape[1]), cat)], rtol=1e-6)
+    np.testing.assert_allclose(space[:, cat], 2.0 * base[:, cat], rtol=1e-6)
+    assert base[:, cat].var(axis=0).sum() == pytest.approx(3.0, rel=1e-3)   # three categoricals, 1 each
+    heavy.save(tmp_path / "m")
+    again = NeurCAM.load(tmp_path / "m")
+    assert again.fitted_.coding.categorical_weight == 2.0 and again.get_params()["categorical_weight"] == 2.0
+    np.testing.assert_allclose(again.clustering_space(X), space)
+    assert ModelConfig(n_clusters=3, categorical_weight=0.5).estimator_params()["categorical_weight"] == 0.5
+    with pytest.raises(ConfigError, match="categorical_weight"):
+        NeurCAM(n_clusters=3, categorical_weight=0.0).fit(X)
+
+
+def _space_columns(coding) -> list[bool]:
+    """For each clustering-space column of ``coding``: whether it belongs to a categorical feature."""
+    out = []
+    for c in coding.columns:
+        width = (len(c.levels) + (c.missing_rows > 0)) if c.categorical else 1 + (c.missing_rows > 0)
+        out += [c.categorical] * width
+    return out

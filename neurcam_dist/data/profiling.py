@@ -85,7 +85,7 @@ class Profile:
                        pairs={c: v for c, v in self.pairs.items() if c not in names})
 
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str,
-               missing_values: tuple = ()) -> ColumnCoding:
+               missing_values: tuple = (), categorical_weight: float = 1.0) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as
         ``fit`` would choose them from the same counts) and every feature's missing cells."""
         columns = []
@@ -97,7 +97,7 @@ class Profile:
             else:
                 columns.append(Column(name=name, missing_rows=miss))
         return ColumnCoding(columns=tuple(columns), n_rows=self.n_rows, missing=missing,
-                            missing_values=tuple(missing_values))
+                            missing_values=tuple(missing_values), categorical_weight=float(categorical_weight))
 
 
 LEVEL_CAP = 10_000   # distinct levels counted per categorical column and file (more: not a category)

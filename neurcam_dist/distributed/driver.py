@@ -84,7 +84,7 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
     coding = prof.coding(plan, min_level_rows=m.min_level_rows, max_levels=m.max_levels, missing=m.missing,
-                         missing_values=tuple(m.missing_values))
+                         missing_values=tuple(m.missing_values), categorical_weight=m.categorical_weight)
     cols = list(dict.fromkeys(plan.features + (plan.repr_columns if plan.repr_kind != "features" else [])))
     table = data_mod.sample(plan, min(tc.kmeans_sample, plan.n_rows), m.random_state, cols)
     raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
