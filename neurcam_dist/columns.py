@@ -537,11 +537,12 @@ def is_flag(col) -> bool:
 
 def two_whole_values(v: np.ndarray) -> tuple[float, int, float, int] | None:
     """``(lo, rows at lo, hi, rows at hi)`` when the numbers ``v`` (no NaN) are exactly two
-    distinct whole numbers (``FLAG_RULE``), else None. One pass of two comparisons."""
+    distinct whole numbers (``FLAG_RULE``: integers float64 holds exactly, below 2**53 in
+    magnitude; ``1e308`` is a scale, not a code), else None. One pass of two comparisons."""
     if not len(v):
         return None
     lo, hi = float(v.min()), float(v.max())
-    if not (lo < hi and math.isfinite(lo) and math.isfinite(hi) and lo.is_integer() and hi.is_integer()):
+    if not (lo < hi and _exact_whole(lo) and _exact_whole(hi)):
         return None
     at_lo = int(np.count_nonzero(v == lo))
     at_hi = int(np.count_nonzero(v == hi))
@@ -555,9 +556,14 @@ def whole_value_counts(v: np.ndarray) -> dict[str, int] | None:
         return {}
     lo = float(v.min())
     if lo == float(v.max()):
-        return {_text_of(lo): len(v)} if lo.is_integer() else None
+        return {_text_of(lo): len(v)} if _exact_whole(lo) else None
     two = two_whole_values(v)
     return None if two is None else {_text_of(two[0]): two[1], _text_of(two[2]): two[3]}
+
+
+def _exact_whole(x: float) -> bool:
+    """A whole number float64 holds exactly (magnitude below 2**53)."""
+    return math.isfinite(x) and x.is_integer() and abs(x) < 2**53
 
 
 def column_dtype(col) -> str:

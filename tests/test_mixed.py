@@ -823,6 +823,7 @@ def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys)
                        "phone": np.where(rng.random(n) < 0.9, 1.0, 0.0),
                        "plan_code": rng.integers(1, 3, n),                   # 1 or 2 in the first half ...
                        "half": np.where(rng.random(n) < 0.5, 0.5, 1.5),      # two values, not whole numbers
+                       "huge": np.where(rng.random(n) < 0.5, 0.0, 1e300),    # whole, but a scale, not a code
                        "year": rng.integers(2005, 2015, n)})
     df.loc[[3, 8], "phone"] = np.nan
     df.loc[n // 2:, "plan_code"] = 3                                          # ... and 3 in the second
