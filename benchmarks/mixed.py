@@ -133,42 +133,41 @@ def over_seeds(n_seeds: int) -> str:
             f"## By kind\n\n{markdown_table(summary)}\n## Every fit\n\n{markdown_table(rows)}")
 
 
-def _k_prototypes(X, k: int, seed: int = 0) -> np.ndarray:
-    """k-prototypes (``kmodes``) on the table: numerics standardized with a missing cell at the mean
-    (0), categorical cells as text with "missing" a level; its own gamma (half the numerics' mean
-    standard deviation, Huang's convention); k-means on a table without a categorical column."""
-    from kmodes.kprototypes import KPrototypes
-    cols, cat = [], []
+def _reference_table(X) -> tuple[np.ndarray, list[int]]:
+    """The table as both references take it: the product's categorical columns (``columns``'
+    rule: text, category, boolean, two whole numbers) as text with "missing" a level, the rest
+    standardized with a missing cell at the mean (0); and the positions of the categorical ones."""
+    from neurcam_dist.columns import is_category_dtype, is_flag
+    data = np.empty(X.shape, dtype=object)
+    cat = []
     for j, c in enumerate(X.columns):
         col = X[c]
-        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col) and col.nunique() > 2:
-            v = col.astype(float)
-            cols.append(((v - v.mean()) / (v.std() or 1.0)).fillna(0.0).to_numpy(dtype=object))
-        else:
-            cols.append(col.astype(object).where(col.notna(), "missing").astype(str).to_numpy(dtype=object))
+        if is_category_dtype(col) or is_flag(col):
+            data[:, j] = [str(v) if v == v and v is not None else "missing" for v in col.astype(object)]
             cat.append(j)
-    data = np.column_stack(cols)
+        else:
+            v = col.astype(float)
+            data[:, j] = ((v - v.mean()) / (v.std() or 1.0)).fillna(0.0).tolist()
+    return data, cat
+
+
+def _k_prototypes(X, k: int, seed: int = 0) -> np.ndarray:
+    """k-prototypes (``kmodes``) on ``_reference_table``, its own gamma (half the numerics' mean
+    standard deviation, Huang's convention); k-means on a table without a categorical column."""
+    from kmodes.kprototypes import KPrototypes
+    data, cat = _reference_table(X)
     if not cat:   # no categorical column: k-prototypes is k-means (kmodes refuses to run)
         return KMeans(k, n_init=4, random_state=seed).fit_predict(data.astype(float))
     return KPrototypes(n_clusters=k, init="Cao", n_init=4, random_state=seed, n_jobs=1).fit_predict(data, categorical=cat)
 
 
 def _gower_average(X, k: int) -> np.ndarray:
-    """Gower's distance (``gower``: range-scaled numerics, 0/1 level mismatch, averaged) and
-    average-linkage agglomerative clustering cut at ``k``."""
+    """Gower's distance (``gower``: range-scaled numerics, 0/1 level mismatch, averaged) on
+    ``_reference_table`` and average-linkage agglomerative clustering cut at ``k``."""
     import gower
     from sklearn.cluster import AgglomerativeClustering
-    cols, cat = [], []
-    for c in X.columns:
-        col = X[c]
-        text = not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col)
-        cols.append([str(v) if v == v and v is not None else "missing" for v in col.astype(object)] if text else
-                    col.astype(float).fillna(col.astype(float).mean()).tolist())
-        cat.append(text)
-    data = np.empty((len(X), len(cols)), dtype=object)
-    for j, v in enumerate(cols):
-        data[:, j] = v
-    d = gower.gower_matrix(data, cat_features=cat)
+    data, cat = _reference_table(X)
+    d = gower.gower_matrix(data, cat_features=[j in cat for j in range(data.shape[1])])
     return AgglomerativeClustering(n_clusters=k, metric="precomputed", linkage="average").fit_predict(d)
 
 

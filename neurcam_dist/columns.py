@@ -531,34 +531,24 @@ def is_flag(col) -> bool:
             or not pd.api.types.is_numeric_dtype(dtype)):
         return False
     v = pd.Series(col).to_numpy(dtype=np.float64, na_value=np.nan)
-    v = v[~np.isnan(v)]
-    return bool(len(v)) and two_whole_values(v) is not None
+    return len(whole_value_counts(v[~np.isnan(v)]) or ()) == 2
 
 
-def two_whole_values(v: np.ndarray) -> tuple[float, int, float, int] | None:
-    """``(lo, rows at lo, hi, rows at hi)`` when the numbers ``v`` (no NaN) are exactly two
-    distinct whole numbers (``FLAG_RULE``: integers float64 holds exactly, below 2**53 in
-    magnitude; ``1e308`` is a scale, not a code), else None. One pass of two comparisons."""
-    if not len(v):
-        return None
-    lo, hi = float(v.min()), float(v.max())
-    if not (lo < hi and _exact_whole(lo) and _exact_whole(hi)):
-        return None
-    at_lo = int(np.count_nonzero(v == lo))
-    at_hi = int(np.count_nonzero(v == hi))
-    return (lo, at_lo, hi, at_hi) if at_lo + at_hi == len(v) else None
-
-
-def whole_value_counts(v: np.ndarray) -> dict[str, int] | None:
-    """Numbers ``v`` (no NaN; one file of a Ray profile pass) as ``{value as level text: rows}``
-    while they are at most two whole numbers (``FLAG_RULE``); None beyond that."""
+def whole_value_counts(v: np.ndarray, lo: float | None = None, hi: float | None = None) -> dict[str, int] | None:
+    """Numbers ``v`` (no NaN) as ``{value as level text: rows}`` while they are at most two whole
+    numbers float64 holds exactly (below 2**53 in magnitude: ``1e308`` is a scale, not a code;
+    ``FLAG_RULE``), else None; ``{}`` for no numbers. ``lo``, ``hi``: ``v``'s minimum and maximum
+    when the caller has them (the Ray profile pass), so a column that is no flag costs no pass."""
     if not len(v):
         return {}
-    lo = float(v.min())
-    if lo == float(v.max()):
-        return {_text_of(lo): len(v)} if _exact_whole(lo) else None
-    two = two_whole_values(v)
-    return None if two is None else {_text_of(two[0]): two[1], _text_of(two[2]): two[3]}
+    lo = float(v.min()) if lo is None else float(lo)
+    hi = float(v.max()) if hi is None else float(hi)
+    if not (_exact_whole(lo) and _exact_whole(hi)):
+        return None
+    if lo == hi:
+        return {_text_of(lo): len(v)}
+    at_lo, at_hi = int(np.count_nonzero(v == lo)), int(np.count_nonzero(v == hi))
+    return {_text_of(lo): at_lo, _text_of(hi): at_hi} if at_lo + at_hi == len(v) else None
 
 
 def _exact_whole(x: float) -> bool:

@@ -201,7 +201,7 @@ class _Tally:
                 j = index[c]
                 n[j], mean[j], m2s[j], s[j] = len(x), float(m[k]), float(m2[k]), float(sc[k])
                 lo[j], hi[j], tiny[j] = float(x[:, k].min()), float(x[:, k].max()), _tiny(x[:, k])
-            pairs = {c: whole_value_counts(x[:, k]) for k, c in enumerate(self.numeric)}
+            pairs = {c: whole_value_counts(x[:, k], lo[index[c]], hi[index[c]]) for k, c in enumerate(self.numeric)}
             return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny,
                     "pairs": json.dumps(pairs)}
         pairs = {}
@@ -215,7 +215,7 @@ class _Tally:
             n[j], mean[j], m2s[j], s[j], lo[j], hi[j] = len(v), float(m[0]), float(m2[0]), float(sc[0]), \
                 float(v.min()), float(v.max())
             tiny[j] = _tiny(v)
-            pairs[c] = whole_value_counts(v)
+            pairs[c] = whole_value_counts(v, lo[j], hi[j])
         return {"n": n, "mean": mean, "m2s": m2s, "s": s, "lo": lo, "hi": hi, "tiny": tiny, "pairs": json.dumps(pairs)}
 
     def combine(self, a, b):
