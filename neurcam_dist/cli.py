@@ -323,6 +323,26 @@ def _add_explain(sub) -> argparse.ArgumentParser:
     return exp
 
 
+def _add_monitor(sub) -> argparse.ArgumentParser:
+    """``neurcam monitor``'s flags."""
+    mon = _sub(sub, "monitor", help="compare a snapshot of new rows with the training data, through the model: the "
+                                    "features that moved, the clusters that grew or shrank, the terms behind it; "
+                                    f"exit status {DRIFT_ALERT} on an alert")
+    mon.add_argument("--model", required=True, help=MODEL_HELP)
+    _flag(mon, "--input", "--data", required=True,
+          help="the snapshot: CSV or Parquet file, Parquet folder or s3:// prefix with the model's feature columns")
+    _flag(mon, "--output", "--out", required=True, help="folder to receive drift.json and monitor.html")
+    mon.add_argument("--reference", default=None, metavar="TABLE",
+                     help="the model's training rows, for a model saved without a drift reference (before monitoring)")
+    mon.add_argument("--tracking-uri", default=None,
+                     help="log the verdict to this MLflow store (experiment neurcam-monitor); default: the model's "
+                          "store for a models:/ URI, none for a model folder")
+    mon.add_argument("--pushgateway", default=None, metavar="HOST:PORT",
+                     help="push the gauges of OUTPUT/monitor.prom to this Prometheus Pushgateway")
+    _encoding(mon)
+    return mon
+
+
 def _add_export(sub) -> argparse.ArgumentParser:
     """``neurcam export``'s flags."""
     exp = _sub(sub, "export", help="the model as one SQL query a warehouse runs to assign clusters (no Python), "
@@ -533,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="'neurcam COMMAND --help' shows a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_choose_k, _add_explain, _add_export, _add_generate,
+    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_choose_k, _add_explain, _add_export, _add_monitor,
+                                                 _add_generate,
                                                  _add_sample,
                                                  _add_featurize_text, _add_train, _add_tune, _add_promote,
                                                  _add_predict, _add_recluster, _add_history, _add_validate,
@@ -555,6 +576,7 @@ def _demo(args) -> None:
 
 
 REPORT_FAILED = 3   # exit status: the model was written, its report was not
+DRIFT_ALERT = 4     # exit status: the monitor raised an alert (drift.json says what moved)
 
 
 def _fit(args) -> int | None:
@@ -639,6 +661,15 @@ def _explain(args) -> None:
     print(f"most important terms: {result.top_terms()}")
     print(f"explanation of {result.n_rows} rows written to {redact(args.output)}/ (explanation.json, tables/, plots/)")
     print(f"open the report: {_link(result.report)}")
+
+
+def _monitor(args) -> int:
+    drift = service.monitor(args.model, args.input, args.output, reference=args.reference,
+                            tracking_uri=args.tracking_uri, pushgateway=args.pushgateway,
+                            say=lambda m: print(m, file=sys.stderr), **_csv(args))
+    print(drift.summary())
+    print(f"drift report written to {redact(args.output)}/ (drift.json, monitor.html)")
+    return DRIFT_ALERT if drift.alert else 0
 
 
 def _export(args) -> None:
@@ -782,15 +813,15 @@ def _predict(args) -> None:
           f"in {summary['seconds']} s")
 
 
-EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
+EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text", "prometheus_client": "ray"}  # optional import -> the extra that brings it
+HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "monitor": _monitor, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
             "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}
 
 
 # the flags that name local paths (or URIs): ``~`` and ``$VAR`` expanded as in a config's paths
-PATH_FLAGS = ("input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare")
+PATH_FLAGS = ("input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare", "reference")
 
 
 def _expand_paths(args) -> None:
@@ -828,7 +859,8 @@ def _own_warnings():
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed, 3 the
-    model was written but the report asked for (``fit --report``) was not."""
+    model was written but the report asked for (``fit --report``) was not, 4 ``monitor`` raised
+    a drift alert."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_required(parser, args)

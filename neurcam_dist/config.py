@@ -323,6 +323,9 @@ class ReclusterConfig(_Strict):
         "improve", description="improve: promote when the challenger's inertia is lower by min_improvement "
                                "(relative); always: promote every finished run; manual: never (promote by hand)")
     min_improvement: float = Field(0.01, ge=0.0, lt=1.0, allow_inf_nan=False)
+    when: Literal["always", "drift"] = Field(
+        "always", description="always: re-cluster every new snapshot; drift: monitor the snapshot against the "
+                              "champion first (neurcam monitor, OUTPUT/drift/) and re-cluster only on an alert")
     lease_wait_s: float = Field(300.0, gt=0.0, allow_inf_nan=False,
                                 description="how long to wait for another re-clustering's promotion lease")
     force: bool = Field(False, description="run even when the snapshot is the one the champion was trained on "

@@ -35,6 +35,8 @@ from .version import __version__
 if TYPE_CHECKING:  # annotations only: pandas is imported where a frame is made
     import pandas as pd
 
+    from .monitor import Drift
+
 REFERENCE_ROWS = 20_000  # training rows kept in memory (not saved) for explain() without data
 
 
@@ -421,6 +423,73 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             fitted.summary = summary_of(build_explanation(self, ref, typical=0))
         return fitted.summary
 
+    def drift_reference(self, X=None) -> dict:
+        """What the training rows looked like to the model (``monitor.reference_of``): computed
+        once from the training rows (``reference_``) and kept in the fitted state, which saves it.
+
+        Parameters
+        ----------
+        X : DataFrame or array, optional
+            Rows of the training data to build it from, for a model saved without one (by a
+            release before monitoring); replaces a kept reference.
+
+        Raises
+        ------
+        AttributeError
+            When the model carries neither a reference nor its training rows and ``X`` is None.
+        """
+        from .monitor import reference_of
+        fitted = self._validated_state()
+        if X is not None:
+            fitted.drift_reference = reference_of(fitted, X)
+        elif fitted.drift_reference is None:
+            ref = getattr(self, "reference_", None)
+            if ref is None:
+                raise AttributeError("this model carries no drift reference (saved by a release before monitoring): "
+                                     "give rows of its training data, monitor(X, reference=TRAINING_ROWS) or "
+                                     "'neurcam monitor --reference TABLE'")
+            fitted.drift_reference = reference_of(fitted, ref, fitted.labels)
+        return fitted.drift_reference
+
+    @_on_sized_threads
+    def monitor(self, X, reference=None) -> "Drift":
+        """Compare a snapshot of new rows with the training data, through the model: which
+        features moved (population stability index on the training deciles and levels), which
+        clusters grew or shrank, and which terms account for it (``docs/monitor.md``).
+
+        Parameters
+        ----------
+        X : DataFrame or array
+            The snapshot, with the model's feature columns (as ``predict`` takes it).
+        reference : DataFrame or array, optional
+            Training rows, for a model saved without a drift reference (``drift_reference``).
+
+        Returns
+        -------
+        monitor.Drift
+            ``alert``, features most drifted first, clusters, terms most moved first.
+
+        Raises
+        ------
+        DataError
+            An empty snapshot, a missing feature, a column of another kind than at fit.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from neurcam_dist import NeurCAM
+        >>> rng = np.random.default_rng(0)
+        >>> X = np.r_[rng.normal(0, 1, (200, 2)), rng.normal(4, 1, (200, 2))]
+        >>> est = NeurCAM(n_clusters=2, hidden=(16,), n_bases=8, epochs=12, warmup_epochs=4, verbose=False).fit(X)
+        >>> est.monitor(X[::2]).alert
+        False
+        >>> est.monitor(X + [6.0, 0.0]).drifted_features()[0]
+        'x0'
+        """
+        from .monitor import drift_of
+        self.drift_reference(reference)
+        return drift_of(self._validated_state(), self.fitted_.drift_reference, X)
+
     # ------------------------------------------------------------------ inference
     def _html_repr(self) -> str:
         """scikit-learn's estimator diagram and, once fitted, a compact table for notebooks: each
@@ -618,6 +687,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         check_is_fitted(self, "fitted_")
         if getattr(self, "reference_", None) is not None:
             self._summary()   # importance and profiles travel with the model
+            self.drift_reference()   # ... and what monitoring compares with
         state, weights = self.fitted_.to_dict()
         config = {"written_by": f"neurcam-dist {__version__}", "params": self.get_params(), **state}
         write_model_dir(path, jsonable(config), weights)

@@ -55,16 +55,23 @@ def column_moments(arr: np.ndarray, skip: np.ndarray | None = None) -> tuple[np.
     return mean, std
 
 
+# A standardized value is held within this many standard deviations of the training mean. Far
+# outside the training range every shape function is in its linear tail, so a row's cluster is
+# the same at 1e15 deviations as at 1e300; without the bound a cell near float64's limit (1e308 in
+# a column of amounts) became inf in float32, and its row's logits NaN: scored as cluster 0.
+Z_LIMIT = 1e15
+
+
 def standardize(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``(x - mean) / scale`` computed in float64, returned as float32 (what the network sees).
-    A difference beyond float64's range (values of opposite sign near 1e308) is taken as
-    ``x / scale - mean / scale`` instead."""
+    """``(x - mean) / scale`` computed in float64, held within ``Z_LIMIT``, returned as float32
+    (what the network sees). A difference beyond float64's range (values of opposite sign near
+    1e308) is taken as ``x / scale - mean / scale`` instead."""
     x = np.asarray(arr, np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         z = (x - mean) / scale
         if not np.isfinite(z).all():
             z = np.where(np.isfinite(z), z, x / scale - mean / scale)
-    return z.astype(np.float32)
+    return np.clip(z, -Z_LIMIT, Z_LIMIT).astype(np.float32)
 
 
 def constant_columns(arr: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ RANKS = {
     "version": 0, "params": 0, "metrics": 0, "validation": 0, "numerics": 0, "redaction": 0,
     "clusterids": 0, "uris": 0, "settings": 0, "signals": 0, "names": 0, "errors": -1, "columns": 0.5,
     "model": 1, "storage": 1, "config": 1, "raycompat": 1,
-    "explain": 2, "data": 2, "choosing": 2.5,
+    "explain": 2, "data": 2, "choosing": 2.5, "monitor": 2.7,
     "estimator": 3, "text": 3, "outputs": 3,
     "distributed": 4, "tracking": 4,
     "service": 7,

@@ -466,8 +466,51 @@ def test_a_deleted_champion_version_does_not_break_the_lineage_of_ids(ray_head, 
     assert prom["neurcam_recluster_last_success_timestamp_seconds"] == pytest.approx(lines[2]["finished_unix"])
 
 
-def _prometheus(path: Path) -> dict:
-    """The samples of a Prometheus text file, parsed by prometheus_client's own parser."""
+def test_when_drift_reclusters_only_on_a_monitor_alert(ray_head, mlflow_server, events, tmp_path):
+    """``recluster.when: drift``: the snapshot is monitored against the champion first. The
+    snapshot the champion was fitted on raises no alert: skipped, no search, no new version, the
+    verdict in the record and the history. An older snapshot of other clusters raises one: the
+    search runs and the decision carries the alert."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from neurcam_dist import NeurCAM, service
+    from neurcam_dist.tracking import log_model
+    name = "ops-drift"
+    X = pd.read_parquet(events / "date=2026-11-26")[["f0", "f1", "f2", "f3"]]
+    model = tiny(events, tmp_path, name)["model"]
+    est = NeurCAM(**{**model, "hidden": tuple(model["hidden"])}, verbose=False).fit(X)
+    mlflow.set_tracking_uri(mlflow_server)
+    mlflow.set_experiment("ops-drift")
+    with mlflow.start_run():
+        version = log_model(est, X, registered_name=name)[1]
+    service.promote(name, version, tracking_uri=mlflow_server)
+    config = tmp_path / "rc.yaml"
+    config.write_text(yaml.safe_dump(tiny(events, tmp_path / "unused", name,
+                                          recluster={"when": "drift", "policy": "always"})))
+    env = recluster_env(ray_head, mlflow_server, events, tmp_path / "out")
+    done = neurcam("recluster", "--config", config, env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    assert record["outcome"] == "skipped" and record["drift_alert"] is False, record
+    assert "no drift alert on snapshot '2026-11-26'" in record["reason"] and record["challenger_version"] is None
+    assert json.loads((tmp_path / "out" / "drift" / "drift.json").read_text())["alert"] is False
+    client = MlflowClient()
+    assert [v.version for v in client.search_model_versions(f"name = '{name}'")] == [version]
+
+    done = neurcam("recluster", "--config", config, "--set", "recluster.snapshot=2026-11-25", env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((tmp_path / "out" / "recluster.json").read_text())
+    drift = json.loads((tmp_path / "out" / "drift" / "drift.json").read_text())
+    assert drift["alert"] is True and record["drift_alert"] is True and record["drift"].startswith("ALERT")
+    assert record["outcome"] == "promoted" and record["challenger_version"] not in (None, version)
+    lines = [json.loads(x) for x in (tmp_path / "out" / "recluster-history.jsonl").read_text().splitlines()]
+    assert [(x["outcome"], x["drift_alert"]) for x in lines] == [("skipped", False), ("promoted", True)]
+    assert _prometheus(tmp_path / "out" / "recluster.prom", name)["neurcam_recluster_drift_alert"] == 1.0
+
+
+def _prometheus(path: Path, model: str = "ops-lineage") -> dict:
+    """The samples of ``model`` in a Prometheus text file, parsed by prometheus_client's own parser."""
     from prometheus_client.parser import text_string_to_metric_families
     return {s.name: s.value for fam in text_string_to_metric_families(path.read_text()) for s in fam.samples
-            if s.labels.get("model") == "ops-lineage"}
+            if s.labels.get("model") == model}

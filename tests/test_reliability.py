@@ -75,6 +75,22 @@ def test_numbers_the_scale_cannot_hold_are_refused_by_column_at_every_door(tmp_p
             profile(plan(DataConfig(path=str(tmp_path / name), features=list(frame.columns))))
 
 
+def test_a_cell_near_float64s_limit_is_scored_by_the_shapes_trend_never_as_nan():
+    """A row far outside the training range (an amount of 1e308 where training had tens) is scored
+    by where its shapes head (the same cluster as at 1e12 deviations), with finite probabilities;
+    it used to become inf in float32, NaN logits, and cluster 0 whatever the row."""
+    X, _ = blobs(n=200)
+    model = est(epochs=6).fit(X)
+    for sign in (1.0, -1.0):
+        rows = X.iloc[:4].copy()
+        rows["f0"] = sign * 1e308
+        near = X.iloc[:4].copy()
+        near["f0"] = model.mean_[0] + sign * 1e12 * model.scale_[0]
+        proba = model.predict_proba(rows)
+        assert np.isfinite(proba).all() and np.isfinite(model.decision_function(rows)).all()
+        np.testing.assert_array_equal(model.predict(rows), model.predict(near))
+
+
 def test_a_representation_beyond_float32_is_refused_by_column():
     X, _ = blobs(n=60)
     rep = pd.DataFrame({"e0": np.ones(60), "e1": np.ones(60)})

@@ -81,7 +81,8 @@ def _schema(n_features: int, repr_dim: int, label: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def mixed_table(n_rows: int = 900, seed: int = 0, defined_by: str = "level", missing_share: float = 0.05):
+def mixed_table(n_rows: int = 900, seed: int = 0, defined_by: str = "level", missing_share: float = 0.05,
+                weights=None):
     """A generated customer-like table of mixed columns with missing cells, and its segment labels
     (``(DataFrame, labels)``), for tests, benchmarks and the docs. Three segments, defined by
     ``defined_by``:
@@ -95,10 +96,15 @@ def mixed_table(n_rows: int = 900, seed: int = 0, defined_by: str = "level", mis
     Columns: ``customer_id`` (text codes), ``plan`` (text), ``region`` (pandas ``category``),
     ``paperless`` (bool, more often true in segment 0, less in 1), ``usage``, ``tenure``, ``income`` (numbers); ``missing_share`` of the
     ``usage`` and ``region`` cells are blank besides (never the defining ones under ``level``).
+    ``weights``: the three segments' relative sizes (default: equal, drawn as before).
     """
     import pandas as pd
     rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 3, n_rows)
+    if weights is None:
+        labels = rng.integers(0, 3, n_rows)
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+        labels = rng.choice(3, n_rows, p=w / w.sum())
     plans = np.array(["monthly", "yearly", "two-year"])
     regions = np.array(["north", "south", "east", "west"])
     usage = rng.normal(0.0, 1.0, n_rows)

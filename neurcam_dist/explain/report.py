@@ -305,6 +305,15 @@ def _img(data: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
 
 
+# The report's look, which the monitor's page shares.
+STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em 1em}"
+         "table{border-collapse:collapse;margin-bottom:.8em}td,th{border:1px solid #ccc;padding:2px 6px;"
+         "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:3}"
+         "details{font-size:13px}.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumbs img{width:260px}"
+         ".note{font-size:12px;color:#555}.summary{font-size:16px;font-weight:600}.push{font-size:14px}"
+         ".bar{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:.4em 0;z-index:10}"
+         "h2,h3,section,.row-view{scroll-margin-top:3.2em}.warning{background:#fff4d6;border-left:4px solid "
+         "#e0a800;padding:.5em}td.same{font-weight:700}")
 SECTIONS = (("clusters", "Clusters"), ("rows", "What would change a row's cluster"), ("importance", "Importance"),
             ("shapes", "Shape graphs"), ("pairs", "Pairwise interactions"), ("card", "Model card"))
 TOP_TABLE = 20  # rows of the importance table (every term is in tables/terms.parquet)
@@ -731,14 +740,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     left_out = left_out_terms(expl)
     drawn = [i for i in by_importance(expl) if i not in left_out]
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{e(title)}</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em 1em}"
-             "table{border-collapse:collapse;margin-bottom:.8em}td,th{border:1px solid #ccc;padding:2px 6px;"
-             "font-size:13px;text-align:left}img{max-width:100%}nav ul{columns:3}"
-             "details{font-size:13px}.thumbs{display:flex;flex-wrap:wrap;gap:6px}.thumbs img{width:260px}"
-             ".note{font-size:12px;color:#555}.summary{font-size:16px;font-weight:600}.push{font-size:14px}"
-             ".bar{position:sticky;top:0;background:#fff;border-bottom:1px solid #ddd;padding:.4em 0;z-index:10}"
-             "h2,h3,section,.row-view{scroll-margin-top:3.2em}.warning{background:#fff4d6;border-left:4px solid #e0a800;padding:.5em}td.same{font-weight:700}"
-             "</style></head><body>"]
+             f"<style>{STYLE}</style></head><body>"]
     options = "<option value='-1'>every cluster</option>" + "".join(
         f"<option value='{k}'>cluster {cid}</option>" for k, cid in enumerate(expl.cluster_ids))
     parts.append(f"<div class='bar'><b>{e(title)}</b> &nbsp; <label>cluster: <select id='choose-cluster'>{options}"

@@ -80,6 +80,10 @@ class FittedNet:
         How the columns reach the network (categorical levels, missing cells: ``columns``); None
         for a model saved before format 3, which reads plain numbers as today's models do
         (``ColumnCoding.numeric(legacy=True)``: the same messages) and refuses missing cells.
+    drift_reference : dict or None
+        What the training rows looked like to the model (``monitor.reference_of``: bins, cluster
+        shares, term means; no rows), which ``NeurCAM.monitor`` compares snapshots with; computed
+        when first asked for or saved; None for a model saved before monitoring.
     """
 
     net: NeurCAMNet
@@ -98,6 +102,7 @@ class FittedNet:
     labels: np.ndarray | None = None
     summary: dict | None = None
     coding: ColumnCoding | None = None
+    drift_reference: dict | None = None
 
     @classmethod
     def from_trainer(cls, trainer, records: list, seconds: float, *, feature_names: list[str], mean, scale,
@@ -140,6 +145,8 @@ class FittedNet:
             config["text"] = self.text
         if self.summary is not None:
             config["summary"] = self.summary
+        if self.drift_reference is not None:
+            config["drift_reference"] = self.drift_reference
         if self.coding is not None:
             from .network import CODING_GAIN, MISSING_GAIN
             config["coding"] = {**self.coding.to_dict(), "gains": [CODING_GAIN, MISSING_GAIN]}
@@ -193,7 +200,7 @@ class FittedNet:
                    precision=config.get("precision", params.get("precision", "fp32")),
                    history=config.get("history", {}), text=config.get("text"),
                    labels=None if labels is None else labels.numpy().astype(np.int64),
-                   summary=config.get("summary"), coding=coding)
+                   summary=config.get("summary"), coding=coding, drift_reference=config.get("drift_reference"))
 
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
@@ -211,7 +218,7 @@ class FittedNet:
     def for_scoring(self) -> "FittedNet":
         """This state without the record of the fit (the network is shared, not copied): what a
         scoring actor needs and nothing else."""
-        return dataclasses.replace(self, history={}, labels=None, summary=None)
+        return dataclasses.replace(self, history={}, labels=None, summary=None, drift_reference=None)
 
     @staticmethod
     def standardize_with(arr: np.ndarray, mean: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -109,10 +109,10 @@ def history_table(records: list[dict]):
         rows.append({"finished": r.get("finished_at"), "snapshot": r.get("snapshot"),
                      "champion": r.get("compared_with") or r.get("champion_version"),
                      "challenger": r.get("challenger_version"), "inertia_ratio": inertia_ratio(r),
-                     "agreement_ari": r.get("agreement_ari"), "promoted": r.get("promoted"),
-                     "outcome": r.get("outcome"), "reason": r.get("reason")})
+                     "agreement_ari": r.get("agreement_ari"), "drift_alert": r.get("drift_alert"),
+                     "promoted": r.get("promoted"), "outcome": r.get("outcome"), "reason": r.get("reason")})
     return pd.DataFrame(rows, columns=["finished", "snapshot", "champion", "challenger", "inertia_ratio",
-                                       "agreement_ari", "promoted", "outcome", "reason"])
+                                       "agreement_ari", "drift_alert", "promoted", "outcome", "reason"])
 
 
 # ---------------------------------------------------------------- Prometheus
@@ -148,6 +148,8 @@ def export_metrics(output: "str | Location", record: dict, history: list[dict], 
           record.get("size_shift"))
     gauge("neurcam_recluster_duration_seconds", "How long the last re-clustering took.", record.get("duration_s"))
     gauge("neurcam_recluster_rows", "Rows in the last re-clustering's snapshot.", record.get("n_rows"))
+    gauge("neurcam_recluster_drift_alert", "1 when the monitor run first (recluster.when=drift) raised an alert.",
+          record.get("drift_alert"))
     text = generate_latest(registry).decode()
     path = Location(output) / METRICS
     if path.is_uri:
@@ -160,6 +162,49 @@ def export_metrics(output: "str | Location", record: dict, history: list[dict], 
         from prometheus_client import push_to_gateway
         push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)
     return text
+
+
+DRIFT_METRICS = "monitor.prom"
+
+
+def drift_gauges(record: dict, model: str):
+    """``neurcam monitor``'s verdict (``drift.json``'s ``record``) as a Prometheus registry of
+    gauges labelled with the ``model``: the alert, when it ran, the rows, the drifted features and
+    clusters, each feature's PSI and missing share and each cluster's share now and at training."""
+    import time
+
+    from prometheus_client import CollectorRegistry, Gauge
+    registry = CollectorRegistry()
+
+    def gauge(name: str, doc: str, values: dict, label: str | None = None) -> None:
+        g = Gauge(name, doc, ["model"] + ([label] if label else []), registry=registry)
+        for key, value in values.items():
+            (g.labels(model=model, **{label: key}) if label else g.labels(model=model)).set(float(value))
+
+    gauge("neurcam_monitor_alert", "1 when the last monitor raised a drift alert.", {None: record["alert"]})
+    gauge("neurcam_monitor_last_run_timestamp_seconds", "When the last monitor ran (Unix time).", {None: time.time()})
+    gauge("neurcam_monitor_rows", "Rows in the last monitored snapshot.", {None: record["n_rows"]})
+    gauge("neurcam_monitor_drifted_features", "Drifted features in the last snapshot.",
+          {None: sum(f["drifted"] for f in record["features"])})
+    gauge("neurcam_monitor_drifted_clusters", "Drifted clusters in the last snapshot.",
+          {None: sum(c["drifted"] for c in record["clusters"])})
+    gauge("neurcam_monitor_feature_psi", "Population stability index of each feature against training.",
+          {f["name"]: f["score"] for f in record["features"]}, "feature")
+    gauge("neurcam_monitor_feature_missing_share", "Share of missing cells of each feature now.",
+          {f["name"]: f["missing_now"] for f in record["features"]}, "feature")
+    gauge("neurcam_monitor_cluster_share", "Each cluster's share of the snapshot.",
+          {str(c["id"]): c["share_now"] for c in record["clusters"]}, "cluster")
+    gauge("neurcam_monitor_cluster_share_reference", "Each cluster's share of the training rows.",
+          {str(c["id"]): c["share_reference"] for c in record["clusters"]}, "cluster")
+    gauge("neurcam_monitor_borderline_share", "Share of borderline rows in the snapshot.",
+          {None: record["borderline"]["now"]})
+    return registry
+
+
+def push_drift(registry, pushgateway: str, model: str) -> None:
+    """The monitor's gauges pushed to a Pushgateway (``host:9091``) as job ``neurcam-monitor``."""
+    from prometheus_client import push_to_gateway
+    push_to_gateway(pushgateway, job="neurcam-monitor", grouping_key={"model": model}, registry=registry)
 
 
 # ---------------------------------------------------------------- snapshots and retention

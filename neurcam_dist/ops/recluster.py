@@ -75,6 +75,8 @@ class Record:
     sizes_challenger: dict | None = None
     sizes_champion: dict | None = None
     top_terms_overlap: float | None = None
+    drift_alert: bool | None = None  # recluster.when=drift: the monitor's verdict on the snapshot
+    drift: str | None = None         # ... and its summary line
     unseen_levels_champion: dict | None = None
     n_rows: int | None = None
     run_id: str | None = None
@@ -173,6 +175,8 @@ def _run(cfg: JobConfig, rc: ReclusterConfig, record: Record) -> None:
     record.snapshot_fingerprint = history.fingerprint(cfg.data.path)
     if not rc.force and _already_trained(cfg, record, champion.compared):
         return
+    if rc.when == "drift" and _no_drift(cfg, record, champion):
+        return
     say(f"champion of {record.model_name}: " + (
         f"version {champion.compared} (cluster ids {champion.model.cluster_ids_.tolist()})" if champion.compared
         else "none yet (this model becomes the first)"))
@@ -211,6 +215,37 @@ def _already_trained(cfg: JobConfig, record: Record, compared) -> bool:
         f"skipped: snapshot {record.snapshot!r} has the same files as the one {which} of {record.model_name} was "
         f"trained on: no new version (recluster.force, or --force, runs anyway)")
     say(record.reason)
+    return True
+
+
+def _no_drift(cfg: JobConfig, record: Record, champion: Champion) -> bool:
+    """``recluster.when=drift``: the snapshot monitored against the champion (``OUTPUT/drift/``);
+    True (and ``record`` says it is skipped) when the monitor raised no alert. Without a champion,
+    or a champion saved without a drift reference, the snapshot is re-clustered, and that is said."""
+    if champion.model is None:
+        record.drift = "no champion to monitor against: re-clustering"
+        say(record.drift)
+        return False
+    try:
+        champion.model.drift_reference()
+    except AttributeError:
+        record.drift = (f"version {champion.compared} carries no drift reference (saved before monitoring): "
+                        f"re-clustering; the next champion will carry one")
+        say(f"warning: {record.drift}")
+        return False
+    from ..distributed.monitoring import monitor_parquet
+    from ..monitor.page import write_monitor
+    drift = monitor_parquet(champion.model, cfg.data.path, log=say)
+    record.drift_alert, record.drift = drift.alert, drift.summary()
+    write_monitor((Location(cfg.output) / "drift"), {"model": f"models:/{record.model_name}/{champion.compared}",
+                                                     "snapshot": record.data_path, **drift.to_dict()},
+                  drift, f"Drift: snapshot {record.snapshot}")
+    say(f"monitor against the champion (version {champion.compared}): {drift.summary()}")
+    if drift.alert:
+        return False
+    record.outcome, record.reason = "skipped", (
+        f"skipped: no drift alert on snapshot {record.snapshot!r} against the champion (version "
+        f"{champion.compared}): {drift.summary()} (recluster.when=drift re-clusters on an alert only)")
     return True
 
 
