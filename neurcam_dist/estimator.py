@@ -413,15 +413,21 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         typical rows or counterfactuals) and kept in the fitted state, which saves them."""
         fitted = self.fitted_
         if fitted.summary is None:
-            ref = getattr(self, "reference_", None)
-            if ref is None:
-                raise AttributeError("importance_ and profiles_ come from the training rows, which this model "
-                                     "does not carry (saved by a release before model format 2): use "
-                                     "explain(X).importance_frame() / .profiles_frame() on rows of its data")
+            ref = self._kept_rows("importance_ and profiles_ come from the training rows, which this model does not "
+                                  "carry (saved by a release before model format 2): use explain(X)."
+                                  "importance_frame() / .profiles_frame() on rows of its data")
             from .explain import build_explanation
             from .explain.explanation import summary_of
             fitted.summary = summary_of(build_explanation(self, ref, typical=0))
         return fitted.summary
+
+    def _kept_rows(self, missing: str):
+        """The training rows kept in memory (``reference_``); ``AttributeError(missing)`` without them
+        (a loaded model)."""
+        ref = getattr(self, "reference_", None)
+        if ref is None:
+            raise AttributeError(missing)
+        return ref
 
     def drift_reference(self, X=None) -> dict:
         """What the training rows looked like to the model (``monitor.reference_of``): computed
@@ -443,11 +449,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         if X is not None:
             fitted.drift_reference = reference_of(fitted, X)
         elif fitted.drift_reference is None:
-            ref = getattr(self, "reference_", None)
-            if ref is None:
-                raise AttributeError("this model carries no drift reference (saved by a release before monitoring): "
-                                     "give rows of its training data, monitor(X, reference=TRAINING_ROWS) or "
-                                     "'neurcam monitor --reference TABLE'")
+            ref = self._kept_rows("this model carries no drift reference (saved by a release before monitoring): "
+                                  "give rows of its training data, monitor(X, reference=TRAINING_ROWS) or "
+                                  "'neurcam monitor --reference TABLE'")
             fitted.drift_reference = reference_of(fitted, ref, fitted.labels)
         return fitted.drift_reference
 

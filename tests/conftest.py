@@ -6,6 +6,7 @@ import sys
 import time
 import textwrap
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -91,6 +92,30 @@ def ray_cluster(s3_settings):
 
 
 _GIVEN_PORTS: set[int] = set()
+
+
+@contextmanager
+def pushgateway_stub():
+    """A stand-in Prometheus Pushgateway on 127.0.0.1 that answers one PUT: yields
+    ``(address, received)``, ``received`` filling with ``(path, body)``."""
+    import http.server
+    import threading
+    received = []
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_PUT(self):
+            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"])).decode()))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+    server = http.server.HTTPServer(("127.0.0.1", 0), Gateway)
+    threading.Thread(target=server.handle_request, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.server_port}", received
+    finally:
+        server.server_close()
 
 
 def free_port() -> int:

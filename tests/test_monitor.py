@@ -183,7 +183,7 @@ def test_a_model_without_a_reference_says_how_to_add_one(fitted, tmp_path, capsy
     assert json.loads((tmp_path / "d" / "drift.json").read_text())["alert"] is False
 
 
-@pytest.mark.parametrize("case", ["missing feature", "changed type", "empty"])
+@pytest.mark.parametrize("case", ["missing feature", "changed type", "text in numbers", "empty"])
 def test_a_snapshot_that_cannot_be_compared_is_refused_by_name(fitted, tmp_path, capsys, case):
     _, path, _ = fitted
     df, _ = snapshot(300, 4)
@@ -191,13 +191,16 @@ def test_a_snapshot_that_cannot_be_compared_is_refused_by_name(fitted, tmp_path,
         df = df.drop(columns="tenure")
     elif case == "changed type":
         df["plan"] = np.arange(len(df)) % 3
+    elif case == "text in numbers":
+        df["tenure"] = df["tenure"].map(lambda v: f"{v:.1f} months")
     else:
         df = df.iloc[:0]
     df.to_csv(tmp_path / "snap.csv", index=False)
     out = tmp_path / "d"
     assert main(["monitor", "--model", str(path), "--input", str(tmp_path / "snap.csv"), "--output", str(out)]) == 2
     err = capsys.readouterr().err
-    expected = {"missing feature": "tenure", "changed type": "plan", "empty": "no rows"}[case]
+    expected = {"missing feature": "tenure", "changed type": "plan", "text in numbers": "tenure",
+                "empty": "no rows"}[case]
     assert expected in err, err
     assert not out.exists()
 
@@ -278,39 +281,25 @@ def test_a_registry_model_is_monitored_into_mlflow_and_a_pushgateway(fitted, mlf
     """``models:/NAME@ALIAS``: the verdict becomes a run of the experiment neurcam-monitor (metrics,
     tags, drift.json and monitor.html) on a real MLflow server, and the gauges are pushed to a
     Pushgateway (a stand-in server on 127.0.0.1 that records what is PUT)."""
-    import http.server
-    import threading
-
     import mlflow
 
     from neurcam_dist import tracking
+
+    from .conftest import pushgateway_stub
     est, _, _ = fitted
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     tracking.use(mlflow_server, experiment="monitored-models")
     X, _ = snapshot(200, 1)
     with mlflow.start_run():
-        _, version = tracking.log_model(est, X, registered_name="monitored")
+        tracking.log_model(est, X, registered_name="monitored")
     df, feature = changed("level", sorted(set(est.selected_features_)))
     df.to_csv(tmp_path / "snap.csv", index=False)
-    received = []
-
-    class Gateway(http.server.BaseHTTPRequestHandler):
-        def do_PUT(self):
-            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"])).decode()))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-    server = http.server.HTTPServer(("127.0.0.1", 0), Gateway)
-    threading.Thread(target=server.handle_request, daemon=True).start()
-    try:
+    with pushgateway_stub() as (address, received):
         assert main(["monitor", "--model", "models:/monitored@candidate", "--input", str(tmp_path / "snap.csv"),
-                     "--output", str(tmp_path / "d"), "--pushgateway", f"127.0.0.1:{server.server_port}"]) == DRIFT_ALERT
-    finally:
-        server.server_close()
+                     "--output", str(tmp_path / "d"), "--pushgateway", address]) == DRIFT_ALERT
     (path, body), = received
-    assert path.startswith("/metrics/job/neurcam-monitor/model") and 'neurcam_monitor_alert{model="models:/monitored@candidate"} 1.0' in body
+    assert path.startswith("/metrics/job/neurcam-monitor/model")
+    assert 'neurcam_monitor_alert{model="models:/monitored@candidate"} 1.0' in body
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name("neurcam-monitor")
     run, = client.search_runs([exp.experiment_id])

@@ -531,22 +531,9 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
     got = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
     assert got["neurcam_recluster_failed"] == 1.0 and got["neurcam_recluster_last_success_timestamp_seconds"] == 101.0
     # recluster.pushgateway: the same metrics PUT to a Pushgateway's API (a stand-in server on 127.0.0.1)
-    import http.server
-    import threading
-    received = []
-
-    class Gateway(http.server.BaseHTTPRequestHandler):
-        def do_PUT(self):
-            received.append((self.path, self.rfile.read(int(self.headers["Content-Length"])).decode()))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-    server = http.server.HTTPServer(("127.0.0.1", 0), Gateway)
-    threading.Thread(target=server.handle_request, daemon=True).start()
-    history.export_metrics(str(out), records[-1], records, pushgateway=f"127.0.0.1:{server.server_port}")
-    server.server_close()
+    from .conftest import pushgateway_stub
+    with pushgateway_stub() as (address, received):
+        history.export_metrics(str(out), records[-1], records, pushgateway=address)
     (path, body), = received
     assert path == "/metrics/job/neurcam-recluster/model/m" and "neurcam_recluster_failed" in body
 
