@@ -34,9 +34,9 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import silhouette_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, ROOT, load_dataset, machine, markdown_table, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, ROOT, load_dataset, machine, markdown_table, write_atomic
 
-from neurcam_dist import choose_k  # noqa: E402
+from neurcam_dist import choose_k
 
 
 
@@ -88,7 +88,7 @@ def gap_statistic(x: np.ndarray, fits: dict, b: int = 10, seed: int = 0) -> int:
         w = np.log(fits[k].inertia_)
         wb = np.log([KMeans(k, n_init=3, random_state=i).fit(r).inertia_ for i, r in enumerate(refs)])
         gap[k], s[k] = wb.mean() - w, wb.std() * np.sqrt(1 + 1 / b)
-    for k, nxt in zip(ks, ks[1:]):
+    for k, nxt in zip(ks, ks[1:], strict=False):
         if gap[k] >= gap[nxt] - s[nxt]:
             return k
     return ks[-1]

@@ -33,10 +33,10 @@ from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.metrics import adjusted_rand_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, ROOT, busy_neighbour, heavy_tailed, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, ROOT, busy_neighbour, heavy_tailed, load_dataset, machine, markdown_table, standardized, write_atomic
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
-from neurcam_dist.config import TEXT_MODEL_DEFAULTS  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
+from neurcam_dist.config import TEXT_MODEL_DEFAULTS
 
 
 def mixture(n: int, d: int, k: int, spread: float, seed: int):

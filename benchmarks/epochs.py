@@ -19,16 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 from sklearn.cluster import KMeans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine, markdown_table, standardized, write_atomic  # noqa: E402
-from defaults import mixture  # noqa: E402
+from common import ROOT, machine, markdown_table, standardized, write_atomic
+from defaults import mixture
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
-from neurcam_dist.model import loop  # noqa: E402
-from neurcam_dist.params import DEFAULTS  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
+from neurcam_dist.model import loop
+from neurcam_dist.params import DEFAULTS
 
 K, D = 10, 16
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, load_dataset, machine, markdown_table, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, load_dataset, machine, markdown_table, write_atomic
 
-from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.explain.report import write_report  # noqa: E402
+from neurcam_dist import NeurCAM
+from neurcam_dist.explain.report import write_report
 
 
 def best_time(fn, reps: int = 3) -> float:
@@ -53,8 +53,8 @@ def main() -> None:
         explain_s = time.perf_counter() - t
         scorer = expl.to_scorer()
         p_net, p_tab = est.predict_proba(df), scorer.predict_proba(df)
-        net_s = best_time(lambda: est.predict_proba(df))
-        tab_s = best_time(lambda: scorer.predict_proba(df))
+        net_s = best_time(lambda est=est, df=df: est.predict_proba(df))
+        tab_s = best_time(lambda scorer=scorer, df=df: scorer.predict_proba(df))
         report = write_report(expl, args.out / f"report_{ds}")
         row = {"data": ds, "rows": len(df), "terms": len(expl.terms), "fit s": fit_s, "explain s": explain_s,
                "hard agreement": float((p_net.argmax(1) == p_tab.argmax(1)).mean()),

@@ -32,9 +32,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import DEFAULT_DATA, load_dataset, machine, markdown_table, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, load_dataset, machine, markdown_table, write_atomic
 
-from neurcam_dist import NeurCAM  # noqa: E402
+from neurcam_dist import NeurCAM
 
 MODEL = {"n_clusters": 10, "epochs": 12, "early_stopping": False, "random_state": 0}
 

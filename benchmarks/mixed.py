@@ -36,10 +36,10 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine, markdown_table, write_atomic  # noqa: E402
+from common import ROOT, machine, markdown_table, write_atomic
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
-from neurcam_dist.data.synthetic import mixed_table  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
+from neurcam_dist.data.synthetic import mixed_table
 
 
 def generated(quick: bool):

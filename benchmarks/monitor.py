@@ -32,10 +32,10 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, machine, markdown_table, write_atomic  # noqa: E402
+from common import ROOT, machine, markdown_table, write_atomic
 
-from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.data.synthetic import mixed_table  # noqa: E402
+from neurcam_dist import NeurCAM
+from neurcam_dist.data.synthetic import mixed_table
 
 FEATURES = ["plan", "region", "paperless", "usage", "tenure", "income"]
 

@@ -25,12 +25,12 @@ import numpy as np
 from sklearn.cluster import KMeans, MiniBatchKMeans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (DEFAULT_DATA, ROOT, heavy_shapes, heavy_tailed, load_dataset, machine,  # noqa: E402
+from common import (DEFAULT_DATA, ROOT, heavy_shapes, heavy_tailed, load_dataset, machine,
                     markdown_table, standardized, write_atomic)
-from defaults import mixture  # noqa: E402
-from trees import exkmc, imm  # noqa: E402
+from defaults import mixture
+from trees import exkmc, imm
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
 
 SHAPES = ((8000, 10, 12, "far", 0), (8000, 8, 6, "far", 1), (8000, 10, 12, "t", 2), (8000, 8, 6, "t", 3),
           (8000, 10, 12, "lognormal", 4), (8000, 8, 6, "lognormal", 5), (8000, 10, 12, "mix", 6),

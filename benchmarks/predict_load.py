@@ -29,10 +29,10 @@ import psutil
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.data.synthetic import write_shards  # noqa: E402
+from neurcam_dist import NeurCAM
+from neurcam_dist.data.synthetic import write_shards
 
-from common import markdown_table  # noqa: E402
+from common import markdown_table
 
 PROGRESS = re.compile(r"([\d,]+) of ([\d,]+) rows")
 
@@ -87,7 +87,7 @@ def run_predict(model: Path, data: Path, out: Path) -> dict:
 
 def window_rates(points: list[tuple[float, int]]) -> list[float]:
     """Rows/s between consecutive progress lines."""
-    return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(points, points[1:]) if b[0] > a[0]]
+    return [(b[1] - a[1]) / (b[0] - a[0]) for a, b in zip(points, points[1:], strict=False) if b[0] > a[0]]
 
 
 def main() -> None:

@@ -3,17 +3,17 @@
     python benchmarks/quality.py [--datasets pendigits letters] [--seeds 5] [--precision fp32]
                                  [--init distill kmeans] [--kmeans auto|lloyd|minibatch] [--paper-protocol]
 
-On each data set (standardized, X_repr = X) it scores MiniBatchKMeans (the paper's mKMC
-settings), scikit-learn's KMeans (Lloyd, k-means++, n_init=10: the k-means optimum), CART trees of depth 5 and 7 fitted to the k-means labels (the paper's TAO
-initialisation, an interpretable baseline), NeurCAM and Neur2CAM (P = D), with ARI / NMI / ACC /
-inertia from ``neurcam_dist.metrics``. It prints every run and writes a markdown table
-(``benchmarks/results/quality.md``) with the targets: inertia within 1% of KMeans (n_init=10), ARI
->= 0.95 of KMeans', and lower inertia than both CART trees. Data sets: pendigits and letters (UCI,
-``--data-dir``), ``digits`` (scikit-learn's bundled 8x8 digits) and ``heavytail`` (a seeded table of
-Gaussian clusters with a few rows 30-60 standard deviations out, on which KMeans spends clusters on
-single outliers). ``--paper-protocol`` trains the paper's full
-schedule (400 warm-up epochs, 1000 epochs, 1100 for Neur2CAM, no early stopping, no
-distillation, learning-rate patience 100): meant for a GPU machine.
+On each data set (standardized, X_repr = X) it scores MiniBatchKMeans (the paper's mKMC settings),
+scikit-learn's KMeans (Lloyd, k-means++, n_init=10: the k-means optimum), CART trees of depth 5 and
+7 fitted to the k-means labels (the paper's TAO initialisation, an interpretable baseline), NeurCAM
+and Neur2CAM (P = D), with ARI / NMI / ACC / inertia from ``neurcam_dist.metrics``. It prints every
+run and writes a markdown table (``benchmarks/results/quality.md``) with the targets: inertia within
+1% of KMeans (n_init=10), ARI >= 0.95 of KMeans', and lower inertia than both CART trees. Data sets:
+pendigits and letters (UCI, ``--data-dir``), ``digits`` (scikit-learn's bundled 8x8 digits) and
+``heavytail`` (a seeded table of Gaussian clusters with a few rows 30-60 standard deviations out, on
+which KMeans spends clusters on single outliers). ``--paper-protocol`` trains the paper's full
+schedule (400 warm-up epochs, 1000 epochs, 1100 for Neur2CAM, no early stopping, no distillation,
+learning-rate patience 100): meant for a GPU machine.
 
 ``--tune`` compares the two ways of running the protocol on the same data and settings: the
 in-memory estimator looping over the seeds, and ``neurcam tune`` (the data written as Parquet
@@ -33,9 +33,9 @@ from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.tree import DecisionTreeClassifier
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, load_dataset, machine, markdown_table, standardized, write_atomic
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
 
 
 def best_of(runs: list[dict]) -> dict:
@@ -81,7 +81,7 @@ def dae_embedding(x: np.ndarray, epochs: int, seed: int = 0) -> np.ndarray:
     net = dae.DenoisingAutoencoder(x.shape[1], seed=seed)
     opt, sched = dae.optimizer(net, lr=2e-3, lr_patience=10)
     g = torch.Generator().manual_seed(seed)
-    for epoch in range(epochs):
+    for _ in range(epochs):
         loss, rows = (float(v) for v in dae.train_epoch(net, opt, (xt[i] for i in torch.randperm(len(xt), generator=g).split(512))))
         sched.step(loss / rows)
     print(f"autoencoder: {epochs} epochs, reconstruction loss {loss / rows:.4f}", flush=True)
@@ -137,7 +137,7 @@ def main() -> None:
         x = xf if args.repr == "features" else dae_embedding(xf, args.dae_epochs)
         x_repr = None if args.repr == "features" else x
 
-        def row(method, labels, extra):
+        def row(method, labels, extra, ds=ds, x=x, y=y):
             r = {"data": ds, "method": method, **{m: v for m, v in metrics.scores(x, labels, y).items()
                                                     if m != "n_clusters_used"}, **extra}
             paper = PAPER_AE.get(ds, {}).get(method.split(" ")[0]) if args.repr == "dae" else None

@@ -21,11 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.data import footers, resolve  # noqa: E402
-from neurcam_dist.data.sources import column_bytes  # noqa: E402
-from neurcam_dist.data.synthetic import write_shards  # noqa: E402
-from neurcam_dist.distributed import ensure_ray, predict_parquet  # noqa: E402
+from neurcam_dist import NeurCAM
+from neurcam_dist.data import footers, resolve
+from neurcam_dist.data.sources import column_bytes
+from neurcam_dist.data.synthetic import write_shards
+from neurcam_dist.distributed import ensure_ray, predict_parquet
 
 
 def main() -> None:

@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_DATA, load_dataset, machine, markdown_table, standardized, write_atomic  # noqa: E402
+from common import DEFAULT_DATA, load_dataset, machine, markdown_table, standardized, write_atomic
 
-from neurcam_dist import NeurCAM, metrics  # noqa: E402
-from neurcam_dist.model.step import Batch, train_epoch  # noqa: E402
+from neurcam_dist import NeurCAM, metrics
+from neurcam_dist.model.step import Batch, train_epoch
 from neurcam_dist.model import log_assignment
-from neurcam_dist.model.kmeans import kmeans_centroids  # noqa: E402
-from neurcam_dist.model.network import NeurCAMNet  # noqa: E402
-from neurcam_dist.model.perf import keep_freed_memory  # noqa: E402
+from neurcam_dist.model.kmeans import kmeans_centroids
+from neurcam_dist.model.network import NeurCAMNet
+from neurcam_dist.model.perf import keep_freed_memory
 
 HIDDEN, BASES, BATCH = (256, 256), 64, 512
 
@@ -44,7 +44,7 @@ def matmul_peak(dtype: torch.dtype, n: int = 8192, k: int = 256, reps: int = 40)
 def forward_flops_per_row(d: int, k: int, c: int, p: int) -> float:
     def kind(n, arity):
         dims = (arity, *HIDDEN, BASES)
-        mlp = sum(2 * a * b for a, b in zip(dims[:-1], dims[1:]))
+        mlp = sum(2 * a * b for a, b in zip(dims[:-1], dims[1:], strict=False))
         return n * (mlp + 2 * BASES * k + 2 * d * arity)
     return kind(c, 1) + kind(p, 2)
 

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import ROOT, busy_neighbour, machine, markdown_table, write_atomic  # noqa: E402
+from common import ROOT, busy_neighbour, machine, markdown_table, write_atomic
 
-from neurcam_dist import NeurCAM  # noqa: E402
-from neurcam_dist.model import TrainingSpec  # noqa: E402
-from neurcam_dist.settings import THREAD_WORK, threads_for  # noqa: E402
+from neurcam_dist import NeurCAM
+from neurcam_dist.model import TrainingSpec
+from neurcam_dist.settings import THREAD_WORK, threads_for
 
 ROWS, BATCH = 2048, 512
 

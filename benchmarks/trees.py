@@ -106,7 +106,7 @@ def exkmc(x: np.ndarray, centers: np.ndarray, leaves: int | None = None) -> np.n
     parts = _leaf_rows(imm_tree(x, centers), x)
     splits = [_best_split(x[r], d[r]) if len(r) > 1 else None for r in parts]
     for _ in range((leaves or 2 * len(centers)) - len(parts)):
-        gains = [d[r].sum(0).min() - s[0] if s else -np.inf for r, s in zip(parts, splits)]
+        gains = [d[r].sum(0).min() - s[0] if s else -np.inf for r, s in zip(parts, splits, strict=False)]
         j = int(np.argmax(gains))
         if gains[j] <= 0:
             break

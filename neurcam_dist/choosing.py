@@ -236,7 +236,7 @@ def choose_k(X, make: Callable[[int, int], object], k=range(2, 13), *, y=None, s
     results: dict[int, list[dict]] = {kk: [] for kk in ks}
     space = None
     table = []
-    for (kk, s), res in zip(tasks, _run(tasks, make, Xs, subs, n_jobs)):
+    for (kk, _seed), res in zip(tasks, _run(tasks, make, Xs, subs, n_jobs), strict=False):
         if space is None:                     # one space for every K: the first fit's standardization
             space = res.pop("space")
         res.pop("space", None)
@@ -411,7 +411,7 @@ def _curves(choice: KChoice) -> str:
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.4))
     for ax, key, name in zip(axes, ("inertia", "silhouette", "stability"),
                              ("inertia (lower: tighter)", "silhouette (higher: better separated)",
-                              "stability (ARI between seeds)")):
+                              "stability (ARI between seeds)"), strict=False):
         ax.plot(ks, [r[key] for r in choice.table], marker="o", color="#4c72b0")
         if key == "stability":
             ax.fill_between(ks, [r[key] - r["stability_sd"] for r in choice.table],

@@ -813,8 +813,11 @@ def _predict(args) -> None:
           f"in {summary['seconds']} s")
 
 
-EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text", "prometheus_client": "ray"}  # optional import -> the extra that brings it
-HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "monitor": _monitor, "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
+# optional import -> the extra that brings it
+EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text",
+          "prometheus_client": "ray"}
+HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "monitor": _monitor,
+            "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
             "featurize-text": _featurize_text,
             "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
             "submit": _submit}

@@ -24,7 +24,7 @@ def match_ids(table: np.ndarray, champion_ids, next_id: int) -> tuple[np.ndarray
     next_id = max(int(next_id), int(champion_ids.max(initial=-1)) + 1)
     ids = np.full(table.shape[0], -1, dtype=np.int64)
     rows, cols = linear_sum_assignment(table, maximize=True)
-    for i, j in zip(rows, cols):
+    for i, j in zip(rows, cols, strict=False):
         if table[i, j] > 0:
             ids[i] = champion_ids[j]
     for i in np.flatnonzero(ids < 0):

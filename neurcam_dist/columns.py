@@ -147,7 +147,7 @@ class ColumnCoding:
         from .validation import is_frame
         flags = categorical_features is not None and is_frame(X)   # FLAG_RULE: a table's columns, not an array's
         columns = []
-        for name, col in zip(names, cells):
+        for name, col in zip(names, cells, strict=False):
             if name not in named and as_days(col) is not None:   # encoded as days below
                 columns.append(Column(name=name, dtype="date"))
                 continue
@@ -164,7 +164,7 @@ class ColumnCoding:
         counts = np.isnan(arr).sum(axis=0)
         refuse_empty_columns(names, counts, len(arr), what)
         coding = dataclasses.replace(coding, columns=tuple(dataclasses.replace(c, missing_rows=int(n))
-                                                           for c, n in zip(columns, counts)))
+                                                           for c, n in zip(columns, counts, strict=False)))
         return coding, arr
 
     # ------------------------------------------------------------------ reading
@@ -224,7 +224,7 @@ class ColumnCoding:
         n = len(cells[0]) if cells else 0
         arr = np.empty((n, len(self.columns)), dtype=np.float64)
         unseen = {}
-        for j, (column, col) in enumerate(zip(self.columns, cells)):
+        for j, (column, col) in enumerate(zip(self.columns, cells, strict=False)):
             if column.categorical:
                 arr[:, j], new = level_codes(col, column.levels)
                 if new:
@@ -654,7 +654,7 @@ def level_counts(col) -> tuple[dict[str, int], int]:
     rows = np.bincount(codes[codes >= 0], minlength=len(texts))
     counts: dict[str, int] = {}
     missing = int((codes < 0).sum())
-    for t, n in zip(texts, rows.tolist()):
+    for t, n in zip(texts, rows.tolist(), strict=False):
         if t is None:
             missing += n
         elif n:

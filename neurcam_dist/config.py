@@ -13,7 +13,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model,
                       field_validator, model_validator)
 
-from .errors import ConfigError  # noqa: F401 - also re-exported here
+from .errors import ConfigError
 from .params import HYPERPARAMETERS
 from .redaction import redact
 from .uris import Location, expand

@@ -84,6 +84,20 @@ class NeurCAM(ClusterMixin, BaseEstimator):
     ``feature_names_in_`` (the DataFrame's columns, or ``x0..`` for arrays), ``reference_`` (up to
     20,000 training rows for ``explain()``; not saved) and, for a model trained on the output of
     ``neurcam featurize-text``, ``text_`` (the vocabulary: raw documents are featurized with it).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from neurcam_dist import NeurCAM
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(0, 1, (100, 2)), rng.normal(5, 1, (100, 2))]
+    >>> est = NeurCAM(n_clusters=2, epochs=12, warmup_epochs=4, verbose=False).fit(X)
+    >>> est.predict(X[:3]).shape, est.predict_proba(X[:3]).shape
+    ((3,), (3, 2))
+    >>> sorted(set(est.labels_.tolist()))
+    [0, 1]
+    >>> est.importance_.columns[:3].tolist()
+    ['term', 'kind', 'importance']
     """
 
     def __init__(self, n_clusters: int = 10, n_single: int | None = None, n_pairs: int = 0, m: float = 1.05,
@@ -862,7 +876,37 @@ def choose_k(X, y=None, k=range(2, 13), *, seeds: int = 3, terms: bool = False, 
     ``.to_dict()``); ``y``: a label, for evaluation only (each K's ARI with it); ``terms=True``
     also fits the proposed K with fewer terms; ``describe=True`` fits it on every sampled row and
     describes its clusters (``.clusters``). ``n_jobs``: fits at once (default: one per core, up
-    to 8); ``verbose``: a line per K on stderr (or to ``say(line)`` when given)."""
+    to 8); ``verbose``: a line per K on stderr (or to ``say(line)`` when given).
+
+    Parameters
+    ----------
+    X : DataFrame or array
+        The table (as ``NeurCAM.fit`` takes it).
+    y : array-like, optional
+        A label, for evaluation only.
+    k : iterable of int
+        The values of K to compare.
+    seeds : int
+        Seeds per K (2 at least: stability is their agreement).
+    **params
+        Other hyperparameters of every fit.
+
+    Returns
+    -------
+    choosing.KChoice
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from neurcam_dist import choose_k
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(0, 1, (150, 2)), rng.normal(6, 1, (150, 2)), rng.normal((0, 6), 1, (150, 2))]
+    >>> choice = choose_k(X, k=[2, 3, 4], seeds=2, epochs=12, warmup_epochs=4, n_jobs=1, verbose=False)
+    >>> choice.k
+    3
+    >>> choice.frame().index.tolist()   # one row per K: inertia, silhouette, stability, ...
+    [2, 3, 4]
+    """
     import functools
 
     from .choosing import choose_k as _choose

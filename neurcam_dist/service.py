@@ -110,6 +110,24 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
         typical, borderline and chosen rows (default: the one id-like column, when there is one).
     exclude : list of str, optional
         Columns automatic feature selection leaves out (a second id, a free-text note).
+
+    Returns
+    -------
+    FitResult
+        The fitted estimator, its metrics and where the run went.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp())
+    >>> mixed_table(300, seed=0)[0].to_csv(d / "customers.csv", index=False)
+    >>> run = service.fit(str(d / "customers.csv"), str(d / "run"),
+    ...                   params={"n_clusters": 3, "epochs": 12, "warmup_epochs": 4, "verbose": False})
+    >>> run.estimator.n_clusters_, (d / "run" / "model" / "config.json").is_file()
+    (3, True)
     """
     import json
 
@@ -421,6 +439,22 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
     Returns
     -------
     monitor.Drift
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from neurcam_dist import NeurCAM, service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp())
+    >>> table = mixed_table(600, seed=0)[0].drop(columns="customer_id")
+    >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table).save(d / "model")
+    >>> table.assign(usage=table["usage"] + 3).to_csv(d / "new.csv", index=False)
+    >>> drift = service.monitor(str(d / "model"), str(d / "new.csv"), str(d / "drift"))
+    >>> drift.alert, drift.drifted_features()[0]
+    (True, 'usage')
+    >>> sorted(p.name for p in (d / "drift").iterdir())
+    ['drift.json', 'monitor.html', 'monitor.prom']
     """
     from .storage import check_room, check_writable, refuse_overwrite
     refuse_overwrite(output, inputs=[data, model, reference])
@@ -1167,8 +1201,8 @@ def sample(input: str, output: str, *, per_class: int | None = None, rows: int |
     from .storage import check_room   # shards of at most the input's rows: about its size, twice for safety
     check_room(output, 2 * sum(f.stat().st_size for f in ([Path(input)] if Path(input).is_file()
                                                           else Path(input).rglob("*")) if f.is_file()))
-    df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class, rows=rows, by=by, id_column=id_column,
-                           seed=seed)
+    df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class,
+                           rows=rows, by=by, id_column=id_column, seed=seed)
     return len(df), write_frame_shards(df, output, files, id_column=id_column)
 
 

@@ -219,7 +219,7 @@ def constant_features_note(const: np.ndarray, names: list[str], mode: str, n_pai
                          f"or set constant_features='drop'")
     if n_pairs > 0 and (~const).sum() < 2:
         raise DataError(f"n_pairs={n_pairs} needs 2 non-constant features; only "
-                         f"{[n for n, c in zip(names, const) if not c]} vary")
+                         f"{[n for n, c in zip(names, const, strict=False) if not c]} vary")
     return f"{len(cols)} constant feature(s) left out (no gate may select them): {shown}"
 
 
@@ -250,4 +250,4 @@ def empty_clusters_record(history: dict) -> dict:
 def empty_cluster_ids(sizes, ids) -> list[int]:
     """The cluster ids (``ids``: one per logit column) whose cluster holds none of the rows
     counted in ``sizes``."""
-    return [int(i) for i, s in zip(ids, sizes) if s == 0]
+    return [int(i) for i, s in zip(ids, sizes, strict=False) if s == 0]

@@ -2,8 +2,8 @@
 not share the test session's Ray): a head without CPUs and worker nodes, each a separate raylet
 with its own resources and object store, as Ray's own tests build them (``ray.cluster_utils``).
 
-Arguments: CPUs per worker node (2), worker nodes (2), CPUs of the head (0). Prints one JSON line ``{"address": ..., "nodes": {raylet_pid: node_id}}`` when up, then reads
-commands on stdin, one per line, answering each with such a line:
+Arguments: CPUs per worker node (2), worker nodes (2), CPUs of the head (0). Prints one JSON line
+``{"address": ..., "nodes": {raylet_pid: node_id}}`` when up, then reads commands on stdin, one per line, answering each with such a line:
 ``kill PID`` (the node whose raylet has that pid dies at once, its workers with it),
 ``add`` (one more worker node), ``quit``.
 """

@@ -227,10 +227,11 @@ class Seaweed:
                 assert client.get_object(Bucket="neurcam", Key="_probe")["Body"].read() == b"ok"
                 client.delete_object(Bucket="neurcam", Key="_probe")
                 return
-            except Exception as exc:  # noqa: BLE001 - not up yet
+            except Exception as exc:
                 if self.proc.poll() is not None or time.time() > deadline:
                     self.proc.kill()
-                    raise RuntimeError(f"SeaweedFS did not start ({exc}): {(d / 'weed.log').read_bytes()[-2000:]!r}")
+                    raise RuntimeError(f"SeaweedFS did not start ({exc}): "
+                                       f"{(d / 'weed.log').read_bytes()[-2000:]!r}") from exc
                 time.sleep(0.25)
 
     def stop(self) -> None:

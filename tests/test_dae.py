@@ -30,7 +30,7 @@ def test_the_autoencoder_has_the_configured_shape_and_learns():
     assert float(net(x)) < 0.5 * first
     same = DenoisingAutoencoder(10, (16, 8), bottleneck=3, seed=0)
     assert all(torch.equal(a, b) for a, b in zip(same.state_dict().values(),
-                                                 DenoisingAutoencoder(10, (16, 8), 3, seed=0).state_dict().values()))
+                                                 DenoisingAutoencoder(10, (16, 8), 3, seed=0).state_dict().values(), strict=False))
 
 
 def test_a_computed_representation_excludes_a_given_one():

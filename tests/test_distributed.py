@@ -83,7 +83,7 @@ def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
     assert m["nmi"] == pytest.approx(metrics.nmi(df["label"], labels), abs=1e-12)
     assert m["acc"] == pytest.approx(metrics.acc(df["label"], labels), abs=1e-12)
     assert m["cluster_sizes"] == np.bincount(labels, minlength=3).tolist()
-    empty = [int(i) for i, s in zip(est.cluster_ids_, m["cluster_sizes"]) if s == 0]
+    empty = [int(i) for i, s in zip(est.cluster_ids_, m["cluster_sizes"], strict=False) if s == 0]
     assert m["empty_clusters"] == empty == est.history_["empty_clusters"] and m["n_clusters_empty"] == len(empty)
     assert ("warnings" in m) == bool(empty)
     # the streamed standardization statistics are the population moments of the features

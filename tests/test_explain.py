@@ -48,7 +48,7 @@ def test_table_model_is_additive_and_matches_the_network(explanation, fitted_pai
 def test_terms_are_in_original_units_and_centred(explanation, data):
     X, _ = data
     for t in explanation.terms:
-        for f, g in zip(t.features, t.grids):
+        for f, g in zip(t.features, t.grids, strict=False):
             assert g.min() == pytest.approx(X[f].min(), rel=1e-6) and g.max() == pytest.approx(X[f].max(), rel=1e-6)
         at_rows = t.evaluate([X[f].to_numpy(float) for f in t.features])
         if t.kind == "main":  # pair terms are centred by purification (see the purification test)
@@ -173,7 +173,7 @@ def test_plots_and_self_contained_report(explanation, tmp_path):
     data = json.loads(page.split("id='neurcam-data'>")[1].split("</script>")[0])
     assert [t["name"] for t in data["terms"]] == [explanation.terms[i].name for i in drawn]
     assert data["ids"] == explanation.cluster_ids and len(set(data["colours"])) == explanation.n_clusters
-    for t, i in zip(data["terms"], drawn):
+    for t, i in zip(data["terms"], drawn, strict=False):
         term = explanation.terms[i]
         assert np.allclose(t["values"], term.values, rtol=1e-3, atol=1e-3 * np.abs(term.values).max())
     # most important first; every term either drawn or listed with its reason; then the thumbnails
@@ -380,7 +380,7 @@ def test_counterfactuals_name_one_change_that_moves_each_row(fitted_pairs, data)
     assert singles["feature_2"].isna().all()
     by_pair = cf[cf["feature_2"].notna()]
     assert len(by_pair), "no pair move in the test: the Neur2CAM model has pair terms"
-    sd = dict(zip(est.feature_names_in_, est.scale_))
+    sd = dict(zip(est.feature_names_in_, est.scale_, strict=False))
     for i, r in by_pair.iterrows():
         pair = {r["feature"], r["feature_2"]}
         assert any(set(p) == pair for p in est.selected_pairs_)

@@ -132,9 +132,9 @@ def test_labels_importance_and_profiles_are_learned_attributes_that_survive_load
     old = NeurCAM.load(path)
     assert np.array_equal(old.predict(X), fitted.predict(X))
     with pytest.raises(AttributeError, match="carries no training labels"):
-        old.labels_
+        _ = old.labels_
     with pytest.raises(AttributeError, match=r"use explain\(X\).importance_frame\(\)"):
-        old.importance_
+        _ = old.importance_
     cfg.update(format_version=3)
     (path / "config.json").write_text(json.dumps(cfg))
     (path / "manifest.json").write_text(json.dumps({"format": "neurcam-dist/model", "files": {

@@ -233,7 +233,7 @@ def test_the_package_raises_only_its_own_errors():
     """No bare ``raise ValueError(...)`` / ``RuntimeError`` / ``Exception``: a caller can catch the
     service's refusals by class (``NeurcamError``), and each still is the built-in it was."""
     bad = []
-    for m, path, node in _ast_nodes():
+    for _, path, node in _ast_nodes():
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
             name = getattr(node.exc.func, "id", None)
             if name in ("ValueError", "RuntimeError", "Exception", "ConnectionError"):
@@ -272,7 +272,7 @@ def test_no_console_text_is_parsed_back():
     """Progress crosses from workers as records (``distributed.events``), errors as types
     (``errors.find_cause``): no module matches ``[neurcam]`` lines or error texts with a regex."""
     bad = []
-    for m, path, node in _ast_nodes():
+    for _, path, node in _ast_nodes():
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("compile", "match", "search",
                                                                              "fullmatch", "findall"):
             if getattr(node.func.value, "id", "") != "re" or not node.args:
@@ -363,13 +363,22 @@ def test_paths_are_joined_by_location():
     assert not bad, "join with uris.Location:\n" + "\n".join(bad)
 
 
+def code_lines(node: ast.FunctionDef) -> int:
+    """A function's lines, its signature and body, less its docstring (numpydoc Parameters and a
+    runnable Examples section are documentation, not code to split)."""
+    lines = node.end_lineno - node.lineno + 1
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        lines -= first.end_lineno - first.lineno + 1
+    return lines
+
+
 def test_no_function_is_over_60_lines():
-    """A function over 60 lines is split into steps that read on their own."""
+    """A function over 60 lines of code is split into steps that read on their own."""
     bad = []
-    for m, path, node in _ast_nodes():
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
-            bad.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} "
-                       f"({node.end_lineno - node.lineno + 1} lines)")
+    for _, path, node in _ast_nodes():
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and code_lines(node) > 60:
+            bad.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({code_lines(node)} lines)")
     assert not bad, "split these:\n" + "\n".join(bad)
 
 
@@ -403,7 +412,7 @@ def test_public_functions_and_classes_have_docstrings():
     """Every public module-level function and class, and every public method of a public class,
     says what it does (numpydoc: a summary line, sections where the arguments need them)."""
     bad = []
-    for m, path in modules().items():
+    for path in modules().values():
         tree = ast.parse(path.read_text())
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
@@ -444,7 +453,7 @@ def test_ci_runs_the_readme_quick_start_literally(tmp_path):
     assert dry.returncode == 0, dry.stderr
     steps = [line.split("\t", 1) for line in dry.stdout.splitlines() if "\t" in line]
     assert [name for name, _ in steps] == ["torch, the CPU wheel", "quick start command 1",
-                                           "quick start command 1 checked", "quick start command 2", "docs"]
+                                           "quick start command 1 checked", "quick start command 2", "docs", "lint"]
     # the CPU wheel before anything else installs, and both commands begin with it too
     assert steps[0][1] == "python3 -m pip install torch==2.13.0"
     assert all(w.startswith("python3 -m pip install torch==2.13.0 && ") for w in written)

@@ -351,7 +351,7 @@ def test_building_or_loading_a_network_leaves_the_callers_random_state_alone(fit
     assert torch.equal(torch.rand(5), expected)
     # and the network's own initialisation is still a function of its seed alone
     a, b = (NeurCAMNet(6, 3, 2, 2, (8,), 4, torch.zeros(3, 6), seed=7) for _ in range(2))
-    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(), strict=False))
 
 
 def test_warmup_epochs_count_from_the_end_of_distillation():
@@ -485,7 +485,7 @@ def test_annealing_falls_fast_enough_to_be_one_hot_by_its_deadline_and_no_faster
         s.end_epoch(1.0, lambda t: True, lambda t: t <= hot * (1 + 1e-9), None, lambda t: min(t, hot))
     assert "gates one-hot at T=0.001" in s.events[-1]["reason"]  # reached by annealing, not a forced lock
     anneal = temps[2:]
-    assert len(anneal) <= 10 and all(b < a for a, b in zip(anneal, anneal[1:]))
+    assert len(anneal) <= 10 and all(b < a for a, b in zip(anneal, anneal[1:], strict=False))
     # where epsilon alone reaches the one-hot temperature in time, it sets the pace
     s2 = Schedule(epochs=1000, warmup_epochs=2, distill_epochs=0, epsilon=0.5, has_pairs=False,
                   early_stopping=False, anneal_epochs=10)
@@ -652,7 +652,7 @@ def test_a_mid_pass_checkpoint_resumes_on_the_same_batches_bit_for_bit():
     tail, _ = run(again, spec, x, state=state)
     assert [r["loss"] for r in head + tail] == [r["loss"] for r in ref]
     assert [r["watched_loss"] for r in head + tail] == [r["watched_loss"] for r in ref]
-    for (k, a), b in zip(whole.net.state_dict().items(), again.net.state_dict().values()):
+    for (k, a), b in zip(whole.net.state_dict().items(), again.net.state_dict().values(), strict=False):
         assert torch.equal(a, b), k
 
 
@@ -684,7 +684,7 @@ def test_a_table_of_at_most_epoch_rows_trains_whole_passes(data, fitted):
     passes = NeurCAM(n_clusters=3, random_state=0, epoch_rows=0, **SMALL).fit(X)
     assert fitted.epoch_rows == 20_000 and {r["rows"] for r in fitted.history_["epochs"]} == {len(X)}
     assert not any("watched_loss" in r for r in fitted.history_["epochs"])
-    for (k, a), b in zip(fitted.net_.state_dict().items(), passes.net_.state_dict().values()):
+    for (k, a), b in zip(fitted.net_.state_dict().items(), passes.net_.state_dict().values(), strict=False):
         assert torch.equal(a, b), k
 
 

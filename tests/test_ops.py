@@ -57,7 +57,7 @@ def ray_head(tmp_path_factory):
         except Exception:  # noqa: BLE001 - not up yet
             if proc.poll() is not None or time.time() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
-                raise RuntimeError(f"ray head did not start: {(d / 'head.log').read_text()[-3000:]}")
+                raise RuntimeError(f"ray head did not start: {(d / 'head.log').read_text()[-3000:]}") from None
             time.sleep(1)
     yield {"jobs": address, "gcs": f"127.0.0.1:{gcs}", "token": token, "headers": headers}
     os.killpg(proc.pid, signal.SIGTERM)
@@ -243,8 +243,8 @@ def test_a_credential_in_a_set_value_is_refused_before_anything_is_sent(ray_head
 
 def recluster_env(ray_head, mlflow_server, events, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEURCAM_", "MLFLOW_"))}
-    env.update(RAY_ADDRESS=ray_head["gcs"], RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=ray_head["token"], NEURCAM_DATA_PATH=str(events), NEURCAM_OUTPUT=str(out),
-               NEURCAM_TRACKING_URI=mlflow_server, PYTHONPATH=str(ROOT))
+    env.update(RAY_ADDRESS=ray_head["gcs"], RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=ray_head["token"],
+               NEURCAM_DATA_PATH=str(events), NEURCAM_OUTPUT=str(out), NEURCAM_TRACKING_URI=mlflow_server, PYTHONPATH=str(ROOT))
     return env
 
 

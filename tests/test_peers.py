@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from trees import exkmc, imm, imm_tree, predict  # noqa: E402
+from trees import exkmc, imm, imm_tree, predict
 
 
 def _leaves(tree) -> list[int]:

@@ -296,7 +296,8 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
               "INFO autoscaler.py:147 -- The autoscaler took 0.0 seconds to fetch the list of non-terminated nodes."]
     event = f"INFO monitor.py:1 -- {ray_constants.LOG_PREFIX_EVENT_SUMMARY}Adding 1 node(s) of type worker."
     with routed_logs(tmp_path, log=print) as path:
-        warnings.warn("ExecutionOptions.exclude_resources is deprecated (a library's warning)", UserWarning)
+        warnings.warn("ExecutionOptions.exclude_resources is deprecated (a library's warning)", UserWarning,
+                      stacklevel=1)
         from neurcam_dist.distributed.events import current_channel
         assert ray_cluster.get(chatty.remote(current_channel())) == 1
         deadline = time.time() + 20

@@ -358,7 +358,7 @@ def _mlflow_server(root, env, artifacts: str):
         except OSError:
             if proc.poll() is not None or time.time() > deadline:
                 proc.kill()
-                raise RuntimeError((root / "mlflow.log").read_text()[-2000:])
+                raise RuntimeError((root / "mlflow.log").read_text()[-2000:]) from None
             time.sleep(0.5)
 
 

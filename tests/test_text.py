@@ -293,7 +293,7 @@ def test_sparse_inputs_give_the_dense_logits_contributions_and_gradients():
     assert torch.allclose(dense[0], sparse[0], atol=1e-5) and torch.allclose(dense[1], sparse[1], atol=1e-5)
     assert torch.allclose(sparse[1].sum(1), sparse[0], atol=1e-5)   # channels still add up to the logits
     assert len(dense[2]) == len(sparse[2])
-    for a, b in zip(dense[2], sparse[2]):
+    for a, b in zip(dense[2], sparse[2], strict=False):
         assert torch.allclose(a, b, atol=1e-6, rtol=1e-4)
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from neurcam_dist.data.synthetic import write_shards  # noqa: E402
+from neurcam_dist.data.synthetic import write_shards
 
 
 def main() -> None:

@@ -195,7 +195,7 @@ def warm_up(df, y, device) -> None:
 
 def largest_difference(a: dict, b: dict) -> float:
     """Largest absolute difference between two state dicts' floating-point entries."""
-    return max(float((u.float() - v.float()).abs().max()) for u, v in zip(a.values(), b.values())
+    return max(float((u.float() - v.float()).abs().max()) for u, v in zip(a.values(), b.values(), strict=False)
                if u.is_floating_point() and u.numel())
 
 

@@ -40,10 +40,10 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from neurcam_dist.distributed import driver as distributed  # noqa: E402
-from neurcam_dist.distributed import quiet_data_progress  # noqa: E402
-from neurcam_dist.config import parse_config  # noqa: E402
-from neurcam_dist.data import resolve  # noqa: E402
+from neurcam_dist.distributed import driver as distributed
+from neurcam_dist.distributed import quiet_data_progress
+from neurcam_dist.config import parse_config
+from neurcam_dist.data import resolve
 
 GiB = 2**30
 

@@ -127,7 +127,8 @@ class _Tally:
     def zero(self):
         d = self.d
         return {"rows": 0, "n": [0] * d, "mean": [0.0] * d, "m2s": [0.0] * d, "s": [1.0] * d,
-                "lo": [0.0] * d, "hi": [0.0] * d, "tiny": [float("inf")] * d, "bad": "{}", "len": "{}", "levels": "{}", "missing": "{}", "pairs": "{}"}
+                "lo": [0.0] * d, "hi": [0.0] * d, "tiny": [float("inf")] * d, "bad": "{}", "len": "{}", "levels": "{}",
+                "missing": "{}", "pairs": "{}"}
 
     def _levels(self, col) -> tuple[dict, int, str]:
         """A categorical column's level counts, missing cells and how its cells are written."""
@@ -235,7 +236,7 @@ class _Tally:
         m2s = np.where(na == 0, b["m2s"], np.where(nb == 0, a["m2s"], m2s))
         bad = json.loads(a["bad"])
         for k, v in json.loads(b["bad"]).items():
-            bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0, 0]), v)]
+            bad[k] = [x + y for x, y in zip(bad.get(k, [0, 0, 0, 0]), v, strict=False)]
         lens = json.loads(a["len"])
         for k, (lo_, hi_) in json.loads(b["len"]).items():
             old = lens.get(k)

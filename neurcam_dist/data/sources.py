@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import DataError  # noqa: F401 - re-exported here
+from ..errors import DataError
 from ..storage import refuse_overwrite
 from ..uris import filesystem as uri_filesystem
 from ..uris import is_uri
@@ -126,7 +126,7 @@ def _resolve_uri(entry: str, suffixes: tuple[str, ...] = PARQUET):
             pass
         else:
             rels = list(pub.files)
-            keep = [(rel, path) for rel, path in zip(rels, pub.paths())
+            keep = [(rel, path) for rel, path in zip(rels, pub.paths(), strict=False)
                     if _is_data(path, suffixes) and not _hidden(rel)]
             return fs, sorted(path for _, path in keep), len(rels) - len(keep)
     info = fs.get_file_info(root)
@@ -260,7 +260,7 @@ def _read_footers(src: Source) -> list[tuple[str, pa.Schema, int]]:
         try:
             meta = pq.read_metadata(f, filesystem=src.filesystem)
             return f, meta.schema.to_arrow_schema(), meta.num_rows
-        except Exception as exc:  # noqa: BLE001 - reported with the file name
+        except Exception as exc:
             raise DataError(f"{f}: not a readable Parquet file ({exc})") from exc
     with ThreadPoolExecutor(max_workers=16) as pool:
         found = list(pool.map(read, src.files))

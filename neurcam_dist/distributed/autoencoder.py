@@ -174,7 +174,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
                            datasets={"train": dataset})
     try:
         result = trainer.fit()
-    except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed
+    except Exception as exc:
         raise TrainingError(f"the autoencoder's training failed: {exc}") from exc
     with result.checkpoint.as_directory() as d:
         saved = torch.load(os.path.join(d, WEIGHTS), map_location="cpu", weights_only=True)

@@ -59,7 +59,7 @@ def _combine(x: dict | None, y: dict) -> dict:
     for c, n in y["unseen"].items():
         unseen[c] = unseen.get(c, 0) + n
     return {"n": x["n"] + y["n"], "table": x["table"] + y["table"], "unseen": unseen,
-            **{k: tuple(u + v for u, v in zip(x[k], y[k])) for k in ("a", "b")}}
+            **{k: tuple(u + v for u, v in zip(x[k], y[k], strict=False)) for k in ("a", "b")}}
 
 
 def compare(challenger: FittedNet, champion: FittedNet, plan: data_mod.Plan, *, batch_size: int = 4096,
@@ -128,5 +128,5 @@ def take_ids(est, incumbent: Incumbent, plan: data_mod.Plan, *, batch_size: int,
         return Matched(unscorable=str(exc))
     ids, next_id = match_ids(cmp["table"], champion.cluster_ids_, first_new)
     est.set_cluster_ids(ids, next_id)
-    return Matched(measures=cmp, sizes_new={int(i): n for i, n in zip(ids, cmp["sizes_challenger"]) if n},
-                   sizes_old={int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"]) if n})
+    return Matched(measures=cmp, sizes_new={int(i): n for i, n in zip(ids, cmp["sizes_challenger"], strict=False) if n},
+                   sizes_old={int(i): n for i, n in zip(champion.cluster_ids_, cmp["sizes_champion"], strict=False) if n})

@@ -257,8 +257,8 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     if verbose():
         yield None
         return
-    import ray.data  # noqa: F401 - their loggers exist once imported; route them too
-    import ray.train  # noqa: F401
+    import ray.data
+    import ray.train
     import ray.tune  # noqa: F401
     with _warnings_logged(), _log_file(Location(output) / "logs", "ray", ("ray", "py.warnings"), log, "Ray's",
                                        earlier) as (path, sink):

@@ -36,7 +36,7 @@ from .scoring import evaluate
 from . import events
 from .console import held_stderr, routed_logs
 from .events import say
-from .job import ResolvedJob, prepare, resolve, resolve_early  # noqa: F401 - prepare re-exported
+from .job import ResolvedJob, prepare, resolve, resolve_early
 from .session import check_resources, ensure_ray, worker_env, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, short_passes, train_loop_per_worker
 
@@ -193,7 +193,7 @@ def run_workers(job: ResolvedJob, wcfg: WorkerConfig, run_name: str, dataset=Non
     say(f"training on {tc.num_workers} worker(s) ({'GPU' if tc.use_gpu else 'CPU'}); run {run_name} in {storage}")
     try:
         result = trainer.fit()
-    except Exception as exc:  # noqa: BLE001 - Ray wraps worker errors; say what failed and where
+    except Exception as exc:
         raise TrainingError(f"distributed training failed (run {run_name}, storage {redact(storage)})"
                             f"{store_hint(exc, storage)}: {redact(exc)}") from exc
     if result.error is not None:

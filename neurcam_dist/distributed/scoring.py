@@ -1,9 +1,10 @@
 """Scoring with Ray Data: ``map_batches`` over an actor pool, each actor holding the fitted model.
 
 Actors receive a ``model.FittedNet`` (network, standardization, temperatures, names): what
-scoring needs, not the estimator with its reference rows and warm-up network. ``evaluate`` reduces the whole dataset to sums (per-cluster moments for the inertia, a
-contingency table for ARI/NMI/ACC, channel sums for the explanation's centring), so the driver
-never holds per-row results. ``predict_parquet`` writes one row per input row, with the id,
+scoring needs, not the estimator with its reference rows and warm-up network. ``evaluate``
+reduces the whole dataset to sums (per-cluster moments for the inertia, a contingency table for
+ARI/NMI/ACC, channel sums for the explanation's centring), so the driver never holds per-row
+results. ``predict_parquet`` writes one row per input row, with the id,
 the cluster, the probabilities and the three terms that pushed the row hardest toward its
 cluster, into Parquet shards that appear in the output directory only when all are written.
 """

@@ -23,7 +23,7 @@ import numpy as np
 from ray.tune import Callback
 
 from ..names import run_name
-from ..errors import ConfigError, NeurcamError, SearchError, find_cause  # noqa: F401 - SearchError re-exported
+from ..errors import ConfigError, NeurcamError, SearchError, find_cause
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..explain.build import Compared

@@ -31,7 +31,7 @@ def _term_table(fitted, channels: np.ndarray, features: tuple[int, ...], grids: 
     mesh = np.meshgrid(*grids, indexing="ij")
     n = mesh[0].size
     x = np.zeros((n, len(fitted.feature_names)), dtype=np.float32)
-    for f, m in zip(features, mesh):
+    for f, m in zip(features, mesh, strict=False):
         x[:, f] = (m.reshape(-1) - fitted.mean[f]) / fitted.scale[f]
     t, t2 = fitted.temperatures
     device = next(fitted.net.parameters()).device
@@ -360,7 +360,7 @@ def _profiles(ids: list, terms: list[Term], names: list[str], labels: np.ndarray
         mean = per_term[members, :, c].mean(0)
         order = np.argsort(-mean)
 
-        def entry(i):
+        def entry(i, mean=mean):
             t = terms[i]
             return {"term": t.name, "features": list(t.features), "mean_relative_contribution": float(mean[i])}
 
@@ -419,7 +419,7 @@ def model_card(est, arr: np.ndarray) -> dict:
                      "empty": list(h.get("empty_clusters") or []), "note": h.get("empty_clusters_note")},
         "text": _text_card(est),
         "columns": _columns_card(est),
-        "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est)) if not ok],
+        "constant_features_left_out": [n for n, ok in zip(est.feature_names_in_, _allowed(est), strict=False) if not ok],
         "fit": {"n_epochs": h.get("n_epochs"), "stop_reason": h.get("stop_reason"), "events": h.get("events", []),
                 "final_loss": epochs[-1]["loss"] if epochs else None,
                 "fit_seconds": h.get("fit_seconds")},

@@ -11,7 +11,7 @@ TOP = 3   # terms per cluster compared (its strongest pushes in)
 
 
 def _drivers(expl) -> dict[int, list[str]]:
-    return {int(cid): [q["term"] for q in p.get("into", [])[:TOP]] for cid, p in zip(expl.cluster_ids, expl.profiles)}
+    return {int(cid): [q["term"] for q in p.get("into", [])[:TOP]] for cid, p in zip(expl.cluster_ids, expl.profiles, strict=False)}
 
 
 def comparison(new, old, new_labels, old_labels, *, new_name: str = "new", old_name: str = "old") -> dict:
@@ -26,7 +26,7 @@ def comparison(new, old, new_labels, old_labels, *, new_name: str = "new", old_n
     a, b = np.asarray(old_labels, dtype=np.int64), np.asarray(new_labels, dtype=np.int64)
     flow: dict[str, dict[str, int]] = {}
     pairs, counts = np.unique(np.stack([a, b], axis=1), axis=0, return_counts=True)
-    for (o, n), c in zip(pairs.tolist(), counts.tolist()):
+    for (o, n), c in zip(pairs.tolist(), counts.tolist(), strict=False):
         flow.setdefault(str(o), {})[str(n)] = int(c)
     now, before = _drivers(new), _drivers(old)
     drivers = [{"cluster": cid, "now": terms, "before": before.get(cid),

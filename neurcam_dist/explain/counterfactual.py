@@ -97,7 +97,7 @@ def _whole_moves(fitted, arr: np.ndarray, best: dict, whole: np.ndarray, scale, 
         start = arr[r, c]
         step = np.sign(np.asarray(values) - start)
         first = np.array([np.ceil(v) if d > 0 else np.floor(v) if whole[j] else v
-                          for v, d, j in zip(values, step, c)])
+                          for v, d, j in zip(values, step, c, strict=False)])
         for k in range(tries):
             cand = np.where(whole[c], first + k * step, first)
             if np.any(cand < low[c]) or np.any(cand > high[c]):
@@ -110,7 +110,7 @@ def _whole_moves(fitted, arr: np.ndarray, best: dict, whole: np.ndarray, scale, 
     for i, (_, _, cols, _, cand) in enumerate(moves):
         rows[i, list(cols)] = cand
     done = set()
-    for (r, t, cols, start, cand), landed in zip(moves, fitted.assign(rows)):
+    for (r, t, cols, start, cand), landed in zip(moves, fitted.assign(rows), strict=False):
         if r not in done and landed == t:   # the row's first candidate that lands
             done.add(r)
             out[r] = (float(np.sqrt((((cand - start) / scale[list(cols)]) ** 2).sum())), t, cols,
@@ -147,10 +147,10 @@ def _grid_moves(fitted, arr, names, wanted, low, high, grid_size: int, scale, pa
     singles, moves_pairs = [], []
     for r in range(len(arr)):
         block = np.repeat(arr[r][None, :], sizes[-1], axis=0)
-        for (cols, values), lo in zip(blocks, sizes):
+        for (cols, values), lo in zip(blocks, sizes, strict=False):
             block[lo:lo + len(values), list(cols)] = values
         labels = fitted.assign(block, around=arr[r])   # only the moved features' channels run
-        for (cols, values), lo in zip(blocks, sizes):
+        for (cols, values), lo in zip(blocks, sizes, strict=False):
             c = list(cols)
             if np.isnan(arr[r, c]).any():
                 continue
@@ -228,7 +228,7 @@ def _frame(arr, names, ids, current, index, target, best: dict, coding=None) -> 
         length, t, cols, new = best[r]
         moved = [[names[j], coding.level_of(j, arr[r, j]), coding.level_of(j, v), np.nan]
                  if coding is not None and coding.columns[j].categorical else
-                 [names[j], float(arr[r, j]), float(v), float(v - arr[r, j])] for j, v in zip(cols, new)]
+                 [names[j], float(arr[r, j]), float(v), float(v - arr[r, j])] for j, v in zip(cols, new, strict=False)]
         second = moved[1] if len(moved) > 1 else [None, np.nan, np.nan, np.nan]
         rows.append([index[r], cur, int(ids[t]), *moved[0][:3], moved[0][3], float(length), *second])
     frame = pd.DataFrame(rows, columns=COLUMNS)

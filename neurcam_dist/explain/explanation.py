@@ -62,7 +62,7 @@ class Term:
         if self.missing is None:
             raise DataError(f"term {self.name!r} has no value for a missing cell (the model was trained without "
                             f"missing='learn'), and {int(sum(m.sum() for m in nan))} cell(s) are missing")
-        filled = [np.where(m, g[0], c) for m, g, c in zip(nan, self.grids, cols)]
+        filled = [np.where(m, g[0], c) for m, g, c in zip(nan, self.grids, cols, strict=False)]
         if self.kind == "main":
             out = interp_main(self.grids[0], self.values, filled[0])
             out[nan[0]] = np.asarray(self.missing)
@@ -96,7 +96,22 @@ class Explanation:
     """Explanations as data: the intercept, the terms with their shape graphs, importance,
     cluster profiles, cluster ids and the model card; JSON round-trips exactly. Frozen:
     ``build.build_explanation`` returns it complete (examples, labels, comparison, stability
-    included) and nothing changes it afterwards."""
+    included) and nothing changes it afterwards.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import pandas as pd
+    >>> from neurcam_dist import NeurCAM
+    >>> rng = np.random.default_rng(0)
+    >>> X = pd.DataFrame(np.r_[rng.normal(0, 1, (100, 2)), rng.normal(5, 1, (100, 2))], columns=["age", "spend"])
+    >>> est = NeurCAM(n_clusters=2, epochs=12, warmup_epochs=4, verbose=False).fit(X)
+    >>> expl = est.explain(X)
+    >>> sorted(t.name for t in expl.terms), expl.n_clusters
+    (['age', 'spend'], 2)
+    >>> bool((expl.to_scorer().predict(X) == est.predict(X)).mean() > 0.95)   # the tables score as the model
+    True
+    """
     feature_names: list[str]
     n_clusters: int
     intercept: np.ndarray
@@ -231,12 +246,12 @@ class Explanation:
             for k in range(self.n_clusters):
                 terms.append({"term": t.name, "kind": t.kind, "features": " & ".join(t.features), "cluster": ids[k],
                               "importance": float(t.importance[k])})
-            for axis, (f, g) in enumerate(zip(t.features, t.grids)):
+            for axis, (f, g) in enumerate(zip(t.features, t.grids, strict=False)):
                 grids += [{"term": t.name, "axis": axis, "feature": f, "index": i, "value": float(v)}
                           for i, v in enumerate(g)]
             idx = np.indices(t.values.shape[:-1]).reshape(len(t.features), -1).T
             flat = t.values.reshape(-1, self.n_clusters)
-            for (cell, row) in zip(idx, flat):
+            for (cell, row) in zip(idx, flat, strict=False):
                 for k in range(self.n_clusters):
                     values.append({"term": t.name, "i": int(cell[0]), "j": int(cell[1]) if len(cell) > 1 else -1,
                                    "cluster": ids[k], "value": float(row[k])})
@@ -272,7 +287,7 @@ def importance_table(rows: list[dict], ids):
     as a DataFrame with one ``importance_ID`` column per cluster id."""
     import pandas as pd
     return pd.DataFrame([{"term": r["term"], "kind": r["kind"], "importance": r["importance"],
-                          **{f"importance_{int(i)}": v for i, v in zip(ids, r["per_cluster"])}} for r in rows],
+                          **{f"importance_{int(i)}": v for i, v in zip(ids, r["per_cluster"], strict=False)}} for r in rows],
                         columns=["term", "kind", "importance", *(f"importance_{int(i)}" for i in ids)])
 
 
@@ -283,7 +298,7 @@ def profiles_table(profiles: list[dict], ids):
     total = max(sum(p["size"] for p in profiles), 1)
     return pd.DataFrame([{"cluster": int(i), "size": p["size"], "share": p["size"] / total,
                           "into": ", ".join(_names(p["into"])), "out_of": ", ".join(_names(p["out_of"]))}
-                         for i, p in zip(ids, profiles)], columns=["cluster", "size", "share", "into", "out_of"])
+                         for i, p in zip(ids, profiles, strict=False)], columns=["cluster", "size", "share", "into", "out_of"])
 
 
 def summary_of(expl: "Explanation") -> dict:

@@ -10,15 +10,15 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.patches import Rectangle
+import numpy as np
 
-from ..storage import atomic_directory  # noqa: E402
-from ..uris import Location  # noqa: E402
-from .evaluation import mix_text  # noqa: E402
-from .examples import change_words, value_text  # noqa: E402
-from .explanation import Explanation, Term, cluster_summary, fmt  # noqa: E402
+from ..storage import atomic_directory
+from ..uris import Location
+from .evaluation import mix_text
+from .examples import change_words, value_text
+from .explanation import Explanation, Term, cluster_summary, fmt
 
 
 SAFE_NAME = 40   # characters of a term's name kept in a plot's file name
@@ -239,8 +239,8 @@ def left_out_terms(expl: Explanation) -> dict[int, str]:
     widest = max(spans, default=0.0)
     top = max((float(t.importance.mean()) for t in expl.terms), default=0.0)
     out = {}
-    for i, (t, span) in enumerate(zip(expl.terms, spans)):
-        constant = [f for f, g in zip(t.features, t.grids) if len(g) < 2 or float(np.ptp(g)) == 0.0]
+    for i, (t, span) in enumerate(zip(expl.terms, spans, strict=False)):
+        constant = [f for f, g in zip(t.features, t.grids, strict=False) if len(g) < 2 or float(np.ptp(g)) == 0.0]
         if constant:
             out[i] = f"{', '.join(constant)} {'is' if len(constant) == 1 else 'are'} constant in the data"
         elif span <= FLAT * widest or span == 0.0:

@@ -153,7 +153,7 @@ def pair_term(ba: str, fa: str, bb: str, fb: str, values: np.ndarray) -> str:
         for j in range(nb):
             i1, j1 = min(i + 1, values.shape[0] - 1), min(j + 1, values.shape[1] - 1)
             v00, v01, v10, v11 = values[i, j], values[i, j1], values[i1, j], values[i1, j1]
-            for out, v in zip(coef, (v00, v10 - v00, v01 - v00, v11 - v10 - v01 + v00)):
+            for out, v in zip(coef, (v00, v10 - v00, v01 - v00, v11 - v10 - v01 + v00), strict=False):
                 out.append(number(v))
     cell = f"{ba} * {nb} + {bb}"
     c00, c10, c01, c11 = (f"({_by_bin(cell, c)})" for c in coef)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
@@ -231,6 +231,6 @@ def build_trainer(spec: TrainingSpec, centroids, *, precision: str, device: torc
         if kind.n == 0:
             for p in kind.parameters():
                 p.requires_grad_(False)
-    return Trainer(net, build_schedule(spec, loss_scale, cluster_sizes), m=spec.m, gamma=spec.gamma, lr=spec.lr, lr_patience=spec.lr_patience,
-                   precision=precision, group=group, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds,
+    return Trainer(net, build_schedule(spec, loss_scale, cluster_sizes), m=spec.m, gamma=spec.gamma, lr=spec.lr,
+                   lr_patience=spec.lr_patience, precision=precision, group=group, cuda_graphs=cuda_graphs, max_seconds=spec.max_seconds,
                    distill_weight=None if cluster_sizes is None else balanced_weights(cluster_sizes))

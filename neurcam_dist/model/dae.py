@@ -15,7 +15,7 @@ DROPOUT = 0.1
 
 def _mlp(dims: tuple[int, ...]) -> nn.Sequential:
     layers = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=False)):
         layers.append(nn.Linear(a, b))
         if i < len(dims) - 2:
             layers.append(nn.ReLU())

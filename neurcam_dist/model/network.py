@@ -39,7 +39,7 @@ def step_work(n_features: int, n_clusters: int, n_single: int, n_pairs: int, hid
     per row, about 3x that for a training step's forward and backward (``backward``). What the
     torch threads of a step are sized by (``settings.sized_threads``)."""
     widths = (*hidden, n_bases)
-    backbone = sum(a * b for a, b in zip(widths, widths[1:])) + n_bases * n_clusters
+    backbone = sum(a * b for a, b in zip(widths, widths[1:], strict=False)) + n_bases * n_clusters
     per_row = sum(n * (backbone + arity * (widths[0] + n_features)) for n, arity in ((n_single, 1), (n_pairs, 2)))
     return float(rows * per_row * (3 if backward else 1))
 
@@ -50,7 +50,7 @@ class Backbone(nn.Module):
     def __init__(self, arity: int, hidden: tuple[int, ...], n_bases: int):
         super().__init__()
         dims = (arity, *hidden, n_bases)
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:], strict=False))
 
     def forward(self, s: torch.Tensor) -> torch.Tensor:
         """The shared MLP over every channel's input at once: (n, channels, in) -> bases."""

@@ -161,7 +161,7 @@ def combine(a: dict | None, b: dict) -> dict:
     """The tally of two blocks' rows (``None``: nothing yet)."""
     if a is None:
         return b
-    return {**a, "n": a["n"] + b["n"], "bins": [x + y for x, y in zip(a["bins"], b["bins"])],
+    return {**a, "n": a["n"] + b["n"], "bins": [x + y for x, y in zip(a["bins"], b["bins"], strict=False)],
             **{key: a[key] + b[key] for key in ("sums", "present", "term_sums", "clusters", "borderline")}}
 
 
@@ -185,7 +185,7 @@ def drift_from(reference: dict, total: dict | None) -> Drift:
         raise DataError("the snapshot has no rows: nothing to compare with the training data (an empty export "
                         "upstream?)")
     features = []
-    for j, (f, counts) in enumerate(zip(reference["features"], total["bins"])):
+    for j, (f, counts) in enumerate(zip(reference["features"], total["bins"], strict=False)):
         out = _feature(f, counts, n)
         if f["kind"] == "numeric":
             mean = float(total["sums"][j] / total["present"][j]) if total["present"][j] else None
@@ -198,7 +198,7 @@ def drift_from(reference: dict, total: dict | None) -> Drift:
     margin = shift - shift.mean(axis=1, keepdims=True)
     ids = reference["cluster_ids"]
     clusters = [_cluster(cid, ref, int(total["clusters"][k]), n, margin[:, k], total["terms"])
-                for k, (cid, ref) in enumerate(zip(ids, reference["cluster_shares"]))]
+                for k, (cid, ref) in enumerate(zip(ids, reference["cluster_shares"], strict=False))]
     moved = np.abs(margin).sum(axis=1)
     terms = [{"name": total["terms"][t], "moved": float(moved[t]),
               "margin_shift": {str(cid): float(margin[t, k]) for k, cid in enumerate(ids)}}

@@ -52,7 +52,7 @@ def _distributions(drift: Drift) -> list[str]:
         b = f["bins"]
         top = max(max(b["reference"]), max(b["now"]))
         rows = "".join(f"<tr><td>{e(label)}</td><td>{_pct(r)}</td><td>{_pct(n)}</td><td>{_bars(r, n, top)}</td></tr>"
-                       for label, r, n in zip(b["labels"], b["reference"], b["now"]) if r or n)
+                       for label, r, n in zip(b["labels"], b["reference"], b["now"], strict=False) if r or n)
         moved = (f"; mean {f['mean_reference']:.6g} &rarr; {f['mean_now']:.6g} ({f['shift_sd']:+.2f} sd)"
                  if f.get("shift_sd") is not None else "")
         parts.append(f"<h3>{e(f['name'])}{' (drifted)' if f['drifted'] else ''}</h3>"

@@ -50,7 +50,7 @@ def bin_labels(feature: dict) -> list[str]:
     edges = [f"{e:.6g}" for e in feature["edges"]]
     if not edges:
         return ["every value", MISSING_BIN]
-    inner = [f"{a} to {b}" for a, b in zip(edges, edges[1:])]
+    inner = [f"{a} to {b}" for a, b in zip(edges, edges[1:], strict=False)]
     return [f"below {edges[0]}", *inner, f"{edges[-1]} and above", MISSING_BIN]
 
 
@@ -106,7 +106,7 @@ def reference_of(fitted, rows, labels: np.ndarray | None = None) -> dict:
             f.update(mean=float(present.mean()) if present.size else None,
                      sd=float(present.std()) if present.size else None)
         features.append(f)
-    for f, counts in zip(features, feature_counts(fitted, arr, {}, features)):
+    for f, counts in zip(features, feature_counts(fitted, arr, {}, features), strict=False):
         f["shares"] = (counts / max(len(arr), 1)).tolist()
         f["used"] = names.index(f["name"]) in passed["used"]
     ids = np.asarray(fitted.cluster_ids)

@@ -98,7 +98,7 @@ class Record:
         self.next_cluster_id, self.n_rows = int(est.next_cluster_id_), result.plan.n_rows
         self.run_id = (result.tracking or {}).get("run_id")
         self.sizes_challenger = m.sizes_new if cmp else dict(zip(map(str, est.cluster_ids_.tolist()),
-                                                                 result.metrics.get("cluster_sizes", [])))
+                                                                 result.metrics.get("cluster_sizes", []), strict=False))
         self.inertia_challenger = float(cmp["inertia_challenger"] if cmp else result.metrics["inertia"])
         self.top_terms_overlap = (result.explanation.comparison or {}).get("top_terms_overlap")
         if cmp:

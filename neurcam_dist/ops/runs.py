@@ -72,7 +72,7 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
                 killed = tracking.mark_killed_runs(tc.experiment)
                 result.tracking = log_with(tracking)
             break
-        except Exception as exc:  # noqa: BLE001 - the model is safe on disk; say what was not logged
+        except Exception as exc:
             if isinstance(exc, tracking.TrackingError):
                 raise
             if attempt == 1 and tracking.is_connection_failure(exc):

@@ -27,7 +27,7 @@ _SECRET_KEY = re.compile(r"(?i)(password|passwd|secret|token|credential|access_k
 
 
 def refuse_secrets(overrides: list[str]) -> None:
-    """A ``--set`` value holding a credential (a URI with a user and password, a secret query
+    r"""A ``--set`` value holding a credential (a URI with a user and password, a secret query
     option, a key named like a password or token) is refused: the job server returns a job's
     entrypoint and runtime environment to anyone who can list jobs, so neither may carry it. The
     message says how the job reads it from the cluster instead (the head pod's environment, from

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..names import utc
-from ..errors import ConfigError, DataError, NotPublishedError  # noqa: F401 - NotPublishedError re-exported
+from ..errors import ConfigError, DataError, NotPublishedError
 from ..redaction import redact
 from ..uris import Location, filesystem
 

@@ -146,7 +146,7 @@ def fit_vocabulary(ds, job: TextJob, log=print) -> Vocabulary:
         fn_kwargs={"text_columns": job.text_columns, "analyzer": asdict(analyzer)})
     df, n = None, 0
     for part in counts.iter_batches(batch_size=None, batch_format="numpy"):
-        for blob, k in zip(part["df"], part["n"]):
+        for blob, k in zip(part["df"], part["n"], strict=False):
             c = pickle.loads(blob)
             if df is None:
                 df = c
@@ -229,7 +229,7 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
         rows = empty = 0
         dim = None
         written = Source(root, files, fs)
-        for f, schema, n in written.footers():
+        for _file, schema, n in written.footers():
             rows += n
             if job.embed and dim is None:
                 dim = schema.field(EMBEDDING_COLUMN).type.list_size

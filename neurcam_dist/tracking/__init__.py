@@ -8,6 +8,7 @@ from .registry import load_estimator, log_model, promote
 from .runs import TrackingError, abandon_partial_runs, log_search, log_training, mark_killed_runs, tracking_failed
 from .uri import import_mlflow, check_reachable, check_uri, is_connection_failure, tracking_uri, use, wait_reachable
 
-__all__ = ["LeaseTimeout", "TrackingError", "abandon_partial_runs", "is_connection_failure", "wait_reachable", "champion_version", "former_champion", "lineage_next_id", "promote_if_unchanged", "check_reachable", "check_uri", "load_estimator", "log_model", "log_search", "log_training", "mark_killed_runs",
-           "promote", "tracking_failed", "tracking_uri", "use", "log_decision", "tag_snapshot",
-           "versions_trained_on", "import_mlflow", "log_drift"]
+__all__ = ["LeaseTimeout", "TrackingError", "abandon_partial_runs", "is_connection_failure", "wait_reachable",
+           "champion_version", "former_champion", "lineage_next_id", "promote_if_unchanged", "check_reachable", "check_uri",
+           "load_estimator", "log_model", "log_search", "log_training", "mark_killed_runs", "promote", "tracking_failed",
+           "tracking_uri", "use", "log_decision", "tag_snapshot", "versions_trained_on", "import_mlflow", "log_drift"]

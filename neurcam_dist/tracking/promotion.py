@@ -20,7 +20,7 @@ import time
 import uuid
 
 from ..names import utc
-from ..errors import ConfigError, LeaseTimeout  # noqa: F401 - re-exported here
+from ..errors import ConfigError, LeaseTimeout
 from contextlib import contextmanager
 
 LEASE_SUFFIX = ".promotion-lease"

@@ -14,7 +14,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from ..errors import TrackingError  # noqa: F401 - re-exported here
+from ..errors import TrackingError
 from ..estimator import NeurCAM
 from ..explain.report import write_report
 from ..redaction import redact

@@ -1,0 +1,21 @@
+"""The public API's Examples sections run as written (numpydoc, as scikit-learn's estimators carry
+them): the estimator, the explanation, choosing K, monitoring, and the front door's entry points
+that have one. A public entry point listed here without an example fails."""
+import doctest
+
+import pytest
+
+from neurcam_dist import Explanation, NeurCAM, choose_k, service
+
+DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanation": Explanation,
+              "choose_k": choose_k, "service.fit": service.fit, "service.monitor": service.monitor}
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+def test_the_example_runs_as_written(name):
+    tests = [t for t in doctest.DocTestFinder(recurse=False).find(DOCUMENTED[name], name, globs={}) if t.examples]
+    assert tests, f"{name} has no Examples section"
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0, f"{name}'s example printed something else (above)"
