@@ -902,6 +902,11 @@ def test_missing_values_name_more_missing_tokens_kept_with_the_model_at_every_do
                  "--output", str(tmp_path / "p.csv")]) == 0
     assert "missing cells, scored with each term's value for them: age (3 cells), work (3 cells)" in capsys.readouterr().out
     np.testing.assert_array_equal(pd.read_csv(tmp_path / "p.csv")["cluster"], est.predict(X))
+    # the explanation's table scorer reads the tokens as the model does (the explanation keeps them)
+    scorer = est.explain(X).to_scorer()
+    tokened = [2, 4, 5, 7, 9, 11]
+    np.testing.assert_array_equal(scorer.predict(X.iloc[tokened]), est.predict(X.iloc[tokened]))
+    assert (scorer.predict(X) == est.predict(X)).mean() >= 0.95
     assert main(["export", "--model", str(tmp_path / "run" / "model"), "--input", str(tmp_path / "t.csv"),
                  "--output", str(tmp_path / "q.sql"), "--table", "t"]) == 0
     said = capsys.readouterr().out

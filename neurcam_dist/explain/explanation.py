@@ -167,7 +167,8 @@ class Explanation:
 
     def logits(self, X) -> np.ndarray:
         """(N, K) logits of the table model (intercept + every term looked up / interpolated)."""
-        cols = _columns(X, self.feature_names, self.categorical_levels())
+        tokens = tuple((self.model_card.get("hyperparameters") or {}).get("missing_values") or ())
+        cols = _columns(X, self.feature_names, self.categorical_levels(), tokens)
         out = np.tile(self.intercept, (len(next(iter(cols.values()))), 1))
         for t in self.terms:
             out += t.evaluate([cols[f] for f in t.features])
@@ -361,22 +362,28 @@ class TableScorer:
         return np.asarray(self.explanation.cluster_ids, dtype=np.int64)[self.decision_function(X).argmax(1)]
 
 
-def _columns(X, names: list[str], levels: dict | None = None) -> dict[str, np.ndarray]:
+def _columns(X, names: list[str], levels: dict | None = None, tokens: tuple = ()) -> dict[str, np.ndarray]:
     """Each feature as float64 values: numbers as they are (missing: NaN), a categorical column's
-    text as its level code (``levels``: feature -> level names; an unseen level is ``other``)."""
+    text as its level code (``levels``: feature -> level names; an unseen level is ``other``);
+    cells that are one of the model's ``missing_values`` (``tokens``) are missing, as the model
+    reads them (``columns.without_tokens``)."""
     import pandas as pd
+
+    from ..columns import without_tokens
     levels = levels or {}
     if isinstance(X, pd.DataFrame):
         missing = [n for n in names if n not in X.columns]
         if missing:
             raise DataError(f"X lacks the model's feature columns {missing}")
-        return {n: _level_codes(X[n], levels[n]) if n in levels else
-                X[n].to_numpy(np.float64, na_value=np.nan) for n in names}
-    arr = np.asarray(X, dtype=object if levels else np.float64)
+        cells = {n: without_tokens(X[n], tokens) for n in names}
+        return {n: _level_codes(cells[n], levels[n]) if n in levels else
+                pd.Series(cells[n]).to_numpy(np.float64, na_value=np.nan) for n in names}
+    arr = np.asarray(X, dtype=object if levels or tokens else np.float64)
     if arr.ndim != 2 or arr.shape[1] != len(names):
         raise DataError(f"X must have {len(names)} columns ({names}), got shape {arr.shape}")
-    return {n: _level_codes(arr[:, j], levels[n]) if n in levels else arr[:, j].astype(np.float64)
-            for j, n in enumerate(names)}
+    cells = {n: without_tokens(arr[:, j], tokens) for j, n in enumerate(names)}
+    return {n: _level_codes(cells[n], levels[n]) if n in levels else
+            pd.Series(cells[n]).to_numpy(np.float64, na_value=np.nan) for n in names}
 
 
 def _level_codes(column, names: list[str]) -> np.ndarray:
