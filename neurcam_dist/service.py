@@ -90,10 +90,8 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     data : str
         A CSV(.gz) or Parquet file, or a Parquet folder.
     output : str
-        The run folder (``model/``, ``metrics.json``, ``config.json``, ``assignments.parquet`` or,
-        for CSV input, ``assignments.csv``: each row's id columns, cluster, probability and top
-        terms; ``report/``), a local path or an object-store URI; checked before training and
-        published atomically.
+        The run folder (``model/``, ``metrics.json``, ``config.json``, each row's assignment and
+        ``report/``: docs/cli.md), a path or URI; checked before training, published atomically.
     features : list of str, optional
         The feature columns (default: every numeric column that is not id-like or the label).
     label : str, optional
@@ -103,8 +101,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     report : bool
         Also write the explanation report.
     encoding, delimiter, decimal : str
-        A CSV file's text encoding, field separator and decimal mark (the last two told from
-        the file when None: ``data.tables.csv_format``).
+        A CSV file's encoding, field separator and decimal mark (the last two told when None).
     id_column : str, optional
         The rows' id (never a feature): carried into the assignments and naming the report's
         typical, borderline and chosen rows (default: the one id-like column, when there is one).
@@ -118,43 +115,49 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
 
     Examples
     --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from neurcam_dist import service
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
     >>> from neurcam_dist.data.synthetic import mixed_table
-    >>> d = Path(tempfile.mkdtemp())
-    >>> mixed_table(300, seed=0)[0].to_csv(d / "customers.csv", index=False)
+    >>> d = Path(tempfile.mkdtemp()); mixed_table(300, seed=0)[0].to_csv(d / "customers.csv", index=False)
     >>> run = service.fit(str(d / "customers.csv"), str(d / "run"),
     ...                   params={"n_clusters": 3, "epochs": 12, "warmup_epochs": 4, "verbose": False})
     >>> run.estimator.n_clusters_, (d / "run" / "model" / "config.json").is_file()
     (3, True)
     """
-    import json
-
     from .data.tables import is_csv, read_table
     from .estimator import NeurCAM
-    from .outputs import check_run_target, write_run
+    from .outputs import check_run_target
     from .params import check_params
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
     assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
     check_run_target(output, report=report, extra=(assignments,), inputs=[data])
-    df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
-    X, y, ids = _fit_table(df, features, label, id_column, params, exclude)
+    X, y, ids = _fit_table(read_table(data, encoding, delimiter=delimiter, decimal=decimal), features, label,
+                           id_column, params, exclude)
     k = params.get("n_clusters", 10)
     _check_fit_outputs(output, ids, len(X), 12 if k == "auto" else k, assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     result = _fit_metrics(est, X, y, time.perf_counter() - t0)
+    failed = _write_fit(output, est, result, data, (X, y, ids), label, assignments, report)
+    return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _write_fit(output, est, result: dict, data: str, table: tuple, label: str | None, assignments: str,
+               report: bool) -> str | None:
+    """``fit``'s run folder: the model, metrics, the config it ran as, each row's assignment and,
+    asked for, the report; returns the report's error (the model is kept)."""
+    import json
+
+    from .outputs import write_run
+    X, y, ids = table
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
-            "params": {k: v for k, v in est.get_params().items()}}
+            "params": dict(est.get_params())}
     try:
-        failed = write_run(output, est, result, json.dumps(made, indent=1, default=str),
-                           extra={assignments: _assignments(est, X, ids, assignments)},
-                           report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
+        return write_run(output, est, result, json.dumps(made, indent=1, default=str),
+                         extra={assignments: _assignments(est, X, ids, assignments)},
+                         report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
     except OSError as exc:
         raise _unwritten(exc, est, output) from None
-    return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
 
 
 def _fit_metrics(est, X, y, seconds: float) -> dict:
@@ -295,16 +298,14 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     from .data.tables import read_table
     from .estimator import choose_k as fit_each
     from .params import check_params
-    from .storage import atomic_directory, check_room, check_writable, refuse_overwrite
+    from .storage import atomic_directory
     params = {key: v for key, v in (params or {}).items() if key != "verbose"}
     check_params(params)
     if "n_clusters" in params:
         raise ConfigError("--n-clusters is what choose-k chooses: give the values to compare as --k (2-12)")
     ks = k_range(k)
     check_request(ks, seeds)          # seeds, before the data is read
-    refuse_overwrite(output, inputs=[data])
-    check_writable(output, "--output")
-    check_room(output, 16 * 2**20)
+    _check_output(output, [data], 16 * 2**20)
     df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
     X, y, _ = _fit_table(df, features, label, id_column, params, exclude)
     check_request(ks, seeds, len(X))
@@ -442,12 +443,9 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
 
     Examples
     --------
-    >>> import tempfile
-    >>> from pathlib import Path
-    >>> from neurcam_dist import NeurCAM, service
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import NeurCAM, service
     >>> from neurcam_dist.data.synthetic import mixed_table
-    >>> d = Path(tempfile.mkdtemp())
-    >>> table = mixed_table(600, seed=0)[0].drop(columns="customer_id")
+    >>> d = Path(tempfile.mkdtemp()); table = mixed_table(600, seed=0)[0].drop(columns="customer_id")
     >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table).save(d / "model")
     >>> table.assign(usage=table["usage"] + 3).to_csv(d / "new.csv", index=False)
     >>> drift = service.monitor(str(d / "model"), str(d / "new.csv"), str(d / "drift"))
@@ -456,10 +454,7 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
     >>> sorted(p.name for p in (d / "drift").iterdir())
     ['drift.json', 'monitor.html', 'monitor.prom']
     """
-    from .storage import check_room, check_writable, refuse_overwrite
-    refuse_overwrite(output, inputs=[data, model, reference])
-    check_writable(output, "--output")
-    check_room(output, 16 * 2**20)
+    _check_output(output, [data, model, reference], 16 * 2**20)
     est = load_model(model)
     csv = {"delimiter": delimiter, "decimal": decimal}
     needed = {"the model's feature columns": [str(c) for c in est.feature_names_in_]}
@@ -468,11 +463,25 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
     record = {"model": redact(model), "snapshot": redact(str(data)), **drift.to_dict()}
     _publish_drift(record, drift, output, f"Drift: {Path(str(data)).name}", pushgateway, say)
     if tracking_uri or model.startswith(("models:/", "runs:/")):
-        from . import tracking
-        tracking.use(tracking_uri, experiment=tracking.monitoring.EXPERIMENT)
-        run_id = tracking.log_drift(record, Location(output).path, record["model"])
-        say(f"MLflow: run {run_id} of the experiment {tracking.monitoring.EXPERIMENT!r}")
+        _track_drift(record, output, tracking_uri, say)
     return drift
+
+
+def _check_output(output, inputs: list, room: int) -> None:
+    """An output folder, before any work: it replaces nothing of another's (nor an input), it can
+    be written, and its disk has ``room`` bytes."""
+    from .storage import check_room, check_writable, refuse_overwrite
+    refuse_overwrite(output, inputs=inputs)
+    check_writable(output, "--output")
+    check_room(output, room)
+
+
+def _track_drift(record: dict, output: str, tracking_uri: str | None, say) -> None:
+    """The monitor's verdict as a run of the experiment ``neurcam-monitor`` (``tracking.log_drift``)."""
+    from . import tracking
+    tracking.use(tracking_uri, experiment=tracking.monitoring.EXPERIMENT)
+    run_id = tracking.log_drift(record, Location(output).path, record["model"])
+    say(f"MLflow: run {run_id} of the experiment {tracking.monitoring.EXPERIMENT!r}")
 
 
 def _reference_table(est, model: str, reference: str | None, encoding: str, csv: dict, needed: dict, say):
