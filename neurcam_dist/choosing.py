@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ConfigError
+from .explain.explanation import fmt
 
 STABLE = 0.9          # mean ARI between the seeds' partitions for a K to count as stable
 SEPARATED = 0.95      # share of the range's best silhouette for a K to count as separated
@@ -92,7 +93,7 @@ class KChoice:
         out = [head]
         for r in self.table:
             mark = " <" if r["k"] == self.k else ""
-            out.append(f"{r['k']:>3} {r['inertia']:>9.4g} {r['silhouette']:>10.3f} "
+            out.append(f"{r['k']:>3} {fmt(r['inertia']):>9} {r['silhouette']:>10.3f} "
                        f"{r['stability']:>7.3f} ±{r['stability_sd']:<5.3f} {r['term_agreement']:>9.2f} "
                        f"{r['terms_used']:>5} {r['clusters_used']:>4} {r['seconds']:>6.1f}"
                        + (f" {r['ari']:>6.3f}" if ari else "") + mark)
@@ -246,7 +247,7 @@ def choose_k(X, make: Callable[[int, int], object], k=range(2, 13), *, y=None, s
             if say:
                 r = table[-1]
                 say(f"K={kk}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, "
-                    f"inertia {r['inertia']:.4g} ({r['seconds']:.1f} s)")
+                    f"inertia {fmt(r['inertia'])} ({r['seconds']:.1f} s)")
     choice = decide(table, seeds, m, 0.0)
     extra, full = {}, None
     if terms:            # its first model is the proposed K on every sampled row, seed 0: the one describe needs
@@ -370,7 +371,7 @@ def _sparser(make, k: int, Xs, space, say) -> tuple[list[dict], dict, object]:
                      "seconds": round(time.perf_counter() - t0, 2)})
         if say:
             r = rows[-1]
-            say(f"K={k}, {r['n_single']} single + {r['n_pairs']} pair terms: inertia {r['inertia']:.4g}")
+            say(f"K={k}, {r['n_single']} single + {r['n_pairs']} pair terms: inertia {fmt(r['inertia'])}")
     full = rows[0]["inertia"]
     for r in rows:
         r["ratio"] = r["inertia"] / full if full > 0 else 1.0
@@ -392,9 +393,8 @@ def describe_clusters(est, X) -> list[dict]:
     from .explain.explanation import cluster_summary
     expl = est.explain(X)
     total = sum(int(p.get("size") or 0) for p in expl.profiles) or 1
-    short = lambda v: f"{v:.3g}" if abs(v) >= 1e-9 else "0"  # noqa: E731 - a standardized mean is 1e-16, not news
     return [{"cluster": int(p["cluster"]), "rows": int(p.get("size") or 0), "share": int(p.get("size") or 0) / total,
-             "summary": cluster_summary(p, digits=short), "into": [q["term"] for q in p.get("into", [])[:3]]}
+             "summary": cluster_summary(p), "into": [q["term"] for q in p.get("into", [])[:3]]}
             for p in expl.profiles]
 
 
@@ -441,8 +441,6 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
     names = {"k": "K", "stability_sd": "stability sd", "term_agreement": f"top-{AGREEMENT_TERMS} terms shared",
              "terms_used": "terms used", "clusters_used": "clusters used", "ari": "ARI with the label"}
 
-    from .explain.explanation import fmt
-
     def cell(v):   # 3 significant digits, never scientific notation (the report's ``fmt``)
         return fmt(v) if isinstance(v, float) else e(str(v))
     rows = "".join("<tr" + (" class='chosen'" if r["k"] == choice.k else "") + ">" +
@@ -463,7 +461,7 @@ def choice_html(choice: KChoice, title: str = "Choosing K") -> str:
                  f"</tr>{rows}</table>")
     if choice.terms:
         trs = "".join(f"<tr{' class=chosen' if r is choice.smallest or r == choice.smallest else ''}><td>{r['n_single']}"
-                      f"</td><td>{r['n_pairs']}</td><td>{r['terms']}</td><td>{r['inertia']:.4g}</td>"
+                      f"</td><td>{r['n_pairs']}</td><td>{r['terms']}</td><td>{fmt(r['inertia'])}</td>"
                       f"<td>{r['ratio']:.3f}</td><td>{r['seconds']:.1f}</td></tr>" for r in choice.terms)
         parts.append(f"<h2>How few terms suffice (K = {choice.k})</h2><p>The smallest model within {TERMS_WITHIN}x "
                      f"of the full model's inertia is marked.</p><table><tr><th>single terms</th><th>pair terms</th>"

@@ -21,8 +21,9 @@ The clustering space of a table without an embedding (``clustering_space``): sta
 columns, missing cells at the column mean (0) plus a 0/1 indicator column for each numeric
 feature that had missing training cells; a categorical column as the one-hot of its levels (and
 "missing" when training had it), scaled by ``1 / sqrt(1 - sum p^2)`` (``p``: the levels' training
-shares) so its one-hot columns' variances sum to 1, as a standardized numeric's does: a two-level
-column reads exactly as the same 0/1 column standardized. The indicator of missing numeric cells
+shares) so its one-hot columns' variances sum to 1, as a standardized numeric's does (a two-level
+column then reads exactly as the same 0/1 column standardized), times ``categorical_weight``
+(``params.CATEGORICAL_WEIGHT`` by default: a categorical weighs less than a numeric). The indicator of missing numeric cells
 is not scaled: a missing cell sits 1 from a present cell at the column mean, so a few blank cells
 never make far rows of their own. A numeric table without missing cells gets its standardized
 columns, as before.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ConfigError, DataError
+from .params import CATEGORICAL_WEIGHT
 
 OTHER = "(other levels)"   # the pooled level of rare and unseen levels (always the last code), named so that a
                            # level the data calls "other" keeps its own name beside it
@@ -104,13 +106,13 @@ class ColumnCoding:
     n_rows: int
     missing: str = "learn"
     missing_values: tuple = ()
-    categorical_weight: float = 1.0
+    categorical_weight: float = 1.0   # a model saved before the weight existed: 1
     legacy: bool = False   # the coding of a model saved without one (format 2 or older): plain numbers
 
     # ------------------------------------------------------------------ learning
     @classmethod
     def fit(cls, X, categorical_features="from_dtype", *, min_level_rows: int = 5, max_levels: int = 64,
-            missing: str = "learn", missing_values: tuple = (), categorical_weight: float = 1.0,
+            missing: str = "learn", missing_values: tuple = (), categorical_weight: float = CATEGORICAL_WEIGHT,
             what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
         """``(coding, encoded matrix)`` of a training table (a DataFrame or a 2-D array).
 
@@ -523,8 +525,8 @@ def is_flag(col) -> bool:
     """A numeric column (not boolean, not dates) whose present cells hold exactly two values,
     both whole numbers: a 0/1 flag, a 1/2 code. Categorical by default at every door (a
     DataFrame's column, a CSV's, a Parquet column on Ray: ``data.profiling``'s ``pairs``), so
-    its term reads ``senior = 1``, not "low senior (mean 0 against 0.16)". Its clustering space is
-    the same either way: a two-level column's scaled one-hot is the 0/1 column standardized."""
+    its term reads ``senior = 1``, not "low senior (mean 0 against 0.16)". In the clustering space
+    it is the 0/1 column standardized times ``categorical_weight``, as every categorical is."""
     import pandas as pd
     dtype = getattr(col, "dtype", None)
     if (dtype is None or isinstance(dtype, pd.CategoricalDtype) or pd.api.types.is_bool_dtype(dtype)

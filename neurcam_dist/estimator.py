@@ -23,10 +23,10 @@ from .model.fitted import CHUNK
 from .model.device import resolve_device, resolve_precision
 from .model.initial import initial_centroids
 from .model.perf import keep_freed_memory
-from .params import HYPERPARAMETERS
+from .params import CATEGORICAL_WEIGHT, HYPERPARAMETERS
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import check_float32_range, check_scale_range, column_moments, constant_columns, standardized_zero
+from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns, standardized_zero
 from .columns import ColumnCoding, level_init
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
                          refuse_lookalike_names)
@@ -111,7 +111,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  anneal_epochs: int = 30, max_seconds: float | None = None,
                  precision: str = "fp32", deterministic: bool = False, verbose: bool = True,
                  categorical_features="from_dtype", missing: str = "learn", missing_values=(),
-                 categorical_weight: float = 1.0, min_level_rows: int = 5, max_levels: int = 64):
+                 categorical_weight: float = CATEGORICAL_WEIGHT, min_level_rows: int = 5, max_levels: int = 64):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -329,8 +329,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         def after_epoch(rec: dict, action) -> None:
             s = trainer.schedule
             bar.update(1)
-            bar.set_postfix(phase=s.phase.value, loss=f"{rec['loss']:.4f}", T=f"{s.t:.3g}",
-                            **({"T2": f"{s.t2:.3g}"} if spec.n_pairs else {}))
+            bar.set_postfix(phase=s.phase.value, loss=f"{rec['loss']:.4f}", T=fmt(s.t),
+                            **({"T2": fmt(s.t2)} if spec.n_pairs else {}))
             if callback is not None:
                 callback({"record": rec, "schedule": s, "net": trainer.net, "teacher": trainer.teacher,
                           "targets": feed.current_targets(trainer), "x": x_t, "xr": xr_t, "action": action})

@@ -153,3 +153,17 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     z = np.asarray(logits, np.float64)
     z = np.exp(z - z.max(axis=1, keepdims=True))
     return z / z.sum(axis=1, keepdims=True)
+
+
+def fmt(value: float, scale: float | None = None, digits: int = 3) -> str:
+    """The one format of a measured number (importance, push, inertia, a mean, a threshold) on the
+    console, in the report, its model card and choice.html: at most ``digits`` significant digits,
+    never scientific notation (``5190``, ``0.000123``); 0 for a value that is zero to the model's
+    precision (below 1e-6 of ``scale``, the largest value it is shown beside). A row's own value is
+    shown as it is instead (``examples.value_text``)."""
+    value = float(value)
+    if not np.isfinite(value):
+        return str(value)
+    if value == 0.0 or (scale and abs(value) < 1e-6 * abs(scale)) or abs(value) < 1e-12:
+        return "0"
+    return np.format_float_positional(value, precision=digits, unique=True, fractional=False, trim="-")

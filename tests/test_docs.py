@@ -34,7 +34,7 @@ def test_the_readme_is_a_front_page_with_the_two_commands():
 def test_the_mixed_tables_page_example_runs_as_written(capsys):
     (code,) = doc_blocks("docs/mixed.md")
     space: dict = {}
-    exec(compile(code.replace("NeurCAM(n_clusters=3)", "NeurCAM(n_clusters=3, verbose=False)"), "mixed.md", "exec"),
+    exec(compile(code.replace("NeurCAM(n_clusters=3,", "NeurCAM(n_clusters=3, verbose=False,"), "mixed.md", "exec"),
          space)
     est = space["est"]
     assert est.importance_["term"].iloc[0] == "plan"

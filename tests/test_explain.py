@@ -520,3 +520,33 @@ def test_a_row_s_values_are_shown_as_they_are():
     text = row_text(record)
     assert "year=2007" in text and "charges=29.75" in text and "from 101.23 to 100.87" in text
     assert change_words(record["change"]).startswith("would join cluster 2 if charges went from 101.23 to 100.87")
+
+
+def test_one_number_format_on_the_console_in_the_report_the_rules_and_choice_html():
+    """A measured number reads the same everywhere: at most 3 significant digits, never scientific
+    notation (an inertia of 5193.2 is 5190 in choice.html's tables and on the console, a mean of
+    123456.7 is 123000, a rule's bound 123500), and the page's hover labels use the same rule."""
+    import dataclasses
+    import re
+    from neurcam_dist.choosing import choice_html, decide
+    from neurcam_dist.explain.explanation import cluster_summary
+    from neurcam_dist.explain.report_script import SCRIPT
+    from neurcam_dist.explain.rules import Rule
+    from neurcam_dist.monitor.page import _p
+    from neurcam_dist.numerics import fmt
+    assert [fmt(v) for v in (5193.2, 1.234e-5, 1234567.0, -0.5, 0.0)] == ["5190", "0.0000123", "1230000", "-0.5", "0"]
+    assert fmt(123456.7, digits=4) == "123500" and fmt(1e-9, scale=10.0) == "0"
+    stats = [{"feature": "income", "z": 2.0, "mean": 123456.7, "overall_mean": 1.234e-5, "q10": 0, "q90": 1}]
+    assert cluster_summary({"cluster": 0, "size": 5, "into": [], "out_of": [], "features": stats}) == (
+        "Mostly rows with high income (mean 123000 against 0.0000123 over all rows).")
+    assert Rule(0, (("income", "<=", 123456.7),), 1.0, 1.0, 5, 10).text() == "income <= 123500"
+    row = {"k": 3, "silhouette": 0.5, "stability": 1.0, "stable": True, "separated": True, "clusters_used": 3,
+           "inertia": 5193.2, "stability_sd": 0.0, "term_agreement": 1.0, "terms_used": 3, "seconds": 0.1}
+    choice = decide([dict(row, k=2, silhouette=0.3), row], 3, 300, 0.0)
+    choice = dataclasses.replace(choice, terms=[{"n_single": 2, "n_pairs": 0, "terms": 2, "inertia": 5193.2,
+                                                 "ratio": 1.0, "seconds": 0.1}])
+    page = choice_html(choice)
+    assert "<td>5190</td>" in page.split("How few terms suffice")[1] and not re.search(r"\de[+-]\d", page)
+    assert any(" 5190 " in line for line in choice.lines()) and not any(re.search(r"\de[+-]\d", x) for x in choice.lines())
+    assert not re.search(r"%\{[xyz]:[^}]*g\}", SCRIPT)   # d3's "g" turns 50000 into 5.000e+4
+    assert _p(1e-30) == "&lt; 0.0001" and _p(0.0123) == "0.012"

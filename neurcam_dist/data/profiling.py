@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from ..columns import (ColumnCoding, Column, column_from_counts, level_counts, refuse_empty_columns,
                        whole_value_counts, without_tokens)
 from ..numerics import FLOAT32_MAX, scale_problem, scaled_moments
+from ..params import CATEGORICAL_WEIGHT
 from .planning import Plan
 from .reading import local_pass, matrix
 from .sources import DataError, listing
@@ -85,7 +86,7 @@ class Profile:
                        pairs={c: v for c, v in self.pairs.items() if c not in names})
 
     def coding(self, plan: Plan, *, min_level_rows: int, max_levels: int, missing: str,
-               missing_values: tuple = (), categorical_weight: float = 1.0) -> ColumnCoding:
+               missing_values: tuple = (), categorical_weight: float = CATEGORICAL_WEIGHT) -> ColumnCoding:
         """The model's ``ColumnCoding`` from this profile: the categorical features' levels (as
         ``fit`` would choose them from the same counts) and every feature's missing cells."""
         columns = []

@@ -27,6 +27,7 @@ from ..errors import ConfigError, NeurcamError, SearchError, find_cause
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..explain.build import Compared
+from ..explain.explanation import fmt
 from ..storage.published import read_text
 from ..storage.retrying import ray_storage
 from ..uris import Location
@@ -407,7 +408,7 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
     sil_rows = np.sort(np.random.default_rng(0).permutation(len(X))[:SILHOUETTE_ROWS])
     table = [measure(kk, fits[kk], space, sil_rows) for kk in ks]
     for r in table:
-        say(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {r['inertia']:.4g}")
+        say(f"K={r['k']}: silhouette {r['silhouette']:.3f}, stability {r['stability']:.3f}, inertia {fmt(r['inertia'])}")
     proposal = decide(table, len(s.seeds), len(X), 0.0, how="on every row")
     choice = dataclasses.replace(proposal, seconds=time.perf_counter() - t_start,
                                  clusters=describe_clusters(first_seed[proposal.k], X))

@@ -35,6 +35,7 @@ from ..model.device import resolve_precision
 from ..model.perf import keep_freed_memory
 from ..model.step import Batch, batch_indices
 from ..model.trainer import Trainer
+from ..numerics import fmt
 from ..numerics import standardize, standardized_zero
 from ..settings import deterministic_algorithms, threads_for
 from . import events
@@ -406,8 +407,8 @@ def _say_epoch(s, rec: dict, pairs: bool) -> None:
     """The epoch's progress record: epoch, phase (``warmup->anneal`` when it moved), loss, the
     gates' temperatures (the pairs' only for a model with pairs), rate."""
     moved = rec["phase"] + (f"->{s.phase}" if s.phase != rec["phase"] else "")
-    t2 = f" T2={s.t2:.3g}" if pairs else ""
-    say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={s.t:.3g}{t2} {rec['rows_per_s']:,.0f} rows/s",
+    t2 = f" T2={fmt(s.t2)}" if pairs else ""
+    say(f"epoch {s.epoch} {moved} loss={rec['loss']:.5f} T={fmt(s.t)}{t2} {rec['rows_per_s']:,.0f} rows/s",
         epoch=s.epoch, phase=moved, loss=rec["loss"], rows_per_s=rec["rows_per_s"])
 
 

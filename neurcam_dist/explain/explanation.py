@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError, ModelFileError
-from ..numerics import softmax
+from ..numerics import fmt, softmax
 from ..storage import atomic_directory, write_text_atomic
 from .grids import interp_main, interp_pair
 
@@ -267,15 +267,6 @@ class Explanation:
         atomic_directory(Path(directory), write, marker="terms.parquet")
 
 
-def fmt(value: float, scale: float | None = None) -> str:
-    """At most 3 significant digits, never scientific notation; 0 for a value that is zero to the
-    model's precision (below 1e-6 of ``scale``, the largest value it is shown beside)."""
-    value = float(value)
-    if value == 0.0 or (scale and abs(value) < 1e-6 * abs(scale)) or abs(value) < 1e-12:
-        return "0"
-    return np.format_float_positional(value, precision=3, unique=True, fractional=False, trim="-")
-
-
 DISTINCT = 0.5  # |standardized mean difference| from which a cluster's feature counts as high / low
 
 
@@ -315,8 +306,8 @@ def cluster_summary(profile: dict, n: int = 2, digits=None) -> str:
     """One sentence on what a cluster's rows look like, from its profile: the features of the terms
     that push rows in come first, then the others by how far the members' mean is from all rows'
     (in standard deviations); only features at least ``DISTINCT`` away are named. ``digits`` formats
-    a number (3 significant digits by default)."""
-    digits = digits or (lambda v: f"{v:.3g}")
+    a number (``fmt`` by default)."""
+    digits = digits or fmt
     if not profile.get("size"):
         return "No row of the explained data falls in this cluster."
     stats = {f["feature"]: f for f in profile.get("features", [])}

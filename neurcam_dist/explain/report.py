@@ -101,7 +101,7 @@ def shape_figure(term: Term, n_clusters: int, ids: list[int] | None = None) -> b
             bottom.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="0.7")
     top.axhline(0, color="0.6", lw=0.8)
     top.set_ylabel("logit contribution")
-    top.set_title(f"{term.name}  (importance {term.importance.mean():.3g})")
+    top.set_title(f"{term.name}  (importance {fmt(float(term.importance.mean()))})")
     if n_clusters <= 12:
         top.legend(fontsize=7, ncol=2, frameon=False)
     bottom.set_xlabel(term.features[0])

@@ -44,21 +44,21 @@ SCRIPT = r"""
       traces.push({x: t.grid, y: y.map(function (v, i) { return t.sparse[i] ? null : v; }), mode: 'lines',
                    name: name(k), legendgroup: 'c' + k, connectgaps: false,
                    line: {color: colour(k), width: chosen ? 3 : (current < 0 ? 1.6 : 1), shape: shape},
-                   hovertemplate: t.feature + ' %{x:.4g}: %{y:.3g}<extra>' + name(k) + '</extra>'});
+                   hovertemplate: t.feature + ' %{x:.4~r}: %{y:.3~r}<extra>' + name(k) + '</extra>'});
       traces.push({x: t.grid, y: y, mode: 'lines', legendgroup: 'c' + k, showlegend: false, opacity: 0.55,
                    line: {color: colour(k), width: 1, dash: 'dot', shape: shape},
-                   hovertemplate: t.feature + ' %{x:.4g}: %{y:.3g} (few rows)<extra>' + name(k) + '</extra>'});
+                   hovertemplate: t.feature + ' %{x:.4~r}: %{y:.3~r} (few rows)<extra>' + name(k) + '</extra>'});
     });
     if (t.missing) {
       order.forEach(function (k) {
         traces.push({x: [t.missing.x], y: [t.missing.values[k]], mode: 'markers', legendgroup: 'c' + k,
                      showlegend: false, marker: {symbol: 'diamond', size: current === k ? 11 : 7, color: colour(k)},
-                     hovertemplate: 'missing (' + t.missing.rows + ' rows): %{y:.3g}<extra>' + name(k) + '</extra>'});
+                     hovertemplate: 'missing (' + t.missing.rows + ' rows): %{y:.3~r}<extra>' + name(k) + '</extra>'});
       });
     }
     traces.push({type: 'bar', x: t.hist.centres, y: t.hist.counts, width: t.hist.widths, yaxis: 'y2',
                  marker: {color: '#b8b8b8'}, name: 'rows', showlegend: false,
-                 hovertemplate: '%{y} rows near %{x:.4g}<extra></extra>'});
+                 hovertemplate: '%{y} rows near %{x:.4~r}<extra></extra>'});
     const layout = {title: {text: t.name + (current >= 0 ? ': cluster ' + D.ids[current] : ''), font: {size: 15}},
                     height: 470, margin: {t: 48, r: 10, b: 48, l: 64}, hovermode: 'closest',
                     yaxis: {domain: [0.3, 1], title: {text: 'logit contribution'}, zeroline: true},
@@ -71,7 +71,7 @@ SCRIPT = r"""
     const order = D.ids.map(function (_, k) { return k; });
     const traces = order.map(function (k) {
       return {type: 'bar', x: t.levels, y: column(t.values, k), name: name(k), marker: {color: colour(k)},
-              hovertemplate: t.feature + ' = %{x}: %{y:.3g}<extra>' + name(k) + '</extra>'};
+              hovertemplate: t.feature + ' = %{x}: %{y:.3~r}<extra>' + name(k) + '</extra>'};
     });
     traces.push({type: 'bar', x: t.levels, y: t.counts, yaxis: 'y2', marker: {color: '#b8b8b8'}, name: 'rows',
                  showlegend: false, hovertemplate: '%{x}: %{y} rows<extra></extra>'});
@@ -88,7 +88,7 @@ SCRIPT = r"""
     const z = t.values.map(function (row) { return row.map(function (cell) { return cell[k]; }); });
     const traces = [{type: 'heatmap', x: t.grids[1], y: t.grids[0], z: z, zmin: -t.lim, zmax: t.lim,
                      colorscale: 'RdBu', colorbar: {title: {text: 'logit<br>contribution'}},
-                     hovertemplate: t.features[1] + ' %{x:.4g}, ' + t.features[0] + ' %{y:.4g}: %{z:.3g}<extra></extra>'}];
+                     hovertemplate: t.features[1] + ' %{x:.4~r}, ' + t.features[0] + ' %{y:.4~r}: %{z:.3~r}<extra></extra>'}];
     const layout = {title: {text: t.name + ': cluster ' + D.ids[k] + (current < 0 ? ' (choose a cluster above)' : ''),
                             font: {size: 15}},
                     height: 470, margin: {t: 48, r: 10, b: 48, l: 64},
@@ -123,7 +123,7 @@ SCRIPT = r"""
       Plotly.newPlot(div, [{type: 'bar', orientation: 'h', y: terms.map(label),
                             x: terms.map(function (q) { return q.push; }),
                             marker: {color: terms.map(function (q) { return q.push > 0 ? '#2b7bba' : '#d7642c'; })},
-                            hovertemplate: '%{y}: %{x:.3g}<extra></extra>'}],
+                            hovertemplate: '%{y}: %{x:.3~r}<extra></extra>'}],
                      {height: 60 + 24 * terms.length, margin: {t: 10, r: 10, b: 40}, yaxis: {automargin: true},
                       xaxis: {title: {text: 'push toward cluster ' + r.cluster + ' (logit contribution)'}}}, CONFIG);
     });

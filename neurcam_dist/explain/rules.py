@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .explanation import fmt
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -32,7 +34,7 @@ class Rule:
         """``f0 <= 1.5 and plan = monthly`` (or ``(every row)``); a date's bound as a UTC date and time."""
         def bound(f, t):
             if f not in self.dates:
-                return f"{t:.4g}"
+                return fmt(t, digits=4)
             return (pd.Timestamp(0, tz="UTC") + pd.Timedelta(days=float(t))).strftime("%Y-%m-%d %H:%M UTC")
         return " and ".join(f"{f} {'=' if op == '==' else op} {t}" if op in ("==", "!=") else f"{f} {op} {bound(f, t)}"
                             for f, op, t in self.conditions) or "(every row)"

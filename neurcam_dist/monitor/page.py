@@ -5,11 +5,17 @@ from __future__ import annotations
 import html
 
 from ..explain.report import STYLE
+from ..numerics import fmt
 from .drift import P_DRIFT, PSI_DRIFT, SHARE_RATIO, Drift
 
 SHOWN = 10        # features whose distributions are drawn (the drifted ones first)
 TERMS_SHOWN = 15  # terms in the table of the terms that moved
 THEN, NOW = "#9e9e9e", "#1f77b4"
+
+
+def _p(p: float) -> str:
+    """A p-value as the page shows it: ``< 0.0001`` (a tenth of the drift test's threshold), else ``fmt``."""
+    return "&lt; 0.0001" if p < 1e-4 else fmt(p, digits=2)
 
 
 def _pct(v: float | None) -> str:
@@ -27,7 +33,7 @@ def _features_table(drift: Drift) -> list[str]:
     e = html.escape
     rows = "".join(
         f"<tr class='{'drifted' if f['drifted'] else ''}'><td>{e(f['name'])}</td><td>{f['kind']}</td>"
-        f"<td>{'yes' if f['used'] else 'no'}</td><td>{f['score']:.3f}</td><td>{f['p_value']:.2g}</td>"
+        f"<td>{'yes' if f['used'] else 'no'}</td><td>{f['score']:.3f}</td><td>{_p(f['p_value'])}</td>"
         f"<td>{_pct(f['missing_reference'])} &rarr; {_pct(f['missing_now'])}</td>"
         f"<td>{_pct(f['unseen_now']) if f['kind'] == 'categorical' else ''}</td>"
         f"<td><b>{'drifted' if f['drifted'] else ''}</b></td></tr>" for f in drift.features)
@@ -53,7 +59,7 @@ def _distributions(drift: Drift) -> list[str]:
         top = max(max(b["reference"]), max(b["now"]))
         rows = "".join(f"<tr><td>{e(label)}</td><td>{_pct(r)}</td><td>{_pct(n)}</td><td>{_bars(r, n, top)}</td></tr>"
                        for label, r, n in zip(b["labels"], b["reference"], b["now"], strict=False) if r or n)
-        moved = (f"; mean {f['mean_reference']:.6g} &rarr; {f['mean_now']:.6g} ({f['shift_sd']:+.2f} sd)"
+        moved = (f"; mean {fmt(f['mean_reference'], digits=4)} &rarr; {fmt(f['mean_now'], digits=4)} ({f['shift_sd']:+.2f} sd)"
                  if f.get("shift_sd") is not None else "")
         parts.append(f"<h3>{e(f['name'])}{' (drifted)' if f['drifted'] else ''}</h3>"
                      f"<p class='note'>PSI {f['score']:.3f}{moved}</p><table><thead><tr><th>bin</th><th>then</th>"
