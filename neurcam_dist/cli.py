@@ -254,6 +254,8 @@ def _add_fit(sub) -> argparse.ArgumentParser:
     fit.add_argument("--categorical", **LIST, default=None, metavar="COL",
                      help="integer-coded categorical columns (text, category and boolean "
                           "columns are categorical without it)")
+    fit.add_argument("--numeric", **LIST, default=None, metavar="COL",
+                     help="0/1 (two whole-number) columns to read as numbers, not as two levels")
     fit.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
     _encoding(fit)
     _add_model_args(fit)
@@ -285,6 +287,8 @@ def _add_choose_k(sub) -> argparse.ArgumentParser:
     ck.add_argument("--categorical", **LIST, default=None, metavar="COL",
                     help="integer-coded categorical columns (text, category and boolean columns are "
                          "categorical without it)")
+    ck.add_argument("--numeric", **LIST, default=None, metavar="COL",
+                    help="0/1 (two whole-number) columns to read as numbers, not as two levels")
     _encoding(ck)
     _add_model_args(ck, skip=("n_clusters",))
     return ck
@@ -579,10 +583,14 @@ REPORT_FAILED = 3   # exit status: the model was written, its report was not
 DRIFT_ALERT = 4     # exit status: the monitor raised an alert (drift.json says what moved)
 
 
+def _columns_read_as(args, params: dict) -> dict:
+    """``params`` with ``--categorical`` and ``--numeric`` as the estimator's parameters."""
+    named = {"categorical_features": args.categorical, "numeric_features": args.numeric}
+    return {**params, **{k: v for k, v in named.items() if v}}
+
+
 def _fit(args) -> int | None:
-    params = _params(args)
-    if args.categorical:
-        params["categorical_features"] = args.categorical
+    params = _columns_read_as(args, _params(args))
     result = service.fit(args.input, args.output, features=args.features, label=args.label, params=params,
                          report=args.report, id_column=args.id, exclude=args.exclude, **_csv(args))
     keys = ("n_rows", "n_clusters", "epochs", "fit_seconds", "inertia", "ari", "nmi", "acc")
@@ -607,7 +615,7 @@ def _fit(args) -> int | None:
 
 def _choose_k(args) -> None:
     if args.config:
-        given = [f for f in ("input", "output", "features", "label", "id", "categorical", "terms")
+        given = [f for f in ("input", "output", "features", "label", "id", "categorical", "numeric", "terms")
                  if getattr(args, f, None)]
         if given:
             raise ConfigError(f"--config says where the data and the output are (and --terms is for a table "
@@ -621,9 +629,7 @@ def _choose_k(args) -> None:
         return
     if not (args.input and args.output):
         raise ConfigError("choose-k needs --input and --output (or --config for data on Ray)")
-    params = _params(args)
-    if args.categorical:
-        params["categorical_features"] = args.categorical
+    params = _columns_read_as(args, _params(args))
     choice = service.choose_k(args.input, args.output, k=args.k, seeds=args.seeds, features=args.features,
                               label=args.label, id_column=args.id, params=params, terms=args.terms,
                               exclude=args.exclude,

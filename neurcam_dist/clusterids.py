@@ -8,7 +8,6 @@ cluster takes the champion's id, an unmatched one a fresh id above every id used
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from .errors import ConfigError
 
@@ -23,6 +22,7 @@ def match_ids(table: np.ndarray, champion_ids, next_id: int) -> tuple[np.ndarray
         raise ConfigError(f"contingency table {table.shape} does not match {len(champion_ids)} champion clusters")
     next_id = max(int(next_id), int(champion_ids.max(initial=-1)) + 1)
     ids = np.full(table.shape[0], -1, dtype=np.int64)
+    from scipy.optimize import linear_sum_assignment   # on use: scoring imports this module
     rows, cols = linear_sum_assignment(table, maximize=True)
     for i, j in zip(rows, cols, strict=False):
         if table[i, j] > 0:

@@ -113,7 +113,7 @@ class ColumnCoding:
     @classmethod
     def fit(cls, X, categorical_features="from_dtype", *, min_level_rows: int = 5, max_levels: int = 64,
             missing: str = "learn", missing_values: tuple = (), categorical_weight: float = CATEGORICAL_WEIGHT,
-            what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
+            numeric_features=None, what: str = "X") -> tuple["ColumnCoding", np.ndarray]:
         """``(coding, encoded matrix)`` of a training table (a DataFrame or a 2-D array).
 
         Parameters
@@ -125,7 +125,7 @@ class ColumnCoding:
             DataFrame's numeric columns of two whole-number values (``FLAG_RULE``); a list names
             integer-coded categorical columns as well (by name or position); None: none beyond
             the text, ``category`` and boolean columns (which cannot be numbers), so a 0/1
-            column stays numeric.
+            column stays numeric. ``numeric_features`` (names) keeps those flags numeric only.
         min_level_rows, max_levels : int
             A level seen in fewer rows, or beyond the ``max_levels`` most frequent, joins ``other``.
         missing : str
@@ -140,12 +140,13 @@ class ColumnCoding:
         DataError
             Infinite cells, or missing ones under ``missing='refuse'`` (naming the columns).
         ConfigError
-            A named categorical column that is not in ``X``.
+            A named categorical or numeric column that is not in ``X``.
         """
         names, cells = _columns_of(X, what)
         missing_values = tuple(missing_values)
         cells = [without_tokens(c, missing_values) for c in cells]
         named = _named_categoricals(categorical_features, names)
+        numeric = _named_numerics(numeric_features, names, named, cells)
         from .validation import is_frame
         flags = categorical_features is not None and is_frame(X)   # FLAG_RULE: a table's columns, not an array's
         columns = []
@@ -156,7 +157,7 @@ class ColumnCoding:
             numbers = name not in named and refuse_numbers_with_typos(col, name, what)
             if (is_category_dtype(col) and not numbers) or name in named:
                 columns.append(_fit_levels(name, col, min_level_rows, max_levels))
-            elif flags and is_flag(col):
+            elif flags and name not in numeric and is_flag(col):
                 columns.append(column_from_counts(name, level_counts(col)[0], "number", min_level_rows, max_levels))
             else:
                 columns.append(Column(name=name))
@@ -429,6 +430,22 @@ def _columns_of(X, what: str, expected: list[str] | None = None) -> tuple[list[s
     if expected is not None and arr.shape[1] != len(expected):
         raise DataError(f"{what} has {arr.shape[1]} columns, the model was fitted on {len(expected)}")
     return names, [arr[:, j] for j in range(arr.shape[1])]
+
+
+def _named_numerics(numeric_features, names: list[str], categorical: set[str], cells: list) -> set[str]:
+    """The columns ``numeric_features`` names (a flag read as a number): each a column, none also
+    named categorical, none of text or a category type (``ConfigError`` naming it)."""
+    out = set()
+    for c in numeric_features or ():
+        if str(c) not in names:
+            from .validation import missing_columns_note
+            raise ConfigError(f"numeric_features names {c!r}, which is not a column of X{missing_columns_note([str(c)], names)}")
+        col = cells[names.index(str(c))]
+        if str(c) in categorical or (is_category_dtype(col) and not numbers_in_text(col)):
+            why = "categorical_features names it too" if str(c) in categorical else "its cells are text or levels"
+            raise ConfigError(f"numeric_features names {c!r}, which cannot be read as numbers: {why}")
+        out.add(str(c))
+    return out
 
 
 def _named_categoricals(categorical_features, names: list[str]) -> set[str]:

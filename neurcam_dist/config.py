@@ -83,6 +83,8 @@ class DataConfig(_Strict):
     categorical: list[str] | None = Field(None, description="integer-coded categorical feature columns (text, "
                                                            "dictionary and boolean columns are categorical "
                                                            "without it)")
+    numeric: list[str] | None = Field(None, description="0/1 (two whole-number) feature columns read as numbers, "
+                                                       "not as two levels")
     embedding_table: EmbeddingTable | None = Field(None, description="another table holding data.embedding, "
                                                                      "joined to the rows on a key (once, before "
                                                                      "training); earlier name: data.embeddings")

@@ -16,14 +16,14 @@ import torch
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .errors import ConfigError, DataError, ModelFileError
+from .errors import ConfigError, DataError
 from . import metrics
 from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, loop
 from .model.fitted import CHUNK
 from .model.device import resolve_device, resolve_precision
 from .model.initial import initial_centroids
 from .model.perf import keep_freed_memory
-from .params import CATEGORICAL_WEIGHT, HYPERPARAMETERS
+from .params import CATEGORICAL_WEIGHT, refuse_unknown_params
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
 from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns, standardized_zero
@@ -111,7 +111,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                  anneal_epochs: int = 30, max_seconds: float | None = None,
                  precision: str = "fp32", deterministic: bool = False, verbose: bool = True,
                  categorical_features="from_dtype", missing: str = "learn", missing_values=(),
-                 categorical_weight: float = CATEGORICAL_WEIGHT, min_level_rows: int = 5, max_levels: int = 64):
+                 categorical_weight: float = CATEGORICAL_WEIGHT, min_level_rows: int = 5, max_levels: int = 64,
+                 numeric_features=None):
         self.n_clusters = n_clusters
         self.n_single = n_single
         self.n_pairs = n_pairs
@@ -149,6 +150,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         self.categorical_weight = categorical_weight
         self.min_level_rows = min_level_rows
         self.max_levels = max_levels
+        self.numeric_features = numeric_features
 
     def __sklearn_tags__(self):
         """scikit-learn's tags: missing cells (NaN) are a value of their own under ``missing='learn'``
@@ -174,7 +176,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         coding, arr = ColumnCoding.fit(source, self.categorical_features, min_level_rows=self.min_level_rows,
                                        max_levels=self.max_levels, missing=self.missing,
                                        missing_values=tuple(self.missing_values),
-                                       categorical_weight=self.categorical_weight, what=what)
+                                       categorical_weight=self.categorical_weight,
+                                       numeric_features=self.numeric_features, what=what)
         check_scale_range(arr, list(coding.names), what, skip=coding.categorical_mask())
         return arr, coding
 
@@ -578,13 +581,10 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         level was not seen at training (scored as (other levels)), "missing": column -> missing cells}``.
         ``what``: how a message names the rows (``neurcam predict``: the input file); ``layout``:
         ``explain.assignments.assignments``' column choice (``file_layout``)."""
-        from .explain.assignments import assignments
-        import pandas as pd
+        from .explain.assignments import scored_frame
         arr, unseen = self._validated_counted(X, what)
-        cols = assignments(self._validated_state(), arr, top_terms=top_terms, **layout)
-        counts = np.isnan(arr).sum(axis=0)
-        missing = {str(self.feature_names_in_[j]): int(counts[j]) for j in np.flatnonzero(counts)}
-        return pd.DataFrame(cols, index=X.index if is_frame(X) else None), {"unseen": unseen, "missing": missing}
+        return scored_frame(self._validated_state(), X if is_frame(X) else None, arr, unseen, top_terms=top_terms,
+                            **layout)
 
     @_on_sized_threads
     def predict(self, X) -> np.ndarray:
@@ -727,11 +727,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             When the directory is incomplete, altered, or written by a newer version.
         """
         config, state = read_model_dir(path)
-        unknown = sorted(set(config["params"]) - set(HYPERPARAMETERS))
-        if unknown:
-            raise ModelFileError(f"{path} was written by {config.get('written_by', 'another neurcam-dist version')} "
-                                 f"and has parameter(s) {unknown} that neurcam-dist {__version__} does not know: "
-                                 f"load it with that version or newer")
+        refuse_unknown_params(config, path)
         params = dict(config["params"])
         params["hidden"] = tuple(params["hidden"])
         params["missing_values"] = tuple(params.get("missing_values", ()))

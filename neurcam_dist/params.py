@@ -13,7 +13,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, ModelFileError
 
 # A categorical column's weight against a standardized numeric in the clustering space: the largest
 # on the grid 0.5-1 at which NeurCAM's ARI is at or above k-prototypes' (Huang's gamma) on every
@@ -95,6 +95,9 @@ HYPERPARAMETERS: dict[str, Spec] = {
     "categorical_features": Spec(list, "from_dtype", "which columns are categorical: 'from_dtype' (text, category "
                                  "and boolean columns, as scikit-learn's), or a list of column names or positions "
                                  "(integer-coded categories) besides those", optional=True, in_config=False),
+    "numeric_features": Spec(list, None, "columns read as numbers although they hold two whole-number values "
+                             "(a 0/1 flag kept numeric: its term a curve, not two levels)", optional=True,
+                             in_config=False),
     "missing": Spec(str, "learn", "missing cells (NaN, null, blank): learn (each term learns a contribution for "
                     "them) or refuse (an error naming the columns)", choices=("learn", "refuse")),
     "missing_values": Spec(frozenset, (), "text cells read as missing besides blank ones and the CSV reader's "
@@ -202,3 +205,13 @@ def resolved_n_single(params: dict, n_features: int) -> int:
     """``n_single=None`` means one single-feature channel per feature."""
     n = params.get("n_single", DEFAULTS["n_single"])
     return n_features if n is None else int(n)
+
+
+def refuse_unknown_params(config: dict, path) -> None:
+    """Refuse a saved model (``config.json``'s ``config``) whose parameters this version does not
+    know: a newer version wrote it, and it may read its rows otherwise (``ModelFileError``)."""
+    unknown = sorted(set(config["params"]) - set(HYPERPARAMETERS))
+    if unknown:
+        raise ModelFileError(f"{path} was written by {config.get('written_by', 'another neurcam-dist version')} "
+                             f"and has parameter(s) {unknown} that this neurcam-dist does not know: "
+                             f"load it with that version or newer")

@@ -69,6 +69,20 @@ def load_model(ref: str):
     return NeurCAM.load(ref)
 
 
+def load_fitted(ref: str):
+    """The fitted state (``model.FittedNet``) of a model directory or an MLflow model URI: what
+    scoring reads. A directory is read without the estimator class, so ``neurcam predict``
+    imports neither scikit-learn nor the training code (``benchmarks/startup.py``)."""
+    if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
+        return load_model(ref).fitted_
+    from .model import FittedNet
+    from .params import refuse_unknown_params
+    from .storage import read_model_dir
+    config, state = read_model_dir(ref)
+    refuse_unknown_params(config, ref)
+    return FittedNet.from_dict(config, state, "cpu", where=str(ref))
+
+
 # ---------------------------------------------------------------- in memory
 @dataclass
 class FitResult:
@@ -194,6 +208,7 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
         table = table.apply(lambda col: without_tokens(col, tokens))
     named = params.get("categorical_features")
     X, y = split_columns(table, features, label, categorical=named if isinstance(named, list) else None,
+                         numeric=params.get("numeric_features"),
                          max_levels=params.get("max_levels", 64), exclude=exclude)
     ids = df[([id_column] if id_column else []) + id_columns(table, X.columns, label)]
     name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
@@ -884,7 +899,7 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
                          ours=lambda head: b"cluster,probability" in head.split(b"\n")[0])
     check_writable(str(Path(settings.output).parent) if to_csv else settings.output, "--output")
     log = log or _say
-    est = load_model(settings.model)
+    fitted = load_fitted(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
     if to_csv and not table:   # a Parquet input small enough: read whole and scored here, like a CSV file
         _refuse_csv_output_for_large(settings.input)
@@ -895,13 +910,13 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
                                                       csv.get("delimiter"), csv.get("decimal"))
     if not settings.id_given:
         columns = _input_columns(settings.input, table, csv or {})
-        settings = dataclasses.replace(settings, id_column=rows_id(est, columns, log))
+        settings = dataclasses.replace(settings, id_column=rows_id(fitted, columns, log))
     if table or to_csv:
-        return _predict_table(est, settings, carry or [], log, csv or {} if table else {})
+        return _predict_table(fitted, settings, carry or [], log, csv or {} if table else {})
     if settings.id_column:
         _check_parquet_ids(settings.input, settings.id_column, log)
     from .distributed import predict_parquet
-    return predict_parquet(est, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
+    return predict_parquet(fitted, settings.input, settings.output, id_column=settings.id_column, carry=carry or [],
                            batch_size=batch_size, concurrency=concurrency, log_dir=settings.log_dir, log=log)
 
 
@@ -952,18 +967,18 @@ def _one_id(id_column: str | None, no_id: bool) -> None:
         raise ConfigError(f"--id {id_column} and --no-id contradict each other: give one of them")
 
 
-def rows_id(est, columns: list[str], say) -> str | None:
-    """The id column of rows scored or explained with ``est`` when no ``--id`` (or ``--no-id``)
-    says: the model's (``id_column_``, what the training rows' ids went by) when ``columns`` has it;
+def rows_id(fitted, columns: list[str], say) -> str | None:
+    """The id column of rows scored or explained with the fitted state ``fitted`` when no ``--id``
+    (or ``--no-id``) says: the model's (``id_column_``, what the training rows' ids went by) when ``columns`` has it;
     else a column named ``id``; else the one id-like column of ``columns`` that is not a feature
     (``fit``'s rule); else None: ``predict`` then numbers the rows (``row``). Every choice but the
     model's own and ``id`` is said through ``say``."""
     from .validation import is_id_like
     # a model saved before the id was recorded: 'id', which predict looked for then
-    model_id = est.history_.get("id_column", "id")
+    model_id = fitted.history.get("id_column", "id")
     if model_id is not None and model_id in columns:
         return model_id
-    features = set(map(str, est.feature_names_in_))
+    features = set(map(str, fitted.feature_names))
     found = ["id"] if "id" in columns and "id" not in features else \
         [c for c in columns if is_id_like(c) and c not in features]
     why = "the model was fitted without an id" if model_id is None else f"the input has no {model_id!r}, the model's id"
@@ -976,7 +991,7 @@ def rows_id(est, columns: list[str], say) -> str | None:
     return None
 
 
-def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: dict) -> dict:
+def _predict_table(fitted, settings: PredictSettings, carry: list[str], log, csv: dict) -> dict:
     """A CSV file scored in this process, written like a Parquet input's scores (one shard and
     the summary marker, atomically)."""
     import json
@@ -993,20 +1008,22 @@ def _predict_table(est, settings: PredictSettings, carry: list[str], log, csv: d
     t0 = time.perf_counter()
     df = read_table(str(settings.input), **csv)
     ids = [settings.id_column] if settings.id_column else []
-    wanted = list(map(str, est.feature_names_in_)) + ids + carry
+    features = list(map(str, fitted.feature_names))
+    wanted = features + ids + carry
     missing = [c for c in dict.fromkeys(wanted) if c not in df.columns]
     if missing:
         hint = " (pass --id COLUMN, or --no-id)" if settings.id_column in missing else ""
         raise DataError(f"{settings.input}: no column(s) {missing}{hint}{missing_columns_note(missing, list(df.columns))}")
     _warn_ids(settings.id_column, df.get(settings.id_column) if ids else None, log)
-    from .explain.assignments import ROW_NUMBER, ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns
-    layout = file_layout(est.cluster_ids_)   # the columns fit's assignments have
-    refuse_collisions(ids + carry, ([] if ids else [ROW_NUMBER]) + scored_columns(est.cluster_ids_, ROW_TERMS, **layout))
+    from .explain.assignments import (ROW_NUMBER, ROW_TERMS, file_layout, met_line, refuse_collisions, scored_columns,
+                                      scored_frame)
+    layout = file_layout(fitted.cluster_ids)   # the columns fit's assignments have
+    refuse_collisions(ids + carry, ([] if ids else [ROW_NUMBER]) + scored_columns(fitted.cluster_ids, ROW_TERMS, **layout))
     from .storage import check_room
-    check_room(settings.output, len(df) * 8 * (len(est.cluster_ids_) + 2 * ROW_TERMS + 2))
+    check_room(settings.output, len(df) * 8 * (len(fitted.cluster_ids) + 2 * ROW_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
-    scored, met = est.score_frame_counted(df[list(map(str, est.feature_names_in_))], top_terms=ROW_TERMS,
-                                          what=redact(str(settings.input)), **layout)
+    arr, unseen = fitted.encode_counted(df[features], redact(str(settings.input)))
+    scored, met = scored_frame(fitted, df, arr, unseen, top_terms=ROW_TERMS, **layout)
     scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):

@@ -520,6 +520,10 @@ def test_a_row_s_values_are_shown_as_they_are():
     text = row_text(record)
     assert "year=2007" in text and "charges=29.75" in text and "from 101.23 to 100.87" in text
     assert change_words(record["change"]).startswith("would join cluster 2 if charges went from 101.23 to 100.87")
+    # a move too small for 6 digits is shown with the digits that tell the two values apart
+    tiny = {"target": 1, "feature": "balance", "value": 1000000.0, "new_value": 1000000.0002, "change_std": 0.0001}
+    assert "went from 1000000 to 1000000.0002 " in change_words(tiny)
+    assert "went from 123456.5 to 123456.6 " in change_words(dict(tiny, value=123456.51, new_value=123456.58))
 
 
 def test_one_number_format_on_the_console_in_the_report_the_rules_and_choice_html():

@@ -191,6 +191,35 @@ def test_import_help_and_a_mistyped_command_load_no_training_stack():
     assert {"torch", "sklearn"} <= loaded and not loaded & {"ray", "mlflow", "matplotlib"}, loaded
 
 
+def test_predict_on_a_model_folder_loads_neither_scikit_learn_nor_the_services(tmp_path):
+    """``neurcam predict`` of a CSV with a model folder reads the fitted state without the estimator
+    class: torch and pandas, not scikit-learn, SciPy, Ray, MLflow or matplotlib (a fresh-process
+    predict pays only for what it uses; ``benchmarks/startup.py`` times it)."""
+    import numpy as np
+    import pandas as pd
+    from neurcam_dist import NeurCAM
+    rng = np.random.default_rng(0)
+    X = pd.DataFrame(rng.normal(size=(90, 3)), columns=["a", "b", "c"]).assign(plan=rng.choice(["x", "y", "z"], 90))
+    est = NeurCAM(n_clusters=2, hidden=(8,), n_bases=4, warmup_epochs=2, epochs=4, distill_epochs=1, batch_size=32,
+                  verbose=False).fit(X)
+    est.save(tmp_path / "m")
+    X.head(10).to_csv(tmp_path / "rows.csv", index=False)
+    argv = ["predict", "--model", str(tmp_path / "m"), "--input", str(tmp_path / "rows.csv"),
+            "--output", str(tmp_path / "out.csv")]
+    loaded = {m.split(".")[0] for m in _loaded_after(f"""
+        import contextlib, io
+        from neurcam_dist.cli import main
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                main({argv!r})
+            except SystemExit as stop:
+                assert not stop.code, stop.code
+    """)}
+    assert {"torch", "pandas"} <= loaded and not loaded & {"sklearn", "scipy", "ray", "mlflow", "matplotlib"}, loaded
+    scored = pd.read_csv(tmp_path / "out.csv")
+    assert scored["cluster"].tolist() == est.predict(X.head(10)).tolist()   # the same scores as the estimator's
+
+
 def test_cli_names_the_missing_extra():
     code = textwrap.dedent("""
         import importlib.abc, sys

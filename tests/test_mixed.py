@@ -815,7 +815,8 @@ def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys)
     cells, int or float or nullable) is categorical by default in the estimator, `neurcam fit` and
     a Ray job's profile pass (its counts merged across files), said on the features line; a
     column of more values, of fractions, or spread over three values across files stays numeric;
-    ``categorical_features=None`` keeps a flag numeric."""
+    ``categorical_features=None`` keeps every flag numeric, ``numeric_features`` (``--numeric``,
+    ``data.numeric``) the flags it names, at every door."""
     from neurcam_dist.config import JobConfig
     from neurcam_dist.distributed.job import prepare, resolve
     rng = np.random.default_rng(3)
@@ -839,6 +840,13 @@ def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys)
     assert kinds(est.fitted_.coding) == {c: (("0", "1", "(other levels)"), "number") for c in flags}
     assert est.fitted_.coding.columns[3].missing_rows == 2
     assert not NeurCAM(n_clusters=2, random_state=0, categorical_features=None, **FAST).fit(X).fitted_.coding.has_categorical
+    kept = NeurCAM(n_clusters=2, random_state=0, numeric_features=["phone"], **FAST).fit(X)
+    assert kinds(kept.fitted_.coding).keys() == {"senior"} and kept.get_params()["numeric_features"] == ["phone"]
+    for wrong, why in ((["fone"], "not a column of X"), (["senior"], "categorical_features names it too")):
+        with pytest.raises(ConfigError, match=why):
+            NeurCAM(n_clusters=2, categorical_features=["senior"], numeric_features=wrong, **FAST).fit(X)
+    with pytest.raises(ConfigError, match="its cells are text"):
+        NeurCAM(n_clusters=2, numeric_features=["plan"], **FAST).fit(X.assign(plan="a"))
     rows = X.head(30).assign(senior=X.senior.head(30).astype(float))              # the same flag read as floats
     np.testing.assert_array_equal(est.predict(rows), est.predict(X.head(30)))
     # the CLI: the features line says which columns the rule took, the model codes them so
@@ -847,6 +855,13 @@ def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys)
                  "--epochs", "5", "--id", "id"]) == 0
     assert "; categorical, two whole-number values: senior, phone" in capsys.readouterr().err
     assert kinds(NeurCAM.load(tmp_path / "run" / "model").fitted_.coding).keys() == flags
+    assert main(["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "kept"), "--n-clusters", "2",
+                 "--epochs", "5", "--id", "id", "--numeric", "phone"]) == 0
+    assert re.search(r"; categorical, two whole-number values: senior(;|\n)", capsys.readouterr().err)
+    assert kinds(NeurCAM.load(tmp_path / "kept" / "model").fitted_.coding).keys() == {"senior"}
+    assert main(["fit", "--input", str(tmp_path / "t.csv"), "--output", str(tmp_path / "no"), "--n-clusters", "2",
+                 "--id", "id", "--features", "usage", "senior", "--numeric", "phone"]) == 2
+    assert "--numeric names ['phone'], which are not features" in capsys.readouterr().err
     # a Ray job: the profile pass counts each file's values, merges them, and reads the flags as levels
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -861,6 +876,12 @@ def test_two_whole_number_values_are_categorical_at_every_door(tmp_path, capsys)
     assert prof.missing["phone"] == 2 and prof.dtypes["senior"] == "number"
     coding = prof.coding(job.plan, min_level_rows=5, max_levels=64, missing="learn")
     assert kinds(coding) == kinds(est.fitted_.coding)
+    config = {"data": {"path": str(shards), "id": "id", "numeric": ["phone"]}, "model": {"n_clusters": 2},
+              "output": str(tmp_path / "ray-kept")}
+    job, _ = prepare(resolve(JobConfig.model_validate(config)))
+    assert job.plan.categorical == ["senior"] and re.search(r"two whole-number values: senior\n", capsys.readouterr().out)
+    with pytest.raises(DataError, match=r"data.numeric names \['fone'\], which are not features"):
+        resolve(JobConfig.model_validate({**config, "data": {**config["data"], "numeric": ["fone"]}}))
 
 
 @pytest.mark.usefixtures("ray_cluster")

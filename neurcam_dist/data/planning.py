@@ -144,11 +144,20 @@ def plan(cfg: DataConfig) -> Plan:
 
 def _categorical(cfg: DataConfig, features: list[str], first: pa.Schema) -> list[str]:
     """The categorical features: those ``data.categorical`` names and those of a category type
-    (text, dictionary, boolean) in the first file."""
+    (text, dictionary, boolean) in the first file; ``data.numeric`` (flags read as numbers) is
+    checked here: features, none also categorical or of a category type."""
     named = list(cfg.categorical or [])
-    stray = [c for c in named if c not in features]
-    if stray:
-        raise DataError(f"data.categorical names {stray}, which are not features ({features[:20]})")
+    for field, given in (("categorical", named), ("numeric", list(cfg.numeric or []))):
+        stray = [c for c in given if c not in features]
+        if stray:
+            raise DataError(f"data.{field} names {stray}, which are not features ({features[:20]})")
+    both = sorted(set(named) & set(cfg.numeric or []))
+    if both:
+        raise DataError(f"data.categorical and data.numeric both name {both}: name each column in one")
+    typed = [c for c in cfg.numeric or [] if first.get_field_index(c) >= 0 and is_category(first.field(c).type)]
+    if typed:
+        raise DataError(f"data.numeric names {typed}, whose cells are text, dictionary or boolean: they cannot be "
+                        f"read as numbers")
     return [c for c in features if c in named or (first.get_field_index(c) >= 0 and is_category(first.field(c).type))]
 
 

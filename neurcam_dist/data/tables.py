@@ -342,11 +342,12 @@ def _excluded(df: pd.DataFrame, features: list[str] | None, exclude: list[str] |
 
 
 def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | None, *, quiet: bool = False,
-                  categorical: list[str] | None = None, max_levels: int = 64, exclude: list[str] | None = None):
+                  categorical: list[str] | None = None, max_levels: int = 64, exclude: list[str] | None = None,
+                  numeric: list[str] | None = None):
     """``(X, y)``: the feature columns (named, or chosen by ``validation.auto_features``, plus the
     text, ``category`` and boolean columns with at most ``max_levels`` distinct values) and the
-    label's values (None without a label). ``categorical`` names integer-coded categorical
-    columns (they must be features); ``exclude`` names columns automatic selection leaves out.
+    label's values (None without a label). ``categorical`` names integer-coded categorical columns,
+    ``numeric`` flags read as numbers (both features), ``exclude`` columns the selection leaves out.
     Says on stderr which columns were chosen, which are categorical and why the others were not
     used, unless ``quiet``.
 
@@ -375,12 +376,13 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     else:
         cols, auto_why = _auto_columns(df.drop(columns=list(why)), label, named_cat, max_levels)
         why.update(auto_why)
-    not_features = [c for c in named_cat if c not in cols]
-    if not_features:
-        raise ConfigError(f"--categorical names {not_features}, which are not features (--features {' '.join(cols)})")
+    for flag, named in (("--categorical", named_cat), ("--numeric", list(numeric or []))):
+        not_features = [c for c in named if c not in cols]
+        if not_features:
+            raise ConfigError(f"{flag} names {not_features}, which are not features (--features {' '.join(map(str, cols))})")
     if not quiet:
         cat = [str(c) for c in cols if is_category_column(df[c]) or c in named_cat]
-        flags = [str(c) for c in cols if str(c) not in cat and is_flag(df[c])]
+        flags = [str(c) for c in cols if str(c) not in cat and str(c) not in (numeric or ()) and is_flag(df[c])]
         dates = [str(c) for c in cols if c not in named_cat and as_days(df[c]) is not None]
         texts = [str(c) for c in cols if c not in named_cat and numbers_in_text(df[c])]
         skipped = [str(c) + (f" ({why[c]})" if c in why else "") for c in df.columns if c not in cols and c != label]

@@ -214,7 +214,8 @@ def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:
         plan, prof = plan.without(left_out), prof.without(left_out)
         job = dataclasses.replace(job, plan=plan, spec=spec_for(m, plan))
         say(f"features ({len(plan.features)}): {first_names(plan.features)}")
-    flags = [] if plan.text else prof.flags   # a featurized text's terms are frequencies, never flags
+    numeric = set(job.data.numeric or [])   # flags the config reads as numbers
+    flags = [] if plan.text else [f for f in prof.flags if f not in numeric]   # a text's terms are frequencies
     if flags:   # as fit reads a table's 0/1 columns (columns.FLAG_RULE)
         say(f"categorical, {FLAG_RULE}: {first_names(flags)}")
         plan, prof = plan.as_categorical(flags), prof.as_categorical(flags)

@@ -237,11 +237,11 @@ class _Scorer:
         return pa.table(cols)
 
 
-def _raw_text(est, schema: pa.Schema) -> dict | None:
+def _raw_text(fitted: FittedNet, schema: pa.Schema) -> dict | None:
     """The model's vocabulary when the input holds documents (its text columns) instead of the
     term columns the model was trained on; None for feature input."""
-    text = getattr(est, "text_", None)
-    if text is None or all(schema.get_field_index(c) >= 0 for c in est.feature_names_in_):
+    text = fitted.text
+    if text is None or all(schema.get_field_index(c) >= 0 for c in fitted.feature_names):
         return None
     return text if all(schema.get_field_index(c) >= 0 for c in text["text_columns"]) else None
 
@@ -267,7 +267,7 @@ def _score_here(scorer: _Scorer, src, columns: list[str], rows_per_file: dict[st
                 writer.close()
 
 
-def _check_input(est, fitted: FittedNet, src, footers: list, wanted: list[str], id_column: str | None,
+def _check_input(fitted: FittedNet, src, footers: list, wanted: list[str], id_column: str | None,
                  text: dict | None) -> None:
     """Every input file has the columns scoring reads, and the model's numeric features hold
     numbers (naming the file, the column and its first cell that is not a number)."""
@@ -275,9 +275,9 @@ def _check_input(est, fitted: FittedNet, src, footers: list, wanted: list[str], 
         missing = [c for c in wanted if schema.get_field_index(c) < 0]
         if missing:
             hint = " (pass --id COLUMN, or --no-id)" if id_column in missing else ""
-            if getattr(est, "text_", None) is not None and not text:
+            if fitted.text is not None and not text:
                 hint += (f" (the model reads text: give it its term columns, or the document column(s) "
-                         f"{est.text_['text_columns']})")
+                         f"{fitted.text['text_columns']})")
             more = f" and {len(missing) - 20} more" if len(missing) > 20 else ""
             raise data_mod.DataError(f"{redact(f)}: no column(s) {missing[:20]}{more}{hint}"
                                      f"{missing_columns_note(missing[:20], schema.names)}")
@@ -294,24 +294,24 @@ def _check_input(est, fitted: FittedNet, src, footers: list, wanted: list[str], 
                                          f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
 
 
-def predict_parquet(est, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
+def predict_parquet(model, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
                     log_dir=None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
-    output (``storage.published``). ``est``: a fitted ``NeurCAM`` (only its ``scoring_model()``
-    is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
+    output (``storage.published``). ``model``: a fitted ``NeurCAM`` or its ``FittedNet`` (only
+    the state scoring needs, ``for_scoring()``, is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
     scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
     if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
     progress line through ``log`` at most every ``progress_seconds`` (default
     ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``)."""
-    fitted = est.scoring_model()
+    fitted = model.for_scoring() if isinstance(model, FittedNet) else model.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
     footers = data_mod.footers(src)
     n_rows = sum(n for _, _, n in footers)
-    text, wanted = _checked_columns(est, fitted, src, footers, input_path, output, id_column, carry)
+    text, wanted = _checked_columns(fitted, src, footers, input_path, output, id_column, carry)
     n_bytes = data_mod.sources.column_bytes(src, footers[0][1], n_rows, wanted)
     here = data_mod.reading.small_enough(n_bytes)
     kwargs = dict(fitted=fitted, id_column=id_column, carry=list(carry or []), text=text)
@@ -360,7 +360,7 @@ def _progress_every(seconds: float | None) -> float:
     return seconds if seconds is not None else float(os.environ.get("NEURCAM_PREDICT_PROGRESS_S", PROGRESS_SECONDS))
 
 
-def _checked_columns(est, fitted: FittedNet, src, footers: list, input_path, output, id_column, carry):
+def _checked_columns(fitted: FittedNet, src, footers: list, input_path, output, id_column, carry):
     """``(text, wanted)``: the model's vocabulary when the input holds documents, and the columns
     the pass reads; before any pass, refused: empty input, missing or mistyped columns, kept
     columns named like a score, an output disk without room for the scores."""
@@ -368,10 +368,10 @@ def _checked_columns(est, fitted: FittedNet, src, footers: list, input_path, out
     n_rows = sum(n for _, _, n in footers)
     if n_rows == 0:
         raise data_mod.DataError(f"the input at {input_path!r} is empty: {len(footers)} file(s), 0 rows")
-    text = _raw_text(est, footers[0][1])
+    text = _raw_text(fitted, footers[0][1])
     inputs = list(text["text_columns"]) if text else list(fitted.feature_names)
     wanted = list(dict.fromkeys(inputs + ([id_column] if id_column else []) + list(carry or [])))
-    _check_input(est, fitted, src, footers, wanted, id_column, text)
+    _check_input(fitted, src, footers, wanted, id_column, text)
     refuse_collisions(([id_column] if id_column else []) + list(carry or []),
                       ([] if id_column else [ROW_NUMBER])
                       + scored_columns(fitted.cluster_ids, ROW_TERMS, **file_layout(fitted.cluster_ids)))

@@ -154,10 +154,10 @@ def row_text(record: dict, digits=None) -> str:
     return "\n".join(lines)
 
 
-def value_text(v) -> str:
+def value_text(v, digits: int = 6) -> str:
     """A row's value as text, as it is: a level as written, a missing cell as ``missing``, a whole
-    number as an integer (``2007``, never ``2010``), any other to 6 significant digits (``29.75``),
-    so a move from one value to another reads as a change."""
+    number as an integer (``2007``, never ``2010``), any other to ``digits`` significant digits
+    (``29.75``), so a move from one value to another reads as a change (``moved_text``)."""
     if v is None:
         return "missing"
     if isinstance(v, str):
@@ -165,7 +165,17 @@ def value_text(v) -> str:
     v = float(v)
     if v.is_integer() and abs(v) < 2**53:
         return str(int(v))
-    return np.format_float_positional(v, precision=6, unique=True, fractional=False, trim="-")
+    return np.format_float_positional(v, precision=digits, unique=True, fractional=False, trim="-")
+
+
+def moved_text(old, new) -> tuple[str, str]:
+    """A move's two values as text that differ: ``value_text``'s 6 significant digits, more where
+    those would show one value twice (1000000 to 1000000.0001, not "from 1000000 to 1000000")."""
+    for digits in range(6, 18):
+        a, b = value_text(old, digits), value_text(new, digits)
+        if a != b:
+            return a, b
+    return a, b
 
 
 def change_words(ch: dict | None, digits=None) -> str:
@@ -174,11 +184,10 @@ def change_words(ch: dict | None, digits=None) -> str:
     digits = digits or fmt
     if not ch:
         return "no change of one feature or pair (within the data's range) moves it to another cluster"
-    words = (f"would join cluster {ch['target']} if {ch['feature']} went from {value_text(ch['value'])} to "
-             f"{value_text(ch['new_value'])}")
+    words = "would join cluster {} if {} went from {} to {}".format(ch["target"], ch["feature"],
+                                                                   *moved_text(ch["value"], ch["new_value"]))
     if ch.get("feature_2"):
-        words += (f" and {ch['feature_2']} from {value_text(ch['value_2'])} to "
-                  f"{value_text(ch['new_value_2'])}")
+        words += " and {} from {} to {}".format(ch["feature_2"], *moved_text(ch["value_2"], ch["new_value_2"]))
     if isinstance(ch.get("value"), str):
         return words + " (another level)"
     size = digits(ch["change_std"])
