@@ -23,9 +23,9 @@ feature that had missing training cells; a categorical column as the one-hot of 
 "missing" when training had it), scaled by ``1 / sqrt(1 - sum p^2)`` (``p``: the levels' training
 shares) so its one-hot columns' variances sum to 1, as a standardized numeric's does (a two-level
 column then reads exactly as the same 0/1 column standardized), times ``categorical_weight``
-(``params.CATEGORICAL_WEIGHT`` by default: a categorical weighs less than a numeric). The indicator of missing numeric cells
-is not scaled: a missing cell sits 1 from a present cell at the column mean, so a few blank cells
-never make far rows of their own. A numeric table without missing cells gets its standardized
+(``params.CATEGORICAL_WEIGHT`` by default: a categorical weighs less than a numeric). The
+indicator of missing numeric cells is not scaled: a missing cell sits 1 from a present cell at
+the column mean, so a few blank cells never make far rows of their own. A numeric table without missing cells gets its standardized
 columns, as before.
 """
 from __future__ import annotations

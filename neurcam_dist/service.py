@@ -72,7 +72,7 @@ def load_model(ref: str):
 def load_fitted(ref: str):
     """The fitted state (``model.FittedNet``) of a model directory or an MLflow model URI: what
     scoring reads. A directory is read without the estimator class, so ``neurcam predict``
-    imports neither scikit-learn nor the training code (``benchmarks/startup.py``)."""
+    imports neither scikit-learn nor SciPy (``benchmarks/startup.py`` times it)."""
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
         return load_model(ref).fitted_
     from .model import FittedNet

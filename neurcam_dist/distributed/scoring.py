@@ -301,11 +301,11 @@ def predict_parquet(model, input_path, output: str | os.PathLike, *, id_column: 
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
     output (``storage.published``). ``model``: a fitted ``NeurCAM`` or its ``FittedNet`` (only
-    the state scoring needs, ``for_scoring()``, is shipped to the actors). Input whose columns take at most ``reading.LOCAL_PASS_BYTES`` is
-    scored in this process; larger input with Ray Data over ``concurrency`` actors (Ray started
-    if it is not), with this process's stderr (Ray's lines) in ``log_dir`` when given, and a
-    progress line through ``log`` at most every ``progress_seconds`` (default
-    ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``)."""
+    the state scoring needs, ``for_scoring()``, goes to the actors). Input whose columns take at
+    most ``reading.LOCAL_PASS_BYTES`` is scored in this process; larger input with Ray Data over
+    ``concurrency`` actors (Ray started if it is not), with this process's stderr (Ray's lines) in
+    ``log_dir`` when given, and a progress line through ``log`` at most every ``progress_seconds``
+    (default ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``)."""
     fitted = model.for_scoring() if isinstance(model, FittedNet) else model.scoring_model()
     src = data_mod.resolve(input_path)
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
