@@ -45,7 +45,7 @@ def monitor_parquet(est, input_path, *, batch_size: int = 4096, concurrency: int
     src = data_mod.resolve(input_path)
     footers = data_mod.footers(src)
     features = list(fitted.feature_names)
-    _check_input(est, fitted, src, footers, features, None, None)
+    _check_input(fitted, src, footers, features, None, None)
     n_rows = sum(n for _, _, n in footers)
     plan = data_mod.Plan(source=src, features=features, repr_kind="features", repr_columns=features,
                          repr_dim=len(features), label=None, id=None, n_rows=n_rows,
