@@ -1,5 +1,6 @@
 """The ``neurcam`` command: fit on a file, predict with the saved model, clear errors."""
 import json
+import os
 import subprocess
 import sys
 
@@ -353,8 +354,9 @@ def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_de
         return 5
     toy = Command("hello", "say hello", flags, run, on_ray=True)
     monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)   # --verbose sets it; restored after the test
+    monkeypatch.setenv("NEURCAM_VERBOSE", "")   # --verbose sets it to 1: recorded here, so undone after the test
     assert main(["hello", "--output", "~/x", "--verbose"], commands=COMMANDS + (toy,)) == 5
+    assert os.environ["NEURCAM_VERBOSE"] == "1"
     assert seen["output"] == str(tmp_path / "x") and seen["verbose"] is True and seen["command"] == "hello"
     with pytest.raises(SystemExit):
         main(["hello"], commands=(toy,))
