@@ -24,7 +24,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import ConfigError
-from .explain.explanation import fmt
+from .numerics import fmt
 
 STABLE = 0.9          # mean ARI between the seeds' partitions for a K to count as stable
 SEPARATED = 0.95      # share of the range's best silhouette for a K to count as separated

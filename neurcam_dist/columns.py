@@ -25,8 +25,8 @@ shares) so its one-hot columns' variances sum to 1, as a standardized numeric's 
 column then reads exactly as the same 0/1 column standardized), times ``categorical_weight``
 (``params.CATEGORICAL_WEIGHT`` by default: a categorical weighs less than a numeric). The
 indicator of missing numeric cells is not scaled: a missing cell sits 1 from a present cell at
-the column mean, so a few blank cells never make far rows of their own. A numeric table without missing cells gets its standardized
-columns, as before.
+the column mean, so a few blank cells never make far rows of their own. A numeric table without
+missing cells gets its standardized columns, as before.
 """
 from __future__ import annotations
 

@@ -583,8 +583,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ``explain.assignments.assignments``' column choice (``file_layout``)."""
         from .explain.assignments import scored_frame
         arr, unseen = self._validated_counted(X, what)
-        return scored_frame(self._validated_state(), X if is_frame(X) else None, arr, unseen, top_terms=top_terms,
-                            **layout)
+        return scored_frame(self._validated_state(), arr, unseen, X.index if is_frame(X) else None,
+                            top_terms=top_terms, **layout)
 
     @_on_sized_threads
     def predict(self, X) -> np.ndarray:

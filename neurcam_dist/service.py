@@ -1023,7 +1023,7 @@ def _predict_table(fitted, settings: PredictSettings, carry: list[str], log, csv
     check_room(settings.output, len(df) * 8 * (len(fitted.cluster_ids) + 2 * ROW_TERMS + 2))
     log(f"scoring {len(df):,} rows from {settings.input} in this process")
     arr, unseen = fitted.encode_counted(df[features], redact(str(settings.input)))
-    scored, met = scored_frame(fitted, df, arr, unseen, top_terms=ROW_TERMS, **layout)
+    scored, met = scored_frame(fitted, arr, unseen, df.index, top_terms=ROW_TERMS, **layout)
     scored = scored.reset_index(drop=True)
     scored["cluster"] = scored["cluster"].astype("int32")
     if met_line(met):

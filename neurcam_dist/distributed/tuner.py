@@ -27,7 +27,7 @@ from ..errors import ConfigError, NeurcamError, SearchError, find_cause
 from ..config import JobConfig, ModelConfig, SearchConfig, coerce_config
 from ..estimator import NeurCAM
 from ..explain.build import Compared
-from ..explain.explanation import fmt
+from ..numerics import fmt
 from ..storage.published import read_text
 from ..storage.retrying import ray_storage
 from ..uris import Location

@@ -133,16 +133,16 @@ def _assign(fitted, x: np.ndarray, top_terms: int, every_proba: bool = True,
     return cols
 
 
-def scored_frame(fitted, X, arr: np.ndarray, unseen: dict[str, int], *, top_terms: int = 0, **layout):
-    """Encoded rows ``arr`` of ``X`` (``unseen``: levels not seen at training, by column) scored as
-    a DataFrame on ``X``'s index (``assignments``' columns, ``layout`` its column choice), and what
+def scored_frame(fitted, arr: np.ndarray, unseen: dict[str, int], index=None, *, top_terms: int = 0, **layout):
+    """Encoded rows ``arr`` (``unseen``: levels not seen at training, by column) scored as a
+    DataFrame on ``index`` (``assignments``' columns, ``layout`` its column choice), and what
     reading them met: ``{"unseen": ..., "missing": column -> missing cells}``. The estimator's
     ``score_frame_counted`` and ``neurcam predict`` on a table both end here."""
     import pandas as pd
     cols = assignments(fitted, arr, top_terms=top_terms, **layout)
     counts = np.isnan(arr).sum(axis=0)
     missing = {str(fitted.feature_names[j]): int(counts[j]) for j in np.flatnonzero(counts)}
-    return pd.DataFrame(cols, index=getattr(X, "index", None)), {"unseen": unseen, "missing": missing}
+    return pd.DataFrame(cols, index=index), {"unseen": unseen, "missing": missing}
 
 
 def met_line(met: dict) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .explanation import fmt
+from ..numerics import fmt
 
 
 @dataclass(frozen=True)
