@@ -8,6 +8,7 @@ import html
 import json
 import os
 import signal
+import time
 import warnings
 from pathlib import Path
 
@@ -472,6 +473,21 @@ def test_a_nan_inside_an_embedding_is_counted_once(messy):
         profile(plan(DataConfig(path=str(d), id="id", features=["a", "b"], embedding="embedding")))
 
 
+def _free_cpus() -> float:
+    import ray
+    return ray.available_resources().get("CPU", 0.0) if ray.is_initialized() else 0.0
+
+
+def _cpus_come_back(free: float, within: float = 15.0) -> bool:
+    """Whether this session's Ray has ``free`` CPUs available again within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while _free_cpus() < free:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.parametrize("where", ["ray", "here"])
 def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monkeypatch, where):
@@ -485,9 +501,13 @@ def test_predict_names_the_file_and_column_of_a_nan(fitted, data, tmp_path, monk
     bad = df.iloc[120:].copy()
     bad.loc[bad.index[5], "f3"] = np.inf
     bad.to_parquet(tmp_path / "in" / "b.parquet")
-    with pytest.raises(DataError, match=r"b.parquet: has infinite values in column\(s\) 'f3' \(1 rows\)"):
+    free = _free_cpus()
+    with pytest.raises(DataError, match=r"b.parquet: has infinite values in column\(s\) 'f3' \(1 rows\)") as refused:
         predict_parquet(fitted, str(tmp_path / "in"), tmp_path / "out", batch_size=50)
     assert not (tmp_path / "out").exists()
+    # the refused pass's actors are gone while the error is still held: a held error once kept
+    # them, with their CPUs, and the next pass waited for a CPU to read with until Ray Data gave up
+    assert refused.value.__context__ is None and _cpus_come_back(free), (free, _free_cpus())
     # a missing cell is scored with the term's value for it, and counted (here: in this process)
     bad.loc[bad.index[5], "f3"] = np.nan
     bad.to_parquet(tmp_path / "in" / "b.parquet")

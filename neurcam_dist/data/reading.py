@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import find_cause
 from .planning import Plan
 from .sources import BATCH_ROWS, DataError, Source
 
@@ -49,6 +50,32 @@ def map_with_actors(ds, cls, batch_size: int, concurrency: int, *, num_gpus: flo
     return ds.map_batches(cls, fn_constructor_kwargs=kwargs, batch_size=batch_size, batch_format="pyarrow",
                           compute=ActorPoolStrategy(size=pool_size(concurrency)), num_cpus=1,
                           num_gpus=num_gpus or None)
+
+
+def run_pass(run, *args, **kwargs):
+    """``run(*args, **kwargs)``: a Ray Data pass over ``map_with_actors``' actors. A ``DataError`` its tasks
+    or actors raise comes out as a fresh ``DataError`` with the same message, chained to nothing.
+    Ray hands the error back wrapped, and the wrapper holds the failed execution's frames and,
+    through them, the pass's actors: Ray Data releases a failed pass's actors by dropping its
+    references, not by ``ray.kill``, so each actor would keep its CPU for as long as the caller
+    keeps the error (a notebook, a test, a service), and the next pass would wait for CPUs to
+    read with. Any other error passes as it is."""
+    try:
+        return run(*args, **kwargs)
+    except Exception as exc:
+        message = _refusal_in(exc)
+        if message is None:
+            raise
+    import gc
+    gc.collect()   # and Ray Data's own reference cycles around the failed execution
+    raise DataError(message)
+
+
+def _refusal_in(exc: BaseException) -> str | None:
+    """The message of the ``DataError`` in ``exc``'s chain, as text only (nothing that refers
+    to the failed execution), or None."""
+    found = find_cause(exc, DataError)
+    return None if found is None else found.message
 
 
 def pool_size(concurrency: int) -> int:

@@ -187,7 +187,7 @@ def dae_data(cfg: JobConfig, prepare) -> DataConfig:
                                                state=saved["state"], job=job)
 
     def write(root: str, fs) -> None:
-        encoded.write_parquet(root, filesystem=fs)
+        data_mod.reading.run_pass(encoded.write_parquet, root, filesystem=fs)
         fs.create_dir(f"{root}/{DAE_DIR}")
         with fs.open_output_stream(f"{root}/{DAE_DIR}/{WEIGHTS}") as out:
             buf = io.BytesIO()

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyarrow.fs import FileSelector
 
-from ..errors import TrainingError, find_cause
+from ..errors import TrainingError
 from .. import data as data_mod
 from .. import metrics
 from ..explain.assignments import (ROW_NUMBER, ROW_TERMS, assignments, file_layout, met_line, refuse_collisions,
@@ -104,11 +104,15 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
     ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
     from ..data.progress import watched
     # the pass's output is one row a batch: count the rows read
-    with watched(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read"):
+    def run():
+        result = None
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
             for blob in batch["acc"]:
-                total = combine(total, pickle.loads(blob))
-    return total
+                result = combine(result, pickle.loads(blob))
+        return result
+
+    with watched(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read"):
+        return data_mod.reading.run_pass(run)
 
 
 def _combine(a: dict | None, b: dict) -> dict:
@@ -388,12 +392,6 @@ def _score_with_ray(ds, batch_size: int, concurrency: int, kwargs: dict, root: s
     total, say, every = progress
     counter = beside_driver(_Met)   # a lost worker node must not take the counts with it
     ds = data_mod.reading.map_with_actors(ds, _Scorer, batch_size, concurrency, counter=counter, **kwargs)
-    try:
-        with watched(ds, _Scorer.__name__, total, say, every=every):
-            ds.write_parquet(root, filesystem=fs)
-    except Exception as exc:
-        found = find_cause(exc, data_mod.DataError)   # Ray hands a task's error back wrapped
-        if found is None:
-            raise
-        raise data_mod.DataError(found.message) from None
+    with watched(ds, _Scorer.__name__, total, say, every=every):
+        data_mod.reading.run_pass(ds.write_parquet, root, filesystem=fs)
     return ray.get(counter.totals.remote())

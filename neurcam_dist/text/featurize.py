@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..data.reading import map_with_actors, tables_here
+from ..data.reading import map_with_actors, run_pass, tables_here
 from ..data.sources import CSV, PARQUET, DataError, Source, listing, resolve
 from ..redaction import redact
 from ..storage import write_dataset
@@ -224,7 +224,7 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
 
     def write(root: str, fs) -> None:
         from pyarrow.fs import FileSelector
-        feats.write_parquet(root, filesystem=fs)
+        run_pass(feats.write_parquet, root, filesystem=fs)
         files = sorted(i.path for i in fs.get_file_info(FileSelector(root)) if i.path.endswith(".parquet"))
         rows = empty = 0
         dim = None
