@@ -721,13 +721,13 @@ def test_a_fit_whose_output_cannot_be_written_keeps_the_fitted_model_elsewhere(t
 
 
 def test_a_disk_without_room_for_the_outputs_is_refused_before_training(table, tmp_path):
-    from neurcam_dist import service
+    from neurcam_dist.local import fitting
     table.to_csv(tmp_path / "d.csv", index=False)
     free = __import__("shutil").disk_usage(tmp_path).free
     rows = free // 160 + 1     # more assignments than the disk holds: refused from the row count alone
     with pytest.raises(ConfigError, match="MiB free on its disk"):
         from neurcam_dist.storage import check_room
-        check_room(tmp_path / "o", service._fit_output_bytes(rows, 3, False))
+        check_room(tmp_path / "o", fitting._fit_output_bytes(rows, 3, False))
     assert not (tmp_path / "o").exists()
 
 

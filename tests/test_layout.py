@@ -20,7 +20,7 @@ RANKS = {
     "explain": 2, "data": 2, "choosing": 2.5, "monitor": 2.7,
     "estimator": 3, "text": 3, "outputs": 3,
     "distributed": 4, "tracking": 4,
-    "service": 7,
+    "local": 6.5, "service": 7,
     "ops": 6,
     "cli": 8, "__init__": 8,
 }

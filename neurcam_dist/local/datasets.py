@@ -1,0 +1,57 @@
+"""Data the service makes: term columns and embeddings from documents, example shards, seeded samples."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import say, temp_logs
+
+
+def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
+    """Documents to term-frequency columns over a fitted vocabulary (and sentence embeddings with
+    ``embed``) on Ray Data (``text.TextJob`` takes ``job``'s fields). Ray's lines go to
+    ``log_dir``."""
+    from ..distributed.console import stderr_to_log
+    from ..distributed.session import ray_for
+    from ..text import TextJob
+    from ..text import featurize_text as _featurize
+    from ..storage import check_writable
+    text_job = TextJob(**job)
+    check_writable(text_job.out, "--output")
+    log = log or say
+    with stderr_to_log(log_dir or temp_logs(), "featurize-text", "Ray's", log):
+        with ray_for(min_cpus=text_job.concurrency + 1):
+            _featurize(text_job, log=log)
+
+
+def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,
+             clusters: int = 4, seed: int = 0) -> list[str]:
+    """``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic`` (clustered blobs plus an
+    embedding) as Parquet shards in ``output``; returns the files written."""
+    from ..data.bundled import digits_frame, write_frame_shards
+    from ..storage import check_room, check_writable
+    check_writable(output, "--output")
+    check_room(output, (rows if kind == "synthetic" else 1797) * 4 * (features + dim + 2 if kind == "synthetic" else 66))
+    if kind == "synthetic":
+        from ..data.synthetic import write_shards
+        return write_shards(output, rows, n_features=features, repr_dim=dim, n_clusters=clusters, n_files=files,
+                            seed=seed)
+    return write_frame_shards(digits_frame(), output, files)
+
+
+def sample(input: str, output: str, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
+           id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8", delimiter: str | None = None,
+           decimal: str | None = None) -> tuple[int, list[str]]:
+    """A seeded sample of a CSV or Parquet table (``per_class`` rows of each value of ``by``, or
+    ``rows`` in all; a CSV file's format as ``fit`` reads it) as Parquet shards with an id
+    column; returns ``(rows, files)``."""
+    from ..data.bundled import stratified_sample, write_frame_shards
+    from ..data.tables import read_table
+    from ..storage import check_writable, refuse_overwrite
+    refuse_overwrite(output, inputs=[input])
+    check_writable(output, "--output")
+    from ..storage import check_room   # shards of at most the input's rows: about its size, twice for safety
+    check_room(output, 2 * sum(f.stat().st_size for f in ([Path(input)] if Path(input).is_file()
+                                                          else Path(input).rglob("*")) if f.is_file()))
+    df = stratified_sample(read_table(input, encoding, delimiter=delimiter, decimal=decimal), per_class=per_class,
+                           rows=rows, by=by, id_column=id_column, seed=seed)
+    return len(df), write_frame_shards(df, output, files, id_column=id_column)
