@@ -275,8 +275,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             fitted.history["k_choice"] = choice.to_dict()
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
-        self.reference_ = _reference_rows(X, names, seed)
+        self._keep_reference(X, names, arr, seed)
         return self
+
+    def _keep_reference(self, X, names: list[str], arr: np.ndarray, seed: int) -> None:
+        """``reference_`` (``_reference_rows``) and its rows of ``arr``, the table as ``fit`` encoded
+        it: what ``save``'s summary and drift reference read (``_encoded_reference``)."""
+        self.reference_, keep = _reference_rows(X, names, seed)
+        self._reference_encoded = (self.fitted_.coding, arr[keep])
 
     def _choose_k(self, X, n: int):
         """``n_clusters='auto'``: ``choosing.choose_k`` over K = 2..12 (fewer on a small table) with
@@ -435,8 +441,14 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                   "importance_frame() / .profiles_frame() on rows of its data")
             from .explain import build_explanation
             from .explain.explanation import summary_of
-            fitted.summary = summary_of(build_explanation(self, ref, typical=0))
+            fitted.summary = summary_of(build_explanation(self, ref, typical=0, encoded=self._encoded_reference()))
         return fitted.summary
+
+    def _encoded_reference(self) -> np.ndarray | None:
+        """``reference_`` as the model encodes it, kept from ``fit``'s own encoding of the table (so
+        ``save`` encodes nothing again); None once the fitted state has another coding."""
+        coding, arr = getattr(self, "_reference_encoded", (None, None))
+        return arr if arr is not None and self.fitted_.coding is coding else None
 
     def _kept_rows(self, missing: str):
         """The training rows kept in memory (``reference_``); ``AttributeError(missing)`` without them
@@ -469,7 +481,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             ref = self._kept_rows("this model carries no drift reference (saved by a release before monitoring): "
                                   "give rows of its training data, monitor(X, reference=TRAINING_ROWS) or "
                                   "'neurcam monitor --reference TABLE'")
-            fitted.drift_reference = reference_of(fitted, ref, fitted.labels)
+            fitted.drift_reference = reference_of(fitted, ref, fitted.labels, encoded=self._encoded_reference())
         return fitted.drift_reference
 
     @_on_sized_threads
@@ -736,12 +748,13 @@ class NeurCAM(ClusterMixin, BaseEstimator):
 
 
 def _reference_rows(X, names: list[str], seed: int):
-    """``reference_``: a seeded draw of at most ``REFERENCE_ROWS`` of the training rows, in order."""
+    """``reference_``: a seeded draw of at most ``REFERENCE_ROWS`` of the training rows, in order,
+    and their positions."""
     keep = np.sort(np.random.default_rng(seed).permutation(len(X))[:REFERENCE_ROWS])
     if is_frame(X):
-        return X.iloc[keep]
+        return X.iloc[keep], keep
     import pandas as pd
-    return pd.DataFrame(np.asarray(X)[keep], columns=names)
+    return pd.DataFrame(np.asarray(X)[keep], columns=names), keep
 
 
 def _index_name(X) -> str | None:

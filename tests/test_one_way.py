@@ -156,6 +156,41 @@ def test_fit_writes_the_run_folder_that_train_writes(tmp_path, data):
     np.testing.assert_allclose(got["probability"], res.estimator.predict_proba(X).max(1), atol=1e-6)
 
 
+
+def test_fit_with_a_report_encodes_its_table_once_after_training(tmp_path, data, monkeypatch):
+    """The metrics, the assignments and the report share one encoding of the table (they took one
+    each, and the metrics a forward pass for labels the fit had stored); what they write is the
+    same as from the estimator's own calls."""
+    from neurcam_dist import service
+    from neurcam_dist.columns import ColumnCoding
+    X, y = data
+    X.assign(label=y).to_csv(tmp_path / "d.csv", index=False)
+    calls, at_fit_end = [], []
+    encode, fit = ColumnCoding.encode_counted, NeurCAM.fit
+    monkeypatch.setattr(ColumnCoding, "encode_counted", lambda self, *a, **k: calls.append(1) or encode(self, *a, **k))
+    monkeypatch.setattr(NeurCAM, "fit", lambda self, *a, **k: (fit(self, *a, **k), at_fit_end.append(len(calls)))[0])
+    res = service.fit(str(tmp_path / "d.csv"), str(tmp_path / "run"), label="label", report=True,
+                      params={"n_clusters": 3, **{k: v for k, v in SMALL.items() if k != "device"}})
+    assert res.report_error is None and (tmp_path / "run" / "report" / "report.html").is_file()
+    assert len(calls) - at_fit_end[0] == 1, f"{len(calls) - at_fit_end[0]} encodings after training"
+    monkeypatch.undo()
+    est = res.estimator
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
+    # the kept encoding of the reference rows is what encoding them again gives, on a mixed table too
+    from neurcam_dist.data.synthetic import mixed_table
+    mixed = mixed_table(300, seed=0)[0].drop(columns=["customer_id"], errors="ignore")
+    mixed.iloc[::7, 0] = np.nan
+    for model in (est, NeurCAM(n_clusters=3, **SMALL).fit(mixed)):
+        kept = model._encoded_reference()
+        assert kept is not None
+        np.testing.assert_array_equal(kept, model.fitted_.encode(model.reference_))
+    again = service.fit(str(tmp_path / "d.csv"), str(tmp_path / "run2"), label="label",
+                        params={"n_clusters": 3, **{k: v for k, v in SMALL.items() if k != "device"}})
+    from neurcam_dist import metrics
+    expected = metrics.scores(est.clustering_space(X), est.predict(X), np.asarray(y))
+    assert {k: again.metrics[k] for k in expected} == pytest.approx(expected)
+
+
 # ---------------------------------------------------------------- one error base
 def test_errors_share_one_base_are_the_builtins_callers_expect_and_keep_their_message():
     assert issubclass(ConfigError, ValueError) and issubclass(DataError, ValueError)

@@ -164,7 +164,8 @@ class Compared:
 
 def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_bins: int = 30,
                       typical: int = TYPICAL, *, labels=None, label_name: str | None = None, rows=None, span=None,
-                      compared: Compared | None = None, runs: Sequence | None = None) -> Explanation:
+                      compared: Compared | None = None, runs: Sequence | None = None,
+                      encoded: np.ndarray | None = None) -> Explanation:
     """The complete ``Explanation`` of a fitted model over data ``X`` (its distribution centres
     the terms, weights the purification and defines importance). Nothing is added to it later:
 
@@ -176,10 +177,12 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     - ``compared``: how the rows of ``X`` moved from that model's cluster ids to this one's and
       the new drivers (``compare.comparison``);
     - ``runs``: other fitted models (other seeds; an empty list measures nothing but says so) to
-      measure stability against on ``X`` (``stability.stability``)."""
+      measure stability against on ``X`` (``stability.stability``);
+    - ``encoded``: ``X`` as the model encodes it (``FittedNet.encode``), when the caller has it
+      (``neurcam fit --report`` encodes its table once for the metrics, assignments and report)."""
     fitted = est.scoring_model()
     names = list(fitted.feature_names)
-    arr = fitted.encode(X)  # original units, fitted order; level codes, NaN for missing cells
+    arr = fitted.encode(X) if encoded is None else encoded  # original units, fitted order; codes, NaN missing
     terms, intercept, per_term, main_features, levels = _terms(fitted, arr, grid_size, pair_grid_size, n_bins)
     logits = fitted.logits(arr)   # one pass over the rows: the profiles, examples and labels share it
     columns = logits.argmax(1)

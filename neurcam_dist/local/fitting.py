@@ -64,23 +64,32 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     >>> run.estimator.n_clusters_, (d / "run" / "model" / "config.json").is_file()
     (3, True)
     """
-    from ..data.tables import is_csv, read_table
+    from ..data.tables import read_table
     from ..estimator import NeurCAM
-    from ..outputs import check_run_target
     from ..params import check_params
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
-    assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
-    check_run_target(output, report=report, extra=(assignments,), inputs=[data])
+    assignments = _check_fit_target(data, output, report)
     X, y, ids = _fit_table(read_table(data, encoding, delimiter=delimiter, decimal=decimal), features, label,
                            id_column, params, exclude)
-    k = params.get("n_clusters", 10)
-    _check_fit_outputs(output, ids, len(X), 12 if k == "auto" else k, assignments, report)
+    _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
-    result = _fit_metrics(est, X, y, time.perf_counter() - t0)
-    failed = _write_fit(output, est, result, data, (X, y, ids), label, assignments, report)
+    seconds = time.perf_counter() - t0
+    encoded = est.fitted_.encode(X)   # once: the metrics, the assignments and the report share it
+    result = _fit_metrics(est, encoded, y, seconds)
+    failed = _write_fit(output, est, result, data, (X, encoded, y, ids), label, assignments, report)
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
+
+
+def _check_fit_target(data: str, output, report: bool) -> str:
+    """Before the table is read: ``output`` may take a run (``outputs.check_run_target``); returns
+    the assignments' file name (CSV for a CSV table, else Parquet)."""
+    from ..data.tables import is_csv
+    from ..outputs import check_run_target
+    assignments = "assignments.csv" if is_csv(data) else "assignments.parquet"
+    check_run_target(output, report=report, extra=(assignments,), inputs=[data])
+    return assignments
 
 
 def _write_fit(output, est, result: dict, data: str, table: tuple, label: str | None, assignments: str,
@@ -90,30 +99,31 @@ def _write_fit(output, est, result: dict, data: str, table: tuple, label: str | 
     import json
 
     from ..outputs import write_run
-    X, y, ids = table
+    X, encoded, y, ids = table
     made = {"command": "fit", "data": redact(str(data)), "features": list(map(str, X.columns)), "label": label,
             "params": dict(est.get_params())}
     try:
         return write_run(output, est, result, json.dumps(made, indent=1, default=str),
-                         extra={assignments: _assignments(est, X, ids, assignments)},
-                         report=_explanation_or_error(est, X, y, label) if report else None, exclusive=True)
+                         extra={assignments: _assignments(est, encoded, ids, assignments)},
+                         report=_explanation_or_error(est, X, encoded, y, label) if report else None, exclusive=True)
     except OSError as exc:
         raise _unwritten(exc, est, output) from None
 
 
-def _fit_metrics(est, X, y, seconds: float) -> dict:
+def _fit_metrics(est, encoded, y, seconds: float) -> dict:
     """``metrics.json`` of a fit: its size, time and end, the clusters used (and chosen, with
-    ``n_clusters='auto'``), the selected terms and the scores (with a label, against it)."""
+    ``n_clusters='auto'``), the selected terms and the scores (with a label, against it), over
+    the ``encoded`` training rows and the labels the fit's last pass stored (``labels_``)."""
     from .. import metrics as metrics_mod
     from ..validation import empty_clusters_record
     chosen = {"k_choice": {key: est.k_choice_[key] for key in ("k", "sure", "runner_up", "rule")}} \
         if est.k_choice_ else {}
-    return {"n_rows": int(len(X)), "n_features": int(X.shape[1]), "fit_seconds": round(seconds, 2),
+    return {"n_rows": int(len(encoded)), "n_features": int(encoded.shape[1]), "fit_seconds": round(seconds, 2),
             "epochs": est.n_iter_, "stop_reason": est.history_["stop_reason"],
             "n_clusters": est.n_clusters_, "n_clusters_used": est.history_["n_clusters_used"],
             **empty_clusters_record(est.history_), **chosen,
             "selected_features": est.selected_features_, "selected_pairs": [list(p) for p in est.selected_pairs_],
-            **metrics_mod.scores(est.clustering_space(X), est.predict(X), y)}
+            **metrics_mod.scores(est.fitted_.clustering_space(encoded), est.labels_, y)}
 
 
 def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] | None = None):
@@ -146,9 +156,10 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
     return X, y, ids
 
 
-def _check_fit_outputs(output, ids, n_rows: int, n_clusters: int, assignments: str, report: bool) -> None:
+def _check_fit_outputs(output, ids, n_rows: int, n_clusters, assignments: str, report: bool) -> None:
     """Before training, once the table is read: no id column named like a score column, and room
-    on the output's disk for what the run writes."""
+    on the output's disk for what the run writes (``n_clusters='auto'``: as for the most K tried)."""
+    n_clusters = 12 if n_clusters == "auto" else n_clusters
     from ..explain.assignments import file_layout, refuse_collisions, scored_columns
     from ..storage import check_room
     refuse_collisions(ids.columns, scored_columns(range(n_clusters), 3, **file_layout(range(n_clusters))),
@@ -180,24 +191,25 @@ def _unwritten(exc: OSError, est, output):
     return OutputError(f"{why}; {where}")
 
 
-def _explanation_or_error(est, X, y=None, label: str | None = None):
-    """``est``'s explanation of ``X`` (with the clusters against ``y`` when there is a label
-    column), or the exception it raised: a report is never worth the model (``outputs.write_run``
-    writes the error as ``report/error.txt``)."""
+def _explanation_or_error(est, X, encoded, y=None, label: str | None = None):
+    """``est``'s explanation of ``X`` (``encoded``: as the model encodes it; with the clusters
+    against ``y`` when there is a label column), or the exception it raised: a report is never
+    worth the model (``outputs.write_run`` writes the error as ``report/error.txt``)."""
     from ..explain import build_explanation
     try:
-        return build_explanation(est, X, labels=y, label_name=label)
+        return build_explanation(est, X, labels=y, label_name=label, encoded=encoded)
     except Exception as exc:   # noqa: BLE001
         return exc
 
 
-def _assignments(est, X, ids, name: str) -> bytes:
+def _assignments(est, encoded, ids, name: str) -> bytes:
     """Each row's ids (the columns set aside), ``cluster``, its ``probability`` and the three
-    terms that pushed it hardest toward its cluster, as CSV or Parquet bytes."""
+    terms that pushed it hardest toward its cluster, as CSV or Parquet bytes, from the
+    ``encoded`` training rows."""
     import io
 
     from ..explain.assignments import assignments, file_layout
-    scored = assignments(est.fitted_, est.fitted_.encode(X), top_terms=3, **file_layout(est.cluster_ids_))   # chunked
+    scored = assignments(est.fitted_, encoded, top_terms=3, **file_layout(est.cluster_ids_))   # chunked
     frame = ids.reset_index(drop=True).assign(**scored)
     buf = io.BytesIO()
     if name.endswith(".csv"):
