@@ -1,6 +1,7 @@
 """The public API's Examples sections run as written (numpydoc, as scikit-learn's estimators carry
-them): the estimator, the explanation, choosing K, monitoring, and the front door's entry points
-that have one. A public entry point listed here without an example fails."""
+them): the estimator, the explanation, choosing K, monitoring, and the front door's in-memory
+entry points (fit, choose_k, explain, monitor, export, predict) and data makers (generate,
+sample). A public entry point listed here without an example fails."""
 import doctest
 
 import pytest
@@ -8,7 +9,8 @@ import pytest
 from neurcam_dist import Explanation, NeurCAM, choose_k, service
 
 DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanation": Explanation,
-              "choose_k": choose_k, "service.fit": service.fit, "service.monitor": service.monitor}
+              "choose_k": choose_k, **{f"service.{name}": getattr(service, name) for name in (
+                  "fit", "choose_k", "explain", "monitor", "export", "predict", "generate", "sample")}}
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))

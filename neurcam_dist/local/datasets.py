@@ -25,8 +25,29 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
 
 def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,
              clusters: int = 4, seed: int = 0) -> list[str]:
-    """``digits`` (scikit-learn's bundled 8x8 digits) or ``synthetic`` (clustered blobs plus an
-    embedding) as Parquet shards in ``output``; returns the files written."""
+    """Example data as Parquet shards in ``output``.
+
+    Parameters
+    ----------
+    kind : {"digits", "synthetic"}
+        scikit-learn's bundled 8x8 digits (with ``label`` and ``id``), or ``rows`` rows of
+        ``clusters`` seeded blobs in ``features`` columns plus a ``dim``-wide embedding.
+    output : str
+        The folder of the shards (``files`` of them).
+
+    Returns
+    -------
+    list of str
+        The files written.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; import pyarrow.parquet as pq; from neurcam_dist import service
+    >>> d = Path(tempfile.mkdtemp())
+    >>> files = service.generate("synthetic", str(d / "shards"), files=2, rows=1000, features=3, dim=4)
+    >>> len(files), pq.read_table(d / "shards").num_rows
+    (2, 1000)
+    """
     from ..data.bundled import digits_frame, write_frame_shards
     from ..storage import check_room, check_writable
     check_writable(output, "--output")
@@ -41,9 +62,32 @@ def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, fea
 def sample(input: str, output: str, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
            id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8", delimiter: str | None = None,
            decimal: str | None = None) -> tuple[int, list[str]]:
-    """A seeded sample of a CSV or Parquet table (``per_class`` rows of each value of ``by``, or
-    ``rows`` in all; a CSV file's format as ``fit`` reads it) as Parquet shards with an id
-    column; returns ``(rows, files)``."""
+    """A seeded sample of a CSV or Parquet table as Parquet shards with an id column.
+
+    Parameters
+    ----------
+    input, output : str
+        The table (a CSV file's format as ``fit`` reads it: ``encoding``, ``delimiter``,
+        ``decimal``) and the folder of the ``files`` shards.
+    per_class, rows : int, optional
+        ``per_class`` rows of each value of ``by``, or ``rows`` in all.
+    id_column : str
+        The id column of the shards (kept, or numbered from 0 when the table has none).
+
+    Returns
+    -------
+    tuple of (int, list of str)
+        The rows and the files written.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); mixed_table(600, seed=0)[0].to_csv(d / "rows.csv", index=False)
+    >>> rows, files = service.sample(str(d / "rows.csv"), str(d / "sample"), per_class=20, by="plan", files=1)
+    >>> rows, len(files)
+    (60, 1)
+    """
     from ..data.bundled import stratified_sample, write_frame_shards
     from ..data.tables import read_table
     from ..storage import check_writable, refuse_overwrite

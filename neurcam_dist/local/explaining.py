@@ -43,10 +43,8 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         The folder for ``explanation.json``, ``tables/``, ``plots/`` and ``report.html``.
     sample : int
         Explain a seeded sample of this many rows when the data has more (0: every row).
-    grid_size, pair_grid_size : int
-        Points along each feature's axis for the shape graphs and the pair heat maps.
-    encoding, delimiter, decimal : str
-        A CSV file's format (as ``fit``'s).
+    grid_size, pair_grid_size, encoding, delimiter, decimal
+        Points along each feature's axis (shape graphs, pair heat maps); a CSV file's format (as ``fit``'s).
     label : str, optional
         A column the clusters are compared with (never used to cluster): label table, ARI, NMI.
     rows : list, optional
@@ -60,6 +58,16 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
         its cluster ids and the model's, and which terms now drive each cluster.
     say : callable
         Where the lines about a sample, the chosen rows and the comparison go.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import NeurCAM, service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); table = mixed_table(600, seed=0)[0]; table.to_csv(d / "rows.csv", index=False)
+    >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table.drop(columns="customer_id")).save(d / "m")
+    >>> result = service.explain(str(d / "m"), str(d / "rows.csv"), str(d / "explained"))
+    >>> result.n_rows, sorted(p.name for p in (d / "explained").iterdir())
+    (600, ['explanation.json', 'plots', 'report.html', 'tables'])
     """
     from ..explain.build import Compared
     from ..explain.report import write_report
@@ -70,20 +78,28 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     csv = {"delimiter": delimiter, "decimal": decimal}
     id_column = id_column or (None if no_id else model_id(est, data, encoding, csv))
     features = [str(c) for c in est.feature_names_in_]
-    df = explained_table(data, encoding, csv,
-                          {"the model's feature columns": features,
-                           f"the feature columns of {compare}": [str(c) for c in old.feature_names_in_] if old else []},
-                          {"label": label, "--id": id_column})
-    warn_ids(id_column, df.get(id_column) if id_column else None, say)
-    chosen = _chosen_rows(df, rows, id_column, data) if rows else None
-    df = _sampled(df, sample, say)
-    if id_column:
-        df = df.set_index(id_column, drop=False)
+    df, chosen = _explain_rows(est, (compare, old), data, encoding, csv, label, id_column, rows, sample, say)
     compared = None if old is None else Compared(old, df[[str(c) for c in old.feature_names_in_]],
                                                  old_name=redact(compare), new_name=redact(model))
     expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,
                       grid_size=grid_size, pair_grid_size=pair_grid_size)
     return ExplainResult(explanation=expl, report=str(write_report(expl, where)), output=output, n_rows=len(df))
+
+
+def _explain_rows(est, compared: tuple, data: str, encoding: str, csv: dict, label: str | None,
+                  id_column: str | None, rows: list | None, sample: int, say):
+    """``(table, chosen rows)`` that ``explain`` reads from ``data``: the model's feature columns
+    (and those of the earlier model ``compared``, ``(where, model)``), the label and the id (its
+    repeats said), the ``rows`` asked for looked up before sampling, indexed by the id."""
+    where, old = compared
+    df = explained_table(data, encoding, csv,
+                         {"the model's feature columns": [str(c) for c in est.feature_names_in_],
+                          f"the feature columns of {where}": [str(c) for c in old.feature_names_in_] if old else []},
+                         {"label": label, "--id": id_column})
+    warn_ids(id_column, df.get(id_column) if id_column else None, say)
+    chosen = _chosen_rows(df, rows, id_column, data) if rows else None
+    df = _sampled(df, sample, say)
+    return (df.set_index(id_column, drop=False) if id_column else df), chosen
 
 
 def _sampled(df, sample: int, say):

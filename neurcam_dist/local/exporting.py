@@ -46,29 +46,43 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
            output: str | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
            encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None,
            min_agreement: float = EXPORT_MIN_AGREEMENT) -> ExportResult:
-    """``model`` as one standard SQL query over the warehouse table ``table``
-    (``explain.sql.to_sql``: the table-only scorer, so no Python is needed to assign clusters),
-    built on the rows of ``data`` (the shape tables span their range; a seeded sample of ``sample``
-    when it has more); written atomically to ``output`` when given. The result says on what share
-    of those rows the query's cluster equals ``predict``'s, and ``note`` warns when they are fewer
-    than ``EXPORT_MIN_ROWS``. ``fmt="rules"``: a short readable rule
-    per cluster with its coverage and precision on those rows (``explain.rules``; ``agreement``
-    is then the rules' mean precision). The SQL's agreement is measured by running the query itself in
-    SQLite (and DuckDB when installed) on those rows (``explain.sql.engine_clusters``): the lowest;
-    below ``min_agreement`` nothing is written and ``DataError`` shows rows that disagree."""
-    if fmt not in ("sql", "rules"):
-        raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
-    if fmt == "sql" and not table:
-        raise ConfigError("--format sql needs --table NAME: the table the query reads")
-    check_grids(grid_size, pair_grid_size)
-    if output is not None:
-        from ..storage import check_writable, refuse_overwrite
-        refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
-        target = Location(output)
-        room = target if target.is_uri else target.path.parent   # one file: the folder that takes it
-        check_writable(str(room), "--output")
-        from ..storage import check_room
-        check_room(str(room), 16 * 2**20)   # a query: ~1 MB
+    """``model`` as one standard SQL query over a warehouse table (no Python needed to assign
+    clusters), or as readable rules, checked against ``predict`` on the rows of ``data``.
+
+    Parameters
+    ----------
+    model, data : str
+        A model directory or MLflow model URI; the rows (CSV or Parquet) the query's shape tables
+        span and its agreement is measured on (a seeded sample of ``sample`` when there are more).
+    table : str
+        The table the SQL query reads (``fmt="sql"``).
+    fmt : {"sql", "rules"}
+        ``sql``: ``explain.sql.to_sql``, run in SQLite, SQLite with every column TEXT and DuckDB on
+        the rows (``explain.sql.engine_clusters``), ``agreement`` the lowest; ``rules``: a short rule
+        per cluster with its coverage and precision (``explain.rules``), ``agreement`` their mean.
+    keep : list of str, optional
+        Columns the query carries beside the cluster (default: the model's id, when the rows have it).
+    output : str, optional
+        Written atomically only at an agreement of ``min_agreement`` or more (else ``DataError``).
+    grid_size, pair_grid_size, encoding, delimiter, decimal
+        The shape tables' points (as ``explain``'s) and a CSV file's format (as ``fit``'s).
+
+    Returns
+    -------
+    ExportResult
+        ``note`` warns when the rows are fewer than ``EXPORT_MIN_ROWS``.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import NeurCAM, service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); table = mixed_table(600, seed=0)[0]; table.to_csv(d / "rows.csv", index=False)
+    >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table.drop(columns="customer_id")).save(d / "m")
+    >>> sql = service.export(str(d / "m"), str(d / "rows.csv"), table="customers", output=str(d / "clusters.sql"))
+    >>> sql.agreement >= service.EXPORT_MIN_AGREEMENT, sorted(sql.engines), sql.text.startswith("-- NeurCAM")
+    (True, ['duckdb', 'sqlite', 'sqlite-text'], True)
+    """
+    target = _check_export(model, data, table, fmt, output, (grid_size, pair_grid_size))
     est = load_model(model)
     _refuse_dates_in_sql(est, fmt)
     features = [str(c) for c in est.feature_names_in_]
@@ -76,27 +90,60 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
                           {"the model's feature columns": features}, {})
     if sample and len(df) > sample:
         df = df.sample(sample, random_state=0).sort_index()
-    import numpy as np
-    engines = {}
+    engines = None
     if fmt == "rules":
-        from ..explain.rules import cluster_rules, rules_text
-        rules = cluster_rules(df[features], est.predict(df[features]), est.cluster_ids_)
-        text = rules_text(rules)
-        agreement = float(np.mean([r.precision for r in rules]))
+        text, agreement = _rules(est, df[features])
     else:
         found = model_id(est, data, encoding, {"delimiter": delimiter, "decimal": decimal}) if keep is None else None
         text, engines = _agreed_query(est, df[features], table, [found, *features] if found else keep,
                                       (grid_size, pair_grid_size), min_agreement, data)
         agreement = min(engines.values())
-    if output is not None:
-        from ..storage.published import put_text
-        from ..storage import write_text_atomic
-        if target.is_uri:
-            put_text(text, str(target))
-        else:
-            write_text_atomic(target.path, text)
-    return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement,
-                        engines=engines if fmt == "sql" else None, note=_few_rows_note(len(df), data))
+    if target is not None:
+        _publish(text, target)
+    return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement, engines=engines,
+                        note=_few_rows_note(len(df), data))
+
+
+def _rules(est, X) -> tuple[str, float]:
+    """``export --format rules``: a short rule per cluster (``explain.rules``) and their mean
+    precision on the rows ``X``."""
+    import numpy as np
+
+    from ..explain.rules import cluster_rules, rules_text
+    rules = cluster_rules(X, est.predict(X), est.cluster_ids_)
+    return rules_text(rules), float(np.mean([r.precision for r in rules]))
+
+
+def _publish(text: str, target) -> None:
+    """The exported text at ``target`` (a ``Location``), atomically: a local file replaced whole,
+    or one object put."""
+    from ..storage import write_text_atomic
+    from ..storage.published import put_text
+    if target.is_uri:
+        put_text(text, str(target))
+    else:
+        write_text_atomic(target.path, text)
+
+
+def _check_export(model: str, data: str, table: str | None, fmt: str, output: str | None,
+                  grids: tuple[int, int]):
+    """``export``'s request, before the model is read: the format, the table the SQL reads, the
+    grids, and an ``output`` that may be written (not an input, room for ~1 MB). Returns the
+    output's ``Location`` (None: the text is only returned)."""
+    if fmt not in ("sql", "rules"):
+        raise ConfigError(f"--format {fmt!r}: the formats are: sql, rules")
+    if fmt == "sql" and not table:
+        raise ConfigError("--format sql needs --table NAME: the table the query reads")
+    check_grids(*grids)
+    if output is None:
+        return None
+    from ..storage import check_room, check_writable, refuse_overwrite
+    refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
+    target = Location(output)
+    room = target if target.is_uri else target.path.parent   # one file: the folder that takes it
+    check_writable(str(room), "--output")
+    check_room(str(room), 16 * 2**20)   # a query: ~1 MB
+    return target
 
 
 def _agreed_query(est, X, table: str, keep: list[str] | None, grids: tuple[int, int], min_agreement: float,

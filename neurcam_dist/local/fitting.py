@@ -247,14 +247,21 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     Returns
     -------
     choosing.KChoice
-    """
-    import json
 
-    from ..choosing import check_request, choice_html, k_range
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); mixed_table(600, seed=0)[0].to_csv(d / "rows.csv", index=False)
+    >>> choice = service.choose_k(str(d / "rows.csv"), str(d / "k"), k="2-4", seeds=2, say=lambda line: None,
+    ...                           params={"epochs": 12, "warmup_epochs": 4})
+    >>> choice.k in (2, 3, 4), sorted(p.name for p in (d / "k").iterdir())
+    (True, ['choice.html', 'choice.json'])
+    """
+    from ..choosing import check_request, k_range
     from ..data.tables import read_table
     from ..estimator import choose_k as fit_each
     from ..params import check_params
-    from ..storage import atomic_directory
     params = {key: v for key, v in (params or {}).items() if key != "verbose"}
     check_params(params)
     if "n_clusters" in params:
@@ -267,11 +274,21 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
     check_request(ks, seeds, len(X))
     say(f"choosing K among {ks[0]}..{ks[-1]} on {min(len(X), 5000):,} rows, {seeds} seeds per K")
     choice = fit_each(X, y, ks, seeds=seeds, terms=terms, describe=True, say=say, **params)
-    record = {"data": redact(str(data)), "features": list(map(str, X.columns)), "label": label, **choice.to_dict()}
+    _write_choice(output, choice, data, list(map(str, X.columns)), label)
+    return choice
+
+
+def _write_choice(output, choice, data: str, features: list[str], label: str | None) -> None:
+    """``choose_k``'s folder, in one swap: ``choice.json`` (the request and every K's evidence) and
+    ``choice.html``."""
+    import json
+
+    from ..choosing import choice_html
+    from ..storage import atomic_directory
+    record = {"data": redact(str(data)), "features": features, "label": label, **choice.to_dict()}
     text = json.dumps(record, indent=1, default=float)
 
     def write(tmp: Path) -> None:
         (tmp / "choice.json").write_text(text + "\n")
         (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {Path(str(data)).name}"))
     atomic_directory(output, write, marker="choice.json")
-    return choice

@@ -81,6 +81,16 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     -------
     dict
         ``n_rows``, ``files`` and ``seconds``.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; import pandas as pd; from neurcam_dist import NeurCAM, service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); table = mixed_table(600, seed=0)[0]; table.to_csv(d / "rows.csv", index=False)
+    >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table.drop(columns="customer_id")).save(d / "m")
+    >>> where = service.predict_settings(model=str(d / "m"), input=str(d / "rows.csv"), output=str(d / "scored.csv"))
+    >>> service.predict(where, log=lambda line: None)["n_rows"], pd.read_csv(d / "scored.csv").columns[:3].tolist()
+    (600, ['customer_id', 'cluster', 'probability'])
     """
     import dataclasses
 
