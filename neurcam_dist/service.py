@@ -36,12 +36,12 @@ from .local.explaining import ExplainResult, explain
 from .local.exporting import EXPORT_MIN_AGREEMENT, EXPORT_MIN_ROWS, ExportResult, export
 from .local.fitting import FitResult, choose_k, fit
 from .local.monitoring import monitor
-from .local.predicting import PredictSettings, predict, predict_settings, rows_id
+from .local.predicting import PredictSettings, predict, predict_settings
 
 __all__ = ["EXPORT_MIN_AGREEMENT", "EXPORT_MIN_ROWS", "ExplainResult", "ExportResult", "FitResult", "PredictSettings",
            "choose_k", "choose_k_on_ray", "demo", "demo_config", "demo_data", "explain", "export", "featurize_text",
            "fit", "generate", "history", "history_table", "load_config", "load_fitted", "load_model", "monitor",
-           "parse_overrides", "predict", "predict_settings", "promote", "recluster", "rows_id", "sample", "search",
+           "parse_overrides", "predict", "predict_settings", "promote", "recluster", "sample", "search",
            "submit", "train", "unreachable", "validate", "validate_manifests"]
 
 

@@ -103,7 +103,7 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
                                   bytes_per_row=data_mod.reading.pass_bytes(plan, columns) / max(1, plan.n_rows))
     ds = data_mod.reading.map_with_actors(ds, cls, batch_size, concurrency, **kwargs)
     from ..data.progress import watched
-    # the pass's output is one row a batch: count the rows read
+
     def run():
         result = None
         for batch in ds.iter_batches(batch_format="numpy", batch_size=None):
@@ -111,6 +111,7 @@ def reduce_pass(plan: data_mod.Plan, columns: list[str], cls, combine, batch_siz
                 result = combine(result, pickle.loads(blob))
         return result
 
+    # the pass's output is one row a batch: count the rows read
     with watched(ds, "ReadParquetFiles", plan.n_rows, log, every=PROGRESS_SECONDS, what="read"):
         return data_mod.reading.run_pass(run)
 

@@ -86,15 +86,15 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     est = load_model(model)
     _refuse_dates_in_sql(est, fmt)
     features = [str(c) for c in est.feature_names_in_]
-    df = explained_table(data, encoding, {"delimiter": delimiter, "decimal": decimal},
-                          {"the model's feature columns": features}, {})
+    csv = {"delimiter": delimiter, "decimal": decimal}
+    df = explained_table(data, encoding, csv, {"the model's feature columns": features}, {})
     if sample and len(df) > sample:
         df = df.sample(sample, random_state=0).sort_index()
     engines = None
     if fmt == "rules":
         text, agreement = _rules(est, df[features])
     else:
-        found = model_id(est, data, encoding, {"delimiter": delimiter, "decimal": decimal}) if keep is None else None
+        found = model_id(est, data, encoding, csv) if keep is None else None
         text, engines = _agreed_query(est, df[features], table, [found, *features] if found else keep,
                                       (grid_size, pair_grid_size), min_agreement, data)
         agreement = min(engines.values())
