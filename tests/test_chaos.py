@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pytest
 import yaml
 
 from .conftest import blobs, free_port, start_mlflow_server
@@ -279,6 +278,11 @@ def _train_workers_by_node(cluster: _Cluster, driver_pid: int) -> dict[str, list
 
 
 def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tmp_path):
+    """Two workers on two nodes, checkpoints in the bucket: a node lost mid-run (its raylet and
+    every process on it) and a replacement added; the run resumes once from its last S3 checkpoint
+    and ends with every epoch once and a model that clusters the data. That a resumed run ends on
+    the uninterrupted run's network, bit for bit, is
+    ``test_distributed::test_workers_resumed_mid_pass_end_on_the_uninterrupted_run_s_network``."""
     import json
 
     from neurcam_dist import NeurCAM
@@ -291,22 +295,11 @@ def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tm
     cluster = _Cluster(env)
     try:
         env["RAY_ADDRESS"] = cluster.state["address"]
-
-        def job(name: str) -> Path:
-            cfg = _streamed(tmp_path, tmp_path / name, f"s3://neurcam/chaos/{name}", num_workers=2,
-                            placement="spread")
-            (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-            return tmp_path / f"{name}.yaml"
-
-        def start(name: str) -> subprocess.Popen:
-            return subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "train", "--config", str(job(name))],
-                                    env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
-
-        whole = start("whole")
-        text, _ = whole.communicate(timeout=600)
-        assert whole.returncode == 0, text[-4000:]
-
-        lost = start("lost")
+        cfg = _streamed(tmp_path, tmp_path / "lost", "s3://neurcam/chaos/lost", num_workers=2, placement="spread")
+        (tmp_path / "lost.yaml").write_text(yaml.safe_dump(cfg))
+        lost = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "train", "--config",
+                                 str(tmp_path / "lost.yaml")],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
         deadline = time.time() + 300
         while not checkpoint_registered(published.read_text(f"s3://neurcam/chaos/lost/{p}")
                                         for p in _objects("s3://neurcam/chaos/lost")
@@ -325,10 +318,10 @@ def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tm
     h = NeurCAM.load(tmp_path / "lost" / "model").history_
     assert len(h["resumes"]) == 1 and h["resumes"][0] % 2 == 0 and h["resumes"][0] >= 2, h["resumes"]
     assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1))
-    ref = json.loads((tmp_path / "whole" / "metrics.json").read_text())
     got = json.loads((tmp_path / "lost" / "metrics.json").read_text())
-    assert got["n_rows"] == ref["n_rows"] == 3000
-    assert got["inertia"] == pytest.approx(ref["inertia"], rel=0.01), (got["inertia"], ref["inertia"])
+    # every row scored once, and the three generated clusters found (an uninterrupted run: ARI 0.76)
+    assert got["n_rows"] == 3000 and sum(got["cluster_sizes"]) == 3000, got
+    assert got["n_clusters_used"] == 3 and got["ari"] > 0.5, got
 
 
 def test_a_search_that_loses_a_node_resumes_that_trial_and_leaves_the_other(s3_server, tmp_path):
@@ -445,9 +438,9 @@ def test_predict_that_loses_a_node_writes_every_row_exactly_once(tmp_path):
 
 # ---------------------------------------------------------------- the object store
 def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_path, monkeypatch):
-    """Checkpoints go to S3 every epoch; the store stops for 8 s and comes back while the second
-    run writes them. Ray's storage waits for it (``storage.retrying``), and the run finishes and
-    replaces the first run's model, whole."""
+    """Checkpoints go to S3 every epoch; the store stops for 8 s and comes back while the run
+    writes them. Ray's storage waits for it (``storage.retrying``), and the run finishes with its
+    model whole and every epoch once."""
     import json
     import secrets
 
@@ -469,15 +462,11 @@ def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_pa
     env = _env(**settings)
     args = [sys.executable, "-m", "neurcam_dist.cli", "train", "--config", str(tmp_path / "c.yaml")]
     try:
-        first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-        before = (tmp_path / "out" / "model" / "manifest.json").read_text()
-        known = {p for p in _objects(storage) if p.endswith("checkpoint_manager_snapshot.json")}
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=tmp_path)
         deadline = time.time() + 300
         while not checkpoint_registered(published.read_text(f"{storage}/{p}") for p in _objects(storage)
-                                        if p.endswith("checkpoint_manager_snapshot.json") and p not in known):
+                                        if p.endswith("checkpoint_manager_snapshot.json")):
             assert proc.poll() is None and time.time() < deadline, _ended(proc)
             time.sleep(0.3)
         store.stop()           # mid-run: the next checkpoint write meets a closed port
@@ -492,7 +481,6 @@ def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_pa
     assert "Traceback" not in text
     h = NeurCAM.load(tmp_path / "out" / "model").history_
     assert [r["epoch"] for r in h["epochs"]] == list(range(1, h["n_epochs"] + 1)), h["resumes"]
-    assert (tmp_path / "out" / "model" / "manifest.json").read_text() != before
     assert np.isfinite(json.loads((tmp_path / "out" / "metrics.json").read_text())["inertia"])
     print(f"object store restarted mid-run: exit {proc.returncode}; "
           + " | ".join(x for x in text.splitlines() if x.startswith("neurcam:"))[:1500])
