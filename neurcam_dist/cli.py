@@ -697,7 +697,7 @@ def _sample(args) -> None:
 
 
 def _featurize_text(args) -> None:
-    service.featurize_text(input=args.input, out=args.output, text_columns=args.text_column, id_column=args.id,
+    service.featurize_text(input=args.input, output=args.output, text_columns=args.text_column, id_column=args.id,
                            carry=args.carry, min_df=args.min_df, max_df=args.max_df, embed=args.embed,
                            model=args.model, lemmatizer=args.lemmatizer, concurrency=args.concurrency,
                            threads=args.threads, use_gpu=args.use_gpu, log_dir=args.log_dir)
@@ -708,11 +708,20 @@ def _promote(args) -> None:
     print(f"{args.name}@{args.alias} -> version {args.version}")
 
 
+# the flags that set one config value (flag -> dotted key), each a typed value when given: applied
+# after --set (the flag wins), never turned into --set text
+CONFIG_FLAGS = {"deterministic": "model.deterministic", "force": "recluster.force"}
+
+
+def _config_flags(args) -> dict:
+    """The dotted config keys the command's ``CONFIG_FLAGS`` set, with their values."""
+    return {key: True for flag, key in CONFIG_FLAGS.items() if getattr(args, flag, False)}
+
+
 def _load_config(args):
-    """The config with the environment's and --set's overrides; says which variables applied."""
-    if getattr(args, "deterministic", False):
-        args.set = [*args.set, "model.deterministic=true"]
-    cfg = service.load_config(args.config, _overrides(args.set))
+    """The config with the environment's, --set's and the config flags' overrides; says which
+    variables applied."""
+    cfg = service.load_config(args.config, {**_overrides(args.set), **_config_flags(args)})
     for note in cfg.notes():
         print(f"config: {note}", file=sys.stderr)
     return cfg
@@ -732,8 +741,6 @@ def _tune(args) -> None:
 
 
 def _recluster(args) -> None:
-    if args.force:
-        args.set = [*args.set, "recluster.force=true"]
     cfg = _load_config(args)
     record = service.recluster(cfg)
     keys = ("promoted", "champion_version", "challenger_version", "inertia_champion", "inertia_challenger",

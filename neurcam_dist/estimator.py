@@ -1,7 +1,8 @@
 """``NeurCAM``: the in-memory, scikit-learn-style estimator (one process, data held as tensors).
 
-It builds its trainer with ``model.build_trainer`` from the hyperparameter table and drives the
-shared epoch step; the Ray worker builds and drives the very same pieces over streamed shards.
+It starts from ``model.start.begin`` (its rows' ``Start``), builds its trainer from that start,
+drives the shared epoch loop and ends with ``model.start.finish``; the Ray driver and workers use
+the very same start, trainer and finish over streamed shards.
 """
 from __future__ import annotations
 
@@ -18,16 +19,16 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .errors import ConfigError, DataError
 from . import metrics
-from .model import FittedNet, NeurCAMNet, TrainingSpec, build_trainer, loop
+from .model import FittedNet, NeurCAMNet, TrainingSpec, loop
 from .model.fitted import CHUNK
 from .model.device import resolve_device, resolve_precision
-from .model.initial import initial_centroids
 from .model.perf import keep_freed_memory
+from .model.start import begin, finish
 from .params import CATEGORICAL_WEIGHT, refuse_unknown_params
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
-from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns, standardized_zero
-from .columns import ColumnCoding, level_init
+from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns
+from .columns import ColumnCoding
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
                          refuse_lookalike_names)
 from .version import __version__
@@ -244,8 +245,6 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         mean, scale = _standardization(arr, coding, self.standardize)
         x_std = FittedNet.standardize_with(arr, mean, scale)
         xr = coding.clustering_space(x_std) if X_repr is None else rep.astype(np.float32)
-        levels = {"coding": coding, "level_init": level_init(coding, xr, arr, int(self.random_state))}
-        seed = int(self.random_state)
         if device.type == "cpu":
             keep_freed_memory()
         precision = resolve_precision(self.precision, device)
@@ -254,28 +253,22 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         with sized_threads(spec.step_work(n), self.threads) as threads:
             if say:
                 say(f"starting point: k-means ({self.kmeans}) on {n:,} rows x {xr.shape[1]:,} columns")
-            centroids, init_info = initial_centroids(spec, x_std, xr, method=self.kmeans, n_init=self.kmeans_n_init,
-                                                     allowed=allowed, baseline=standardized_zero(mean, scale), **levels)
-            trainer = build_trainer(spec, centroids, precision=precision, device=device, allowed=allowed,
-                                    cuda_graphs=cuda_graphs_enabled(), loss_scale=init_info.get("explained", 0.0),
-                                    baseline=standardized_zero(mean, scale), cluster_sizes=init_info.get("sizes"),
-                                    **levels)
+            start = begin(spec, x_std, xr, arr, mean=mean, scale=scale, allowed=allowed, coding=coding,
+                          method=self.kmeans, n_init=self.kmeans_n_init)
+            trainer = start.trainer(spec, precision=precision, device=device, cuda_graphs=cuda_graphs_enabled())
             trainer.schedule.seconds = time.perf_counter() - started  # max_seconds counts from the start of fit
             x_t = torch.from_numpy(x_std).to(device)
             xr_t = torch.from_numpy(np.ascontiguousarray(xr)).to(device)
             with deterministic_algorithms(spec.deterministic):
                 records = self._train(trainer, x_t, xr_t, spec, callback)
                 deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
-            fitted = FittedNet.from_trainer(trainer, records, time.perf_counter() - t0, feature_names=names, mean=mean,
-                                            scale=scale, repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None,
-                                            precision=precision, init_info=init_info, deterministic=deterministic,
-                                            coding=coding, id_column=_index_name(X), threads=threads)
-            _label_pass(fitted, arr)
-        if choice is not None:
-            fitted.history["k_choice"] = choice.to_dict()
+            fitted = finish(trainer, start, records, time.perf_counter() - t0, feature_names=names,
+                            repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None, precision=precision,
+                            rows=arr, deterministic=deterministic, id_column=_index_name(X), threads=threads,
+                            **({"k_choice": choice.to_dict()} if choice is not None else {}))
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
-        self._keep_reference(X, names, arr, seed)
+        self._keep_reference(X, names, arr, int(self.random_state))
         return self
 
     def _keep_reference(self, X, names: list[str], arr: np.ndarray, seed: int) -> None:
@@ -857,17 +850,6 @@ def _progress(verbose: bool, total: int):
     if sys.stderr.isatty():
         return _Bar(total)
     return _Lines(total)
-
-
-def _label_pass(fitted: FittedNet, arr: np.ndarray) -> None:
-    """One pass over the training rows: their labels (the channels sum to the logits) and the mean
-    of every channel, the reference that centres per-row explanations."""
-    labels, sums = [], 0.0
-    for c in fitted.contribution_chunks(arr):
-        labels.append(c.sum(1).argmax(1))
-        sums = sums + c.astype(np.float64).sum(0)
-    fitted.channel_means = sums / arr.shape[0]
-    fitted.labels = np.concatenate(labels).astype(np.int64)
 
 
 def _member(params: dict, k: int, seed: int) -> NeurCAM:

@@ -228,6 +228,26 @@ def test_deterministic_flag_sets_the_model_field_for_train_and_tune(tmp_path):
         assert _load_config(args).model.deterministic is False
 
 
+def test_config_flags_are_typed_overrides_applied_after_set_and_leave_set_as_given(tmp_path):
+    """``--deterministic`` and ``--force`` set their config field as a value (never as ``--set``
+    text parsed back): the flag wins over a ``--set`` of the same key, and ``--set`` is untouched."""
+    from neurcam_dist.cli import CONFIG_FLAGS, _load_config, build_parser
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"data: {{path: {tmp_path}}}\nmodel: {{n_clusters: 3}}\noutput: {tmp_path / 'out'}\n"
+                   f"tracking: {{model_name: m}}\n")
+    for command, flag, field in (("train", "--deterministic", ("model", "deterministic")),
+                                 ("recluster", "--force", ("recluster", "force"))):
+        key = ".".join(field)
+        assert CONFIG_FLAGS[flag.lstrip("-")] == key
+        args = build_parser().parse_args([command, "--config", str(cfg), "--set", f"{key}=false", flag,
+                                          "--set", "model.epochs=7"])
+        loaded = _load_config(args)
+        assert getattr(getattr(loaded, field[0]), field[1]) is True and loaded.model.epochs == 7
+        assert args.set == [f"{key}=false", "model.epochs=7"]
+        args = build_parser().parse_args([command, "--config", str(cfg), "--set", f"{key}=false"])
+        assert getattr(getattr(_load_config(args), field[0]), field[1]) is False
+
+
 @pytest.fixture(scope="module")
 def mixed_csv(tmp_path_factory):
     """20,000 rows: six numeric features and a categorical of 400 levels."""

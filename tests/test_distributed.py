@@ -594,7 +594,7 @@ def test_reference_rows_are_a_random_subset_of_the_sample():
     from neurcam_dist.distributed.driver import InitialState, set_reference
     table = pa.table({"f0": np.arange(1000, dtype=np.float32)})   # the sample, in file order
     est = SimpleNamespace()
-    set_reference(est, InitialState(None, None, None, table), SimpleNamespace(features=["f0"]), 100, seed=0)
+    set_reference(est, InitialState(start=None, sample=table), SimpleNamespace(features=["f0"]), 100, seed=0)
     rows = est.reference_["f0"].to_numpy()
     assert len(rows) == 100 == len(np.unique(rows))
     assert not np.array_equal(rows, np.arange(100)) and rows.max() > 500  # not the head of the sample

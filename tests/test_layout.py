@@ -335,6 +335,33 @@ def test_the_cli_is_a_thin_layer_over_the_front_door():
         assert callable(getattr(service, name)), name
 
 
+# other spellings of the front door's two ideas (docs/architecture.md, "Glossary"): the rows a
+# command reads are its ``input``, where it writes its ``output``
+NOT_THE_GLOSSARY = {"data": "input", "input_path": "input", "in_path": "input", "out": "output", "out_dir": "output",
+                    "output_dir": "output", "output_path": "output", "directory": "output", "root": "output"}
+
+
+def test_the_front_door_names_input_and_output_one_way():
+    """Every entry point of ``service`` (and the job records they take) calls what it reads
+    ``input`` and where it writes ``output``, as the CLI's flags do: no ``data``, ``out`` or
+    ``output_dir`` beside them."""
+    import dataclasses
+    import inspect
+
+    from neurcam_dist import service
+    from neurcam_dist.text import TextJob
+    seen = {}
+    for name in service.__all__:
+        thing = getattr(service, name)
+        if callable(thing) and not inspect.isclass(thing):
+            seen[f"service.{name}"] = list(inspect.signature(thing).parameters)
+    seen["TextJob (service.featurize_text's fields)"] = [f.name for f in dataclasses.fields(TextJob)]
+    bad = [f"{where}({p}): call it {NOT_THE_GLOSSARY[p]}" for where, params in seen.items() for p in params
+           if p in NOT_THE_GLOSSARY]
+    assert not bad, "\n".join(bad)
+    assert {"input", "output"} <= set(seen["service.fit"]) and "output" in seen["service.demo"]
+
+
 def test_an_explanation_is_finished_where_it_is_built():
     """``explain.build_explanation`` returns the explanation complete; it is frozen, and no module
     outside ``explain/`` assigns to an explanation's attributes or fills its parts."""

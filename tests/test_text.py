@@ -134,7 +134,7 @@ def test_a_missing_model_is_an_error_naming_the_path(tmp_path):
         check_model_path(str(tmp_path / "empty"))
     # refused before any pass starts (no Ray needed, nothing written)
     with pytest.raises(ValueError, match="nowhere"):
-        featurize_text(TextJob(input=str(tmp_path), out=str(tmp_path / "out"), text_columns=["text"], embed=True,
+        featurize_text(TextJob(input=str(tmp_path), output=str(tmp_path / "out"), text_columns=["text"], embed=True,
                                model=str(tmp_path / "nowhere")))
     assert not (tmp_path / "out").exists()
 

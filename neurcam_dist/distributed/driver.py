@@ -21,12 +21,11 @@ from .. import names
 from ..errors import TrainingError
 from .. import data as data_mod
 from .. import outputs
-from ..columns import level_init
 from ..config import JobConfig, coerce_config
 from ..estimator import NeurCAM
-from ..model import FittedNet, build_trainer, loop
-from ..model.initial import initial_centroids
-from ..numerics import standardize, standardized_zero
+from ..model import FittedNet, loop
+from ..model.start import Start, begin, finish, with_scores
+from ..numerics import standardize
 from ..settings import cuda_graphs_enabled
 from ..redaction import redact
 from ..storage.retrying import ray_storage
@@ -58,18 +57,14 @@ class TrainResult:
         return (Location(self.output) / "model").path
 
 
-@dataclass
+@dataclass(frozen=True)
 class InitialState:
-    """What the driver computes before the workers start (all from one streaming pass and a sample)."""
+    """What the driver computes before the workers start (all from one streaming pass and a
+    sample): the fit's ``Start`` (``model.start.begin`` on the sample, as the estimator's on its
+    rows), the sample, and the sample's rows the workers' plateaus watch."""
 
-    mean: np.ndarray
-    scale: np.ndarray
-    centroids: np.ndarray
-    sample: object          # pyarrow.Table: the bounded uniform random sample (features + representation)
-    kmeans: dict | None = None   # which k-means made the centroids (the model card records it)
-    allowed: np.ndarray | None = None  # features a gate may select (constant ones are left out)
-    coding: object = None        # columns.ColumnCoding: categorical levels and missing cells
-    level_init: np.ndarray | None = None   # the input coding's starting values (``columns.level_init``)
+    start: Start
+    sample: object = None   # pyarrow.Table: the bounded uniform random sample (features + representation)
     watched: tuple | None = None  # (x, xr) of the sample's rows whose loss the plateaus watch (``WorkerConfig.watched``)
 
     def without_sample(self) -> "InitialState":
@@ -78,8 +73,8 @@ class InitialState:
 
 
 def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
-    """Standardization from the profile; k-means centroids on a bounded uniform random sample
-    (``job.model.random_state`` seeds both)."""
+    """Standardization from the profile; the ``Start`` (k-means centroids and the coding's starting
+    values) on a bounded uniform random sample (``job.model.random_state`` seeds both)."""
     plan, m, tc = job.plan, job.model, job.train
     mean = prof.mean if m.standardize else np.zeros(len(plan.features))
     scale = prof.scale() if m.standardize else np.ones(len(plan.features))
@@ -90,18 +85,16 @@ def initial_state(job: ResolvedJob, prof: data_mod.Profile) -> InitialState:
     raw = data_mod.reading.feature_matrix(table, plan.features, coding, "the k-means sample")
     x_sample = standardize(raw, mean, scale)
     xr_sample = data_mod.reading.representation(table, plan, x_sample, coding)
-    levels = {"coding": coding, "level_init": level_init(coding, xr_sample, raw, m.random_state)}
     if len(xr_sample) < m.n_clusters:
         raise data_mod.DataError(f"the k-means sample has {len(xr_sample)} rows, fewer than model.n_clusters="
                                  f"{m.n_clusters}: raise train.kmeans_sample")
-    centroids, info = initial_centroids(job.spec, x_sample, xr_sample, method=m.kmeans, n_init=m.kmeans_n_init,
-                                        allowed=~prof.constant, baseline=standardized_zero(mean, scale), **levels)
+    start = begin(job.spec, x_sample, xr_sample, raw, mean=mean, scale=scale, allowed=~prof.constant, coding=coding,
+                  method=m.kmeans, n_init=m.kmeans_n_init)
+    info = start.kmeans
     chosen = f", chosen by {info['chosen_by']}" if "chosen_by" in info else ""
     say(f"k-means init ({info['method']}, {info['n_init']} restarts, seed {m.random_state}{chosen}) on a "
         f"{len(xr_sample):,}-row sample in {info['seconds']:.1f} s")
-    return InitialState(mean=mean, scale=scale, centroids=centroids, sample=table, kmeans=info,
-                        allowed=~prof.constant, coding=coding, level_init=levels["level_init"],
-                        watched=watched_rows(job, x_sample, xr_sample))
+    return InitialState(start=start, sample=table, watched=watched_rows(job, x_sample, xr_sample))
 
 
 def watched_rows(job: ResolvedJob, x_sample: np.ndarray, xr_sample: np.ndarray) -> tuple | None:
@@ -120,14 +113,11 @@ def worker_config(job: ResolvedJob, init: InitialState, max_epochs: int | None =
     """What every worker receives: the job's ``TrainingSpec`` and ``train:`` settings under their
     own names (``max_epochs`` cuts a run short: benchmarks only)."""
     tc = job.train
-    return WorkerConfig(spec=job.spec, plan=job.plan, mean=init.mean, scale=init.scale, centroids=init.centroids,
-                        allowed=init.allowed, shuffle_buffer=tc.shuffle_buffer, checkpoint_every=tc.checkpoint_every,
-                        cpus_per_worker=tc.cpus_per_worker, idle_cpus=idle_cpus(job), max_epochs=max_epochs,
-                        cache=tc.cache,
+    return WorkerConfig(spec=job.spec, plan=job.plan, start=init.start, shuffle_buffer=tc.shuffle_buffer,
+                        checkpoint_every=tc.checkpoint_every, cpus_per_worker=tc.cpus_per_worker,
+                        idle_cpus=idle_cpus(job), max_epochs=max_epochs, cache=tc.cache,
                         device_cache_gib=tc.device_cache_gib, gpu_share=tc.gpu_share or 1.0,
                         cuda_graphs=cuda_graphs_enabled(), events=events.current_channel(), trial=job.trial,
-                        loss_scale=float((init.kmeans or {}).get("explained", 0.0)), coding=init.coding,
-                        level_init=init.level_init, cluster_sizes=(init.kmeans or {}).get("sizes"),
                         watched=init.watched)
 
 
@@ -294,16 +284,16 @@ def finish_run(job: ResolvedJob, wcfg: WorkerConfig, init: InitialState, result,
     plan = job.plan
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, STATE_FILE), map_location="cpu", weights_only=True)
-    fitted, teacher = assemble(plan, wcfg, state, train_seconds, init.kmeans)
+    fitted, teacher = assemble(plan, wcfg, state, train_seconds)
     say("scoring the whole dataset (hard assignments, inertia)")
     tc = job.train
     scores = evaluate(fitted, plan, batch_size=tc.score_batch_size, concurrency=tc.num_workers, log=say)
-    fitted.channel_means = scores.pop("channel_means")
-    est = NeurCAM(**job.model.estimator_params(), device="cpu", verbose=False).adopt(fitted, teacher)
-    empty = empty_cluster_ids(scores["cluster_sizes"], est.cluster_ids_)
+    empty = empty_cluster_ids(scores["cluster_sizes"], fitted.cluster_ids)
     note = empty_clusters_note(scores["n_clusters_used"], job.model.n_clusters, empty=empty,
-                               kmeans=(init.kmeans or {}).get("method"))
-    fitted.history.update(n_clusters_used=scores["n_clusters_used"], empty_clusters=empty, empty_clusters_note=note)
+                               kmeans=init.start.kmeans.get("method"))
+    fitted = with_scores(fitted, scores.pop("channel_means"), n_clusters_used=scores["n_clusters_used"],
+                         empty_clusters=empty, empty_clusters_note=note)
+    est = NeurCAM(**job.model.estimator_params(), device="cpu", verbose=False).adopt(fitted, teacher)
     scores.update(empty_clusters_record(fitted.history))
     if init.sample is not None:
         set_reference(est, init, plan, tc.reference_rows, job.model.random_state)
@@ -328,20 +318,20 @@ def set_reference(est: NeurCAM, init: InitialState, plan: data_mod.Plan, rows: i
     est.reference_ = init.sample.select(plan.features).take(keep).to_pandas()
 
 
-def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict, seconds: float,
-             init_info: dict | None = None) -> tuple[FittedNet, "torch.nn.Module | None"]:
-    """The fitted state from the final checkpoint (and the warm-up model), as the in-memory fit
-    makes it (``FittedNet.from_trainer``), with the run's resumes and world size in its history."""
-    coding = wcfg.coding
-    trainer = build_trainer(wcfg.spec, wcfg.centroids, precision=state["precision"], allowed=wcfg.allowed,
-                            coding=coding)
+def assemble(plan: data_mod.Plan, wcfg: WorkerConfig, state: dict,
+             seconds: float) -> tuple[FittedNet, "torch.nn.Module | None"]:
+    """The fitted state from the final checkpoint (and the warm-up model): the workers' trainer
+    rebuilt from their ``Start`` with the checkpoint's state, finished as the in-memory fit is
+    (``model.start.finish``), with the run's resumes and world size in its history."""
+    start = wcfg.start
+    trainer = start.trainer(wcfg.spec, precision=state["precision"])
     trainer.load_state_dict(state["trainer"])
     features_space = plan.repr_kind == "features"
-    fitted = FittedNet.from_trainer(
-        trainer, list(state["records"]), seconds, feature_names=list(plan.features), mean=wcfg.mean,
-        scale=wcfg.scale, repr_dim=coding.space_width() if features_space and coding is not None else plan.repr_dim,
-        uses_features_as_repr=features_space, coding=coding,
-        precision=state["precision"], init_info=init_info,
+    coding = start.coding
+    fitted = finish(
+        trainer, start, list(state["records"]), seconds, feature_names=list(plan.features),
+        repr_dim=coding.space_width() if features_space and coding is not None else plan.repr_dim,
+        uses_features_as_repr=features_space, precision=state["precision"],
         text=plan.text,   # new documents are featurized with the training data's vocabulary
         resumes=list(state["resumes"]), world_size=int(state["world_size"]),
         deterministic=bool(state.get("deterministic", False)), id_column=plan.id)

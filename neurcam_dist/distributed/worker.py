@@ -1,10 +1,11 @@
 """One Ray Train worker: its set-up around the epoch loop the estimator runs too (``model.loop``).
 
-The worker builds its trainer with ``model.build_trainer`` from the same ``TrainingSpec`` the
-in-memory estimator uses, with its group (``_Group``: epoch sums and the one-hot test of the gates
-are all-reduced, so every worker takes the same schedule decisions; the network is wrapped in DDP)
-and its feed (``ShardFeed``). Checkpoints hold the whole ``Trainer`` state, so a restarted worker
-group resumes mid-phase with the same temperatures and optimiser moments.
+The worker builds its trainer from the fit's ``Start`` (``model.start``: made once by the driver,
+shipped whole) and the same ``TrainingSpec``, as the in-memory estimator builds its own, with its
+group (``_Group``: epoch sums and the one-hot test of the gates are all-reduced, so every worker
+takes the same schedule decisions; the network is wrapped in DDP) and its feed (``ShardFeed``).
+Checkpoints hold the whole ``Trainer`` state, so a restarted worker group resumes mid-phase with
+the same temperatures and optimiser moments.
 
 Device-resident shards (``train.cache: device``, or ``auto`` when the shard fits): the first epoch
 streams the shard and keeps its rows on the worker's device; later epochs reshuffle them there
@@ -30,13 +31,14 @@ from ray.data.collate_fn import ArrowBatchCollateFn
 
 from ..data import ROW_KEY, Plan, embedding
 from ..data.reading import HeldRows, feature_matrix
-from ..model import TrainingSpec, build_trainer, loop
+from ..model import TrainingSpec, loop
 from ..model.device import resolve_precision
 from ..model.perf import keep_freed_memory
+from ..model.start import Start
 from ..model.step import Batch, batch_indices
 from ..model.trainer import Trainer
 from ..numerics import fmt
-from ..numerics import standardize, standardized_zero
+from ..numerics import standardize
 from ..settings import deterministic_algorithms, threads_for
 from . import events
 from .events import say
@@ -56,10 +58,7 @@ class WorkerConfig:
 
     spec: TrainingSpec
     plan: Plan
-    mean: np.ndarray
-    scale: np.ndarray
-    centroids: np.ndarray
-    allowed: np.ndarray | None
+    start: Start                    # the fit's start (``model.start.begin`` on the driver's sample), whole
     shuffle_buffer: int
     checkpoint_every: int
     cpus_per_worker: float          # train.cpus_per_worker: a CPU worker's torch threads
@@ -73,10 +72,6 @@ class WorkerConfig:
     trial: str | None = None        # the search's trial id, which tags this run's records
     events: events.Channel | None = None  # where progress records go (None: printed by the worker)
     held: HeldRows | None = None    # small rows to slice, instead of a Ray Data shard
-    loss_scale: float = 0.0         # the plateau tolerance's scale (``Schedule.loss_scale``; from the init)
-    coding: object = None           # columns.ColumnCoding: categorical levels and missing cells
-    level_init: np.ndarray | None = None   # the input coding's starting values
-    cluster_sizes: list | None = None      # the k-means clusters' rows on the sample: the distillation's weights
     watched: tuple | None = None    # (x, xr): rows of the k-means sample whose loss the plateaus watch when an
                                     # epoch is part of a pass (``loop.Watch``); None: epochs are whole passes
 
@@ -449,11 +444,12 @@ def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
             f"{budget / 2**30:.2f} GiB: " + ("taken from the held rows" if c.held is not None else "streaming")
             + " every epoch")
     keep = _Resident(wanted, budget, c.spec.random_state, group.rank, lambda msg: say(f"worker {group.rank}: {msg}"),
-                     repr_is_x=c.plan.repr_kind == "features" and (c.coding is None or c.coding.space_is_features),
+                     repr_is_x=c.plan.repr_kind == "features" and (c.start.coding is None
+                                                                   or c.start.coding.space_is_features),
                      expected_rows=int(c.plan.n_rows / group.world * 1.05) + c.spec.batch_size)
     rows_cache = RowTargets(c.plan.n_rows, c.spec.n_clusters, device, budget,
                             lambda msg: say(f"worker {group.rank}: {msg}") if group.rank == 0 else None)  # rank 0 says it
-    aims = loop.Targets(torch.tensor(np.asarray(c.centroids, np.float32), device=device), c.spec.m)
+    aims = loop.Targets(torch.tensor(np.asarray(c.start.centroids, np.float32), device=device), c.spec.m)
     return ShardFeed(_shard(c, group), max(1, c.spec.batch_size // group.world), c.spec.random_state, group, keep,
                      rows_cache, aims, in_memory=lambda: _take_idle_cpus(c, device, local_world, group))
 
@@ -505,18 +501,16 @@ def _device(c: WorkerConfig) -> torch.device:
 
 
 def _worker_trainer(c: WorkerConfig, device: torch.device, group: "_Group", precision: str):
-    """This worker's ``Trainer``, built by the one builder the estimator uses too."""
-    return build_trainer(c.spec, c.centroids, precision=precision, device=device, group=group,
-                         cuda_graphs=c.cuda_graphs, loss_scale=c.loss_scale, coding=c.coding,
-                         cluster_sizes=c.cluster_sizes, allowed=c.allowed,
-                         baseline=standardized_zero(c.mean, c.scale), level_init=c.level_init)
+    """This worker's ``Trainer``, built from the fit's ``Start`` as the estimator builds its own."""
+    return c.start.trainer(c.spec, precision=precision, device=device, group=group, cuda_graphs=c.cuda_graphs)
 
 
 def _shard(c: WorkerConfig, group: "_Group"):
     """This worker's rows: its Ray Data shard streamed, or its slice of the held rows."""
     import ray
     import ray.train
-    collate = _Collate(c.plan, np.asarray(c.mean, np.float64), np.asarray(c.scale, np.float64), c.coding)
+    collate = _Collate(c.plan, np.asarray(c.start.mean, np.float64), np.asarray(c.start.scale, np.float64),
+                       c.start.coding)
     if c.held is None:
         return StreamedShard(ray.train.get_dataset_shard("train"), collate, c.shuffle_buffer)
     return HeldShard(ray.get(c.held.table), group.rank, group.world, collate, shuffle=c.shuffle_buffer > 0)

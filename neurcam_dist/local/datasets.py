@@ -16,7 +16,7 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
     from ..text import featurize_text as _featurize
     from ..storage import check_writable
     text_job = TextJob(**job)
-    check_writable(text_job.out, "--output")
+    check_writable(text_job.output, "--output")
     log = log or say
     with stderr_to_log(log_dir or temp_logs(), "featurize-text", "Ray's", log):
         with ray_for(min_cpus=text_job.concurrency + 1):

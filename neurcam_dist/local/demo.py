@@ -7,37 +7,37 @@ from pathlib import Path
 from .common import say
 
 
-def demo_data(out: str) -> str:
+def demo_data(output: str) -> str:
     """Where ``neurcam demo`` writes the bundled digits: beside its output (``runs/demo-data`` for
     ``runs/demo``), never inside it, since no output may hold its own input
     (``storage.refuse_overwrite``) and a demo run again replaces its output whole."""
-    path = Path(out)
+    path = Path(output)
     path = path if path.name else path.absolute()
     return str(path.with_name(f"{path.name}-data"))
 
 
-def demo_config(out: str, seeds: int, workers: int) -> dict:
+def demo_config(output: str, seeds: int, workers: int) -> dict:
     """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards (``demo_data``), a
     search over ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
     ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
     few minutes on 2 cores."""
-    return {"data": {"path": demo_data(out), "label": "label", "id": "id"},
+    return {"data": {"path": demo_data(output), "label": "label", "id": "id"},
             "model": {"n_clusters": 10, "n_pairs": 8, "precision": "auto", "epsilon": 0.8},
             "train": {"num_workers": workers, "checkpoint_every": 25},
             "search": {"seeds": seeds},
             "tracking": {"experiment": "neurcam-demo", "model_name": "digits-demo"},
-            "output": out}
+            "output": output}
 
 
-def demo(out: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
+def demo(output: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
     """The whole service on embedded defaults: the bundled digits as Parquet shards in
-    ``demo_data(out)``, a search of ``seeds`` seeds into ``out``, MLflow in ``./mlflow.db``. The
+    ``demo_data(output)``, a search of ``seeds`` seeds into ``output``, MLflow in ``./mlflow.db``. The
     config is checked before anything is written; run again, the demo replaces its data and its
     output, each whole. Returns the ``SearchResult``."""
     from ..config import apply_overrides, parse_config
     from ..data.bundled import digits_frame, write_frame_shards
-    cfg = parse_config(apply_overrides(demo_config(out, seeds, workers), overrides or {}), "the demo config")
-    if cfg.data.path == demo_data(out):   # not when --set data.path=... points the demo at other data
+    cfg = parse_config(apply_overrides(demo_config(output, seeds, workers), overrides or {}), "the demo config")
+    if cfg.data.path == demo_data(output):   # not when --set data.path=... points the demo at other data
         frame = digits_frame()
         write_frame_shards(frame, cfg.data.path, 4)
         say(f"demo data: the bundled digits ({len(frame):,} rows, {frame.shape[1] - 1} pixel features and a "

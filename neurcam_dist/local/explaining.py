@@ -25,7 +25,7 @@ class ExplainResult:
         return ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})" for r in top)
 
 
-def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid_size: int = 128,
+def explain(model: str, input: str, output: str, *, sample: int = 1_000_000, grid_size: int = 128,
             pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
             decimal: str | None = None, label: str | None = None, rows: list | None = None,
             id_column: str | None = None, no_id: bool = False, compare: str | None = None,
@@ -37,7 +37,7 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     ----------
     model : str
         A model directory or an MLflow model URI.
-    data : str
+    input : str
         A CSV or Parquet table with the model's feature columns (only those are read).
     output : str
         The folder for ``explanation.json``, ``tables/``, ``plots/`` and ``report.html``.
@@ -72,13 +72,13 @@ def explain(model: str, data: str, output: str, *, sample: int = 1_000_000, grid
     from ..explain.build import Compared
     from ..explain.report import write_report
     where = Location(output)   # resolved once here: the checks and the report go there
-    _check_explain(data, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows, no_id)
+    _check_explain(input, where, model, compare, sample, grid_size, pair_grid_size, id_column, rows, no_id)
     est = load_model(model)
     old = load_model(compare) if compare else None
     csv = {"delimiter": delimiter, "decimal": decimal}
-    id_column = id_column or (None if no_id else model_id(est, data, encoding, csv))
+    id_column = id_column or (None if no_id else model_id(est, input, encoding, csv))
     features = [str(c) for c in est.feature_names_in_]
-    df, chosen = _explain_rows(est, (compare, old), data, encoding, csv, label, id_column, rows, sample, say)
+    df, chosen = _explain_rows(est, (compare, old), input, encoding, csv, label, id_column, rows, sample, say)
     compared = None if old is None else Compared(old, df[[str(c) for c in old.feature_names_in_]],
                                                  old_name=redact(compare), new_name=redact(model))
     expl = _explained(est, df, label, None if chosen is None else chosen[features], compared, say,

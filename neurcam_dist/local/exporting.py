@@ -42,7 +42,7 @@ def _few_rows_note(n_rows: int, data: str) -> str | None:
             f"{EXPORT_MIN_ROWS:,} or more)")
 
 
-def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
+def export(model: str, input: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
            output: str | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
            encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None,
            min_agreement: float = EXPORT_MIN_AGREEMENT) -> ExportResult:
@@ -51,7 +51,7 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
 
     Parameters
     ----------
-    model, data : str
+    model, input : str
         A model directory or MLflow model URI; the rows (CSV or Parquet) the query's shape tables
         span and its agreement is measured on (a seeded sample of ``sample`` when there are more).
     table : str
@@ -82,26 +82,26 @@ def export(model: str, data: str, *, table: str | None = None, fmt: str = "sql",
     >>> sql.agreement >= service.EXPORT_MIN_AGREEMENT, sorted(sql.engines), sql.text.startswith("-- NeurCAM")
     (True, ['duckdb', 'sqlite', 'sqlite-text'], True)
     """
-    target = _check_export(model, data, table, fmt, output, (grid_size, pair_grid_size))
+    target = _check_export(model, input, table, fmt, output, (grid_size, pair_grid_size))
     est = load_model(model)
     _refuse_dates_in_sql(est, fmt)
     features = [str(c) for c in est.feature_names_in_]
     csv = {"delimiter": delimiter, "decimal": decimal}
-    df = explained_table(data, encoding, csv, {"the model's feature columns": features}, {})
+    df = explained_table(input, encoding, csv, {"the model's feature columns": features}, {})
     if sample and len(df) > sample:
         df = df.sample(sample, random_state=0).sort_index()
     engines = None
     if fmt == "rules":
         text, agreement = _rules(est, df[features])
     else:
-        found = model_id(est, data, encoding, csv) if keep is None else None
+        found = model_id(est, input, encoding, csv) if keep is None else None
         text, engines = _agreed_query(est, df[features], table, [found, *features] if found else keep,
-                                      (grid_size, pair_grid_size), min_agreement, data)
+                                      (grid_size, pair_grid_size), min_agreement, input)
         agreement = min(engines.values())
     if target is not None:
         _publish(text, target)
     return ExportResult(text=text, output=output, n_rows=len(df), agreement=agreement, engines=engines,
-                        note=_few_rows_note(len(df), data))
+                        note=_few_rows_note(len(df), input))
 
 
 def _rules(est, X) -> tuple[str, float]:

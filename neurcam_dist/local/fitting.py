@@ -21,14 +21,14 @@ class FitResult:
     report_error: str | None = None   # the report was asked for and failed (the model was written)
 
 
-def fit(data: str, output: str, *, features: list[str] | None = None, label: str | None = None,
+def fit(input: str, output: str, *, features: list[str] | None = None, label: str | None = None,
         params: dict | None = None, report: bool = False, encoding: str = "utf-8", delimiter: str | None = None,
         decimal: str | None = None, id_column: str | None = None, exclude: list[str] | None = None) -> FitResult:
     """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
 
     Parameters
     ----------
-    data : str
+    input : str
         A CSV(.gz) or Parquet file, or a Parquet folder.
     output : str
         The run folder (``model/``, ``metrics.json``, ``config.json``, each row's assignment and
@@ -69,8 +69,8 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     from ..params import check_params
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
-    assignments = _check_fit_target(data, output, report)
-    X, y, ids = _fit_table(read_table(data, encoding, delimiter=delimiter, decimal=decimal), features, label,
+    assignments = _check_fit_target(input, output, report)
+    X, y, ids = _fit_table(read_table(input, encoding, delimiter=delimiter, decimal=decimal), features, label,
                            id_column, params, exclude)
     _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
     t0 = time.perf_counter()
@@ -78,7 +78,7 @@ def fit(data: str, output: str, *, features: list[str] | None = None, label: str
     seconds = time.perf_counter() - t0
     encoded = est.fitted_.encode(X)   # once: the metrics, the assignments and the report share it
     result = _fit_metrics(est, encoded, y, seconds)
-    failed = _write_fit(output, est, result, data, (X, encoded, y, ids), label, assignments, report)
+    failed = _write_fit(output, est, result, input, (X, encoded, y, ids), label, assignments, report)
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
 
 
@@ -219,7 +219,7 @@ def _assignments(est, encoded, ids, name: str) -> bytes:
     return buf.getvalue()
 
 
-def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
+def choose_k(input: str, output: str, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
              label: str | None = None, id_column: str | None = None, params: dict | None = None, terms: bool = False,
              encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None, say=print,
              exclude: list[str] | None = None):
@@ -228,7 +228,7 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
 
     Parameters
     ----------
-    data, output : str
+    input, output : str
         The table (as ``fit`` takes it) and the folder to write (replaced whole when an earlier
         ``choose-k`` wrote it; refused when it holds anything else).
     k : str or iterable of int
@@ -268,13 +268,13 @@ def choose_k(data: str, output: str, *, k="2-12", seeds: int = 3, features: list
         raise ConfigError("--n-clusters is what choose-k chooses: give the values to compare as --k (2-12)")
     ks = k_range(k)
     check_request(ks, seeds)          # seeds, before the data is read
-    check_output(output, [data], 16 * 2**20)
-    df = read_table(data, encoding, delimiter=delimiter, decimal=decimal)
+    check_output(output, [input], 16 * 2**20)
+    df = read_table(input, encoding, delimiter=delimiter, decimal=decimal)
     X, y, _ = _fit_table(df, features, label, id_column, params, exclude)
     check_request(ks, seeds, len(X))
     say(f"choosing K among {ks[0]}..{ks[-1]} on {min(len(X), 5000):,} rows, {seeds} seeds per K")
     choice = fit_each(X, y, ks, seeds=seeds, terms=terms, describe=True, say=say, **params)
-    _write_choice(output, choice, data, list(map(str, X.columns)), label)
+    _write_choice(output, choice, input, list(map(str, X.columns)), label)
     return choice
 
 

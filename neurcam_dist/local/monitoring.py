@@ -10,7 +10,7 @@ from ..uris import Location
 from .common import check_output, explained_table, load_model
 
 
-def monitor(model: str, data: str, output: str, *, reference: str | None = None, encoding: str = "utf-8",
+def monitor(model: str, input: str, output: str, *, reference: str | None = None, encoding: str = "utf-8",
             delimiter: str | None = None, decimal: str | None = None, tracking_uri: str | None = None,
             pushgateway: str | None = None, say=print):
     """Compare a snapshot of new rows with ``model``'s training data (``NeurCAM.monitor``) and
@@ -22,7 +22,7 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
     ----------
     model : str
         A model directory or an MLflow model URI (``models:/NAME@ALIAS``).
-    data : str
+    input : str
         The snapshot: a CSV or Parquet file, a Parquet folder or an object-store prefix, with the
         model's feature columns (only those are read).
     output : str
@@ -56,14 +56,14 @@ def monitor(model: str, data: str, output: str, *, reference: str | None = None,
     >>> sorted(p.name for p in (d / "drift").iterdir())
     ['drift.json', 'monitor.html', 'monitor.prom']
     """
-    check_output(output, [data, model, reference], 16 * 2**20)
+    check_output(output, [input, model, reference], 16 * 2**20)
     est = load_model(model)
     csv = {"delimiter": delimiter, "decimal": decimal}
     needed = {"the model's feature columns": [str(c) for c in est.feature_names_in_]}
     rows = _reference_table(est, model, reference, encoding, csv, needed, say)
-    drift = _drift(est, data, rows, encoding, csv, needed)
-    record = {"model": redact(model), "snapshot": redact(str(data)), **drift.to_dict()}
-    _publish_drift(record, drift, output, f"Drift: {Path(str(data)).name}", pushgateway, say)
+    drift = _drift(est, input, rows, encoding, csv, needed)
+    record = {"model": redact(model), "snapshot": redact(str(input)), **drift.to_dict()}
+    _publish_drift(record, drift, output, f"Drift: {Path(str(input)).name}", pushgateway, say)
     if tracking_uri or model.startswith(("models:/", "runs:/")):
         _track_drift(record, output, tracking_uri, say)
     return drift

@@ -34,7 +34,7 @@ class TextJob:
     """What to featurize and how (the CLI's flags, the config's ``text:`` section)."""
 
     input: str | list[str]
-    out: str
+    output: str
     text_columns: list[str]
     id_column: str = "id"
     carry: list[str] = field(default_factory=list)
@@ -50,11 +50,11 @@ class TextJob:
     use_gpu: bool | None = None    # a GPU per embedding actor; None: when the cluster has GPUs
 
     @classmethod
-    def for_config(cls, cfg, out: str) -> "TextJob":
+    def for_config(cls, cfg, output: str) -> "TextJob":
         """The job a config's ``text:`` section asks for: ``data.path`` documents with ``data.id``,
-        the label carried along, written to ``out``."""
+        the label carried along, written to ``output``."""
         t, d = cfg.text, cfg.data
-        return cls(input=d.path, out=out, text_columns=t.columns, id_column=d.id,
+        return cls(input=d.path, output=output, text_columns=t.columns, id_column=d.id,
                    carry=[d.label] if d.label else [], min_df=t.min_df, max_df=t.max_df, embed=t.embed,
                    model=t.model, lemmatizer=t.lemmatizer, concurrency=t.concurrency, threads=t.threads,
                    use_gpu=t.use_gpu)
@@ -181,7 +181,7 @@ def _reusable(job: TextJob, stamp: str) -> dict | None:
     """The summary of an output already written from the same input files and settings."""
     from ..data.sources import find_vocabulary
     try:
-        old = find_vocabulary(job.out)
+        old = find_vocabulary(job.output)
     except DataError:
         return None
     return old["dataset"] if old is not None and old.get("dataset", {}).get("fingerprint") == stamp else None
@@ -204,13 +204,13 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
     ``reuse``: keep an output written from the same input files with the same settings."""
     from ..storage import refuse_overwrite
     model_path = check_model_path(job.model) if job.embed else None
-    refuse_overwrite(job.out, inputs=[job.input] if isinstance(job.input, str) else list(job.input))
+    refuse_overwrite(job.output, inputs=[job.input] if isinstance(job.input, str) else list(job.input))
     t_start = time.perf_counter()
     src, ds = _read_documents(job)
     stamp = fingerprint(job, src, model_path)
     old = _reusable(job, stamp) if reuse else None
     if old is not None:
-        log(f"reusing the featurized text in {redact(str(job.out))} (same input files and settings)")
+        log(f"reusing the featurized text in {redact(str(job.output))} (same input files and settings)")
         return old
     log(f"featurizing {len(src.files)} file(s) at {redact(str(job.input))} (text: {', '.join(job.text_columns)})")
     vocab = fit_vocabulary(ds, job, log)
@@ -242,12 +242,12 @@ def featurize_text(job: TextJob, log=print, *, reuse: bool = False) -> dict:
         with fs.open_output_stream(f"{root}/{VOCABULARY_FILE}") as f:
             f.write(json.dumps({**vocab.to_json(), "dataset": summary}, indent=1).encode())
 
-    write_dataset(job.out, write, marker=VOCABULARY_FILE)
+    write_dataset(job.output, write, marker=VOCABULARY_FILE)
     if summary["empty_rows"]:
         log(f"warning: {summary['empty_rows']:,} of {summary['rows']:,} document(s) hold no term of the vocabulary "
             f"(their term columns are all zero, column {N_TERMS} = 0): they can only be told apart by their "
             f"embedding")
     log(f"wrote {summary['rows']:,} rows x {len(vocab.terms):,} terms"
         + (f" + a {summary['embedding']['dim']}-dim embedding" if job.embed else "")
-        + f" in {summary['files']} file(s) to {redact(str(job.out))} in {summary['seconds']} s")
+        + f" in {summary['files']} file(s) to {redact(str(job.output))} in {summary['seconds']} s")
     return summary
