@@ -2,6 +2,7 @@
 comes back to a module it had left, and how many names it goes by.
 
     python benchmarks/flow.py explain     # the model of service.explain
+    python benchmarks/flow.py fit         # the table of service.fit (a CSV read, then fitted with --report)
     python benchmarks/flow.py recluster   # the config of service.recluster (local Ray, a SQLite MLflow
                                           # store; the second of two snapshots, with a champion)
     PYTHONPATH=/path/to/another/checkout python benchmarks/flow.py explain   # the same, on other code
@@ -14,7 +15,8 @@ work a path out from its text again: ``is_uri``, ``local``, ``join``, ``as_path`
 ``filesystem``, and a ``uris.Location`` made from a string (a location resolved once at the door and
 passed on asks none of them: ``location / "name"`` and its properties are not counted).
 The object: for ``explain``, every
-``NeurCAM`` and its ``FittedNet`` (the model as loaded, then scored); for ``recluster``, every
+``NeurCAM`` and its ``FittedNet`` (the model as loaded, then scored); for ``fit``, every pandas
+``DataFrame`` (the table as read, its feature columns, the assignments); for ``recluster``, every
 ``JobConfig`` (the config and the copies made of it on the way). Traced with ``sys.setprofile``;
 only the driver process is seen (Ray's workers are not).
 """
@@ -84,6 +86,17 @@ def explain_flow(tmp: Path) -> dict:
                                                                str(tmp / "report"), say=lambda *_: None))
 
 
+def fit_flow(tmp: Path) -> dict:
+    from sklearn.datasets import load_wine
+
+    from neurcam_dist import service
+    X = pd.DataFrame(load_wine().data, columns=[c.replace("/", "_") for c in load_wine().feature_names])
+    X.assign(id=range(len(X))).to_csv(tmp / "wine.csv", index=False)
+    return trace((pd.DataFrame,), lambda: service.fit(str(tmp / "wine.csv"), str(tmp / "run"), id_column="id",
+                                                      params={"n_clusters": 3, "epochs": 30, "random_state": 0},
+                                                      report=True))
+
+
 def recluster_flow(tmp: Path) -> dict:
     import ray
 
@@ -116,11 +129,11 @@ def recluster_flow(tmp: Path) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["explain", "recluster"])
+    ap.add_argument("what", choices=["explain", "fit", "recluster"])
     ap.add_argument("--path", action="store_true", help="print every step")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        out = (explain_flow if args.what == "explain" else recluster_flow)(Path(tmp))
+        out = {"explain": explain_flow, "fit": fit_flow, "recluster": recluster_flow}[args.what](Path(tmp))
     path = out.pop("path")
     if args.path:
         print("\n".join(path))

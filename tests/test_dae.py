@@ -33,6 +33,49 @@ def test_the_autoencoder_has_the_configured_shape_and_learns():
                                                  DenoisingAutoencoder(10, (16, 8), 3, seed=0).state_dict().values(), strict=False))
 
 
+def test_the_autoencoder_trains_through_the_epoch_loop_over_a_group():
+    """``loop.plain_epochs``: the group wraps the network once, every epoch runs in its join context
+    and its sums are reduced by the group; the mean loss reaches ``after_epoch``, which stops the
+    run. The real Ray group is the Ray test below's."""
+    import contextlib
+
+    from neurcam_dist.model import dae, loop
+
+    class Recording(loop.Alone):
+        def __init__(self):
+            self.calls = []
+
+        def wrap(self, net):
+            self.calls.append("wrap")
+            return net
+
+        def joined(self, model):
+            self.calls.append("joined")
+            return contextlib.nullcontext()
+
+        def reduce(self, sums):
+            self.calls.append(("reduce", sums.dtype, sums.device.type))
+            return sums
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 3, generator=g) @ torch.randn(3, 10, generator=g)
+    net = DenoisingAutoencoder(10, (16, 8), bottleneck=3, seed=0)
+    opt, _ = dae.optimizer(net, 2e-3, 5)
+    losses, group = [], Recording()
+
+    def after(epoch, loss):
+        losses.append((epoch, loss))
+        return epoch == 30
+
+    ran = loop.plain_epochs(net, lambda model, epoch: dae.train_epoch(model, opt, x.split(64)), group, 100, after)
+    assert ran == 30 and [e for e, _ in losses] == list(range(1, 31))
+    assert group.calls[0] == "wrap" and group.calls.count("wrap") == 1
+    assert group.calls[1:] == ["joined", ("reduce", torch.float64, "cpu")] * 30
+    assert losses[-1][1] < 0.5 * losses[0][1]
+    with torch.no_grad():   # the mean loss handed on is the epoch's rows' mean (dropout off: a bound)
+        assert losses[-1][1] > 0 and float(net.eval()(x)) < losses[0][1]
+
+
 def test_a_computed_representation_excludes_a_given_one():
     base = {"data": {"path": "d/"}, "model": {"n_clusters": 3}, "output": "o", "representation": {"kind": "dae"}}
     assert parse_config(base).representation.hidden == [128, 64, 32, 16]

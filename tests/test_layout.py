@@ -447,6 +447,41 @@ def test_the_epoch_loop_is_in_one_module():
     assert not bad, "run epochs through neurcam_dist.model.loop:\n" + "\n".join(bad)
 
 
+def _called(node) -> str:
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
+def test_every_model_trains_through_the_loop_and_its_groups():
+    """By what the code does, not by method names: only a group (``model/loop.py``'s ``Alone``,
+    ``distributed/worker.py``'s ``RayGroup``) all-reduces, gathers or wraps a network in DDP; a
+    backward pass happens in the models' steps alone (``model/step.py``, the autoencoder's
+    ``model/dae.py``); and a loop that trains through epochs (a ``for`` whose body steps a model
+    or runs an epoch) is ``model/loop.py``'s: the clustering's and the autoencoder's alike."""
+    collectives = {"all_reduce", "all_gather_object", "DistributedDataParallel", "broadcast"}
+    training = {"backward", "train_epoch", "run_epoch", "train_step", "steps_only"}
+    bad = []
+    for m, path, tree in ((m, path, ast.parse(path.read_text())) for m, path in modules().items()):
+        where = str(path.relative_to(PACKAGE))
+        for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)] + [tree]:
+            is_group = isinstance(cls, ast.ClassDef) and (m, cls.name) in {("neurcam_dist.model.loop", "Alone"),
+                                                                          ("neurcam_dist.distributed.worker",
+                                                                           "RayGroup")}
+            body = cls.body if isinstance(cls, ast.ClassDef) else [n for n in tree.body
+                                                                   if not isinstance(n, ast.ClassDef)]
+            for node in (n for b in body for n in ast.walk(b)):
+                if isinstance(node, ast.Call) and _called(node) in collectives and not is_group:
+                    bad.append(f"{where}:{node.lineno} calls {_called(node)} outside a group")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _called(node) == "backward" and m not in (
+                    "neurcam_dist.model.step", "neurcam_dist.model.dae"):
+                bad.append(f"{where}:{node.lineno} runs a backward pass outside the models' steps")
+            if isinstance(node, ast.For) and m not in ("neurcam_dist.model.loop", "neurcam_dist.model.dae"):
+                steps = {_called(c) for c in ast.walk(node) if isinstance(c, ast.Call)} & training
+                if steps:
+                    bad.append(f"{where}:{node.lineno} loops over {sorted(steps)}: run epochs in model/loop.py")
+    assert not bad, "train through neurcam_dist.model.loop and its groups:\n" + "\n".join(bad)
+
+
 def test_no_dated_measurements_in_the_code():
     """Measurements with their dates belong in benchmarks/results, not in docstrings."""
     import re

@@ -24,7 +24,7 @@ from ..errors import TrainingError
 from .. import data as data_mod
 from ..data.pacing import pace
 from ..config import DataConfig, JobConfig, RepresentationConfig
-from ..model import dae
+from ..model import dae, loop
 from ..model.dae import DenoisingAutoencoder
 from ..model.schedule import Plateau
 from ..numerics import standardize
@@ -35,6 +35,7 @@ from ..uris import Location
 from . import events
 from .events import say
 from .session import worker_env, worker_group
+from .worker import RayGroup
 
 DAE_COLUMN = "dae_embedding"
 WEIGHTS = "weights.pt"
@@ -69,52 +70,53 @@ def dae_loop_per_worker(config: dict) -> None:
 
 
 def _dae_loop(job: DaeJob) -> None:
-    """Epochs over this worker's shard until ``epochs`` or a plateau; rank 0 reports the weights."""
+    """Epochs over this worker's shard until ``epochs`` or a plateau, through the epoch loop and
+    the group the clustering's workers use (``loop.plain_epochs``, ``worker.RayGroup``: DDP, the
+    join context, the sums all-reduced); rank 0 reports the weights."""
     import ray.train
     import ray.train.torch
-    import torch.distributed as dist
 
     events.attach(job.events)
     r = job.rep
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
     device = ray.train.torch.get_device()
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(job.threads)))
-    torch.manual_seed(job.seed * 1_000_003 + rank)           # the dropout masks
+    group = RayGroup(device)
+    torch.manual_seed(job.seed * 1_000_003 + group.rank)           # the dropout masks
     net = _build(job).to(device)
-    model = net
-    distributed = world > 1 and dist.is_available() and dist.is_initialized()
-    if distributed:
-        from torch.nn.parallel import DistributedDataParallel
-        model = DistributedDataParallel(net, device_ids=[device.index] if device.type == "cuda" else None)
-    opt, sched = dae.optimizer(model, r.lr, r.lr_patience)
+    opt, sched = dae.optimizer(net, r.lr, r.lr_patience)
     features, mean, scale = job.plan.features, job.mean, job.scale
     shard = ray.train.get_dataset_shard("train")
 
     def batches(epoch: int):
-        for batch in shard.iter_batches(batch_size=max(1, r.batch_size // world), batch_format="pyarrow",
+        for batch in shard.iter_batches(batch_size=max(1, r.batch_size // group.world), batch_format="pyarrow",
                                         local_shuffle_buffer_size=job.shuffle_buffer or None,
-                                        local_shuffle_seed=job.seed + epoch * 997 + rank if job.shuffle_buffer else None):
+                                        local_shuffle_seed=job.seed + epoch * 997 + group.rank
+                                        if job.shuffle_buffer else None):
             yield torch.from_numpy(standardize(data_mod.matrix(batch, features, np.float64), mean, scale)).to(device)
 
-    history, plateau, last_log = [], Plateau(r.tol), 0.0
-    for epoch in range(1, r.epochs + 1):
-        t0 = time.perf_counter()
-        sums = dae.train_epoch(model, opt, batches(epoch)).cpu()
-        if distributed:
-            dist.all_reduce(sums)
-        epoch_loss = float(sums[0] / max(float(sums[1]), 1.0))
-        sched.step(epoch_loss)
-        history.append({"epoch": epoch, "loss": epoch_loss, "lr": opt.param_groups[0]["lr"],
-                        "seconds": round(time.perf_counter() - t0, 3)})
-        plateau.update(epoch_loss)
+    history, plateau, clock = [], Plateau(r.tol), {"epoch": time.perf_counter(), "said": 0.0}
+
+    def after_epoch(epoch: int, loss: float) -> bool:
+        sched.step(loss)
+        history.append({"epoch": epoch, "loss": loss, "lr": opt.param_groups[0]["lr"],
+                        "seconds": round(time.perf_counter() - clock["epoch"], 3)})
+        clock["epoch"] = time.perf_counter()
+        plateau.update(loss)
         done = epoch == r.epochs or plateau.stale >= r.n_iter_no_change
-        if rank == 0 and (done or epoch == 1 or time.perf_counter() - last_log > 20):
-            last_log = time.perf_counter()
-            events.say(f"autoencoder epoch {epoch}: reconstruction loss {epoch_loss:.5f}")
-        if done:
-            break
+        if group.rank == 0 and (done or epoch == 1 or time.perf_counter() - clock["said"] > 20):
+            clock["said"] = time.perf_counter()
+            events.say(f"autoencoder epoch {epoch}: reconstruction loss {loss:.5f}")
+        return done
+
+    loop.plain_epochs(net, lambda model, epoch: dae.train_epoch(model, opt, batches(epoch)), group, r.epochs,
+                      after_epoch)
+    _report(net, history, group.rank)
+
+
+def _report(net: DenoisingAutoencoder, history: list[dict], rank: int) -> None:
+    """The run's metrics to Ray Train, and from rank 0 the weights with their history."""
+    import ray.train
     metrics = {"epochs": len(history), "loss": history[-1]["loss"]}
     if rank != 0:
         ray.train.report(metrics)

@@ -2,7 +2,7 @@
 
 The worker builds its trainer from the fit's ``Start`` (``model.start``: made once by the driver,
 shipped whole) and the same ``TrainingSpec``, as the in-memory estimator builds its own, with its
-group (``_Group``: epoch sums and the one-hot test of the gates are all-reduced, so every worker
+group (``RayGroup``: epoch sums and the one-hot test of the gates are all-reduced, so every worker
 takes the same schedule decisions; the network is wrapped in DDP) and its feed (``ShardFeed``).
 Checkpoints hold the whole ``Trainer`` state, so a restarted worker group resumes mid-phase with
 the same temperatures and optimiser moments.
@@ -95,7 +95,7 @@ class _Collate(ArrowBatchCollateFn):
         return torch.from_numpy(x), torch.from_numpy(np.ascontiguousarray(xr)), torch.from_numpy(keys)
 
 
-class _Group:
+class RayGroup:
     """This worker's place in the group and the collectives the schedule needs."""
 
     def __init__(self, device: torch.device):
@@ -125,6 +125,7 @@ class _Group:
         return float(t.item())
 
     def reduce(self, sums: torch.Tensor) -> torch.Tensor:
+        """The sum of every worker's epoch ``sums`` (all-reduced on NCCL's device, or the CPU)."""
         if not self.distributed:
             return sums
         import torch.distributed as dist
@@ -196,7 +197,7 @@ class StreamedShard:
         pass  # a stream holds no rows between epochs
 
 
-def _restore(trainer: Trainer, device: torch.device, group: "_Group") -> tuple[list[dict], list[int], dict]:
+def _restore(trainer: Trainer, device: torch.device, group: "RayGroup") -> tuple[list[dict], list[int], dict]:
     """Resume from Ray Train's latest checkpoint, if any: (history records, resume epochs, this
     worker's stream position). A checkpoint of another number of workers (or one written before
     positions were kept) resumes at the pass its epoch count gives."""
@@ -372,7 +373,7 @@ class _Resident:
         return self.ready
 
 
-def _report(trainer: Trainer, rec: dict, state: dict, group: _Group, stream: loop.Stream) -> None:
+def _report(trainer: Trainer, rec: dict, state: dict, group: RayGroup, stream: loop.Stream) -> None:
     """Metrics with a checkpoint (rank 0) every ``checkpoint_every`` epochs and at the end. A
     Train v2 report is a round trip through the controller, so reports go with checkpoints only;
     the per-epoch history travels in the state (what a report costs: ``benchmarks/results/scale.md``).
@@ -412,7 +413,7 @@ class _AfterEpoch:
     every ``LOG_SECONDS``, and at a phase change and the end), report with a checkpoint every
     ``checkpoint_every`` epochs, at the end and when ``max_epochs`` cuts the run short."""
 
-    def __init__(self, trainer: Trainer, c: WorkerConfig, group: "_Group", state: dict, stream: loop.Stream):
+    def __init__(self, trainer: Trainer, c: WorkerConfig, group: "RayGroup", state: dict, stream: loop.Stream):
         self.trainer, self.c, self.group, self.state, self.stream = trainer, c, group, state, stream
         self.epochs_run, self.last_line = 0, 0.0
 
@@ -429,7 +430,7 @@ class _AfterEpoch:
             _report(trainer, rec, self.state, self.group, self.stream)
 
 
-def _feed(c: WorkerConfig, device: torch.device, group: "_Group") -> ShardFeed:
+def _feed(c: WorkerConfig, device: torch.device, group: "RayGroup") -> ShardFeed:
     """This worker's feed: its shard, kept resident when ``train.cache`` allows and it fits its
     budget, and its cache of the frozen model's per-row assignments (for a shard that streams
     every epoch)."""
@@ -465,7 +466,7 @@ def short_passes(spec, n_rows: int) -> bool:
     return steps is None or n_rows <= RESIDENT_PASS_EPOCHS * steps * spec.batch_size
 
 
-def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, group: "_Group") -> None:
+def _take_idle_cpus(c: WorkerConfig, device: torch.device, local_world: int, group: "RayGroup") -> None:
     """A CPU worker whose rows are in memory: ``cpus_per_worker`` torch threads plus its share of
     the CPUs kept for Ray Data (``WorkerConfig.idle_cpus``), at most its node's CPUs over the
     workers on that node and at most what its steps are worth (``settings.threads_for``: a
@@ -500,12 +501,12 @@ def _device(c: WorkerConfig) -> torch.device:
     return device
 
 
-def _worker_trainer(c: WorkerConfig, device: torch.device, group: "_Group", precision: str):
+def _worker_trainer(c: WorkerConfig, device: torch.device, group: "RayGroup", precision: str):
     """This worker's ``Trainer``, built from the fit's ``Start`` as the estimator builds its own."""
     return c.start.trainer(c.spec, precision=precision, device=device, group=group, cuda_graphs=c.cuda_graphs)
 
 
-def _shard(c: WorkerConfig, group: "_Group"):
+def _shard(c: WorkerConfig, group: "RayGroup"):
     """This worker's rows: its Ray Data shard streamed, or its slice of the held rows."""
     import ray
     import ray.train
@@ -525,7 +526,7 @@ def _train_loop(c: WorkerConfig) -> None:
     device = _device(c)
     precision = resolve_precision(c.spec.precision, device)
     torch.manual_seed(c.spec.random_state)
-    group = _Group(device)
+    group = RayGroup(device)
     trainer = _worker_trainer(c, device, group, precision)
     records, resumes, position = _restore(trainer, device, group)
     state = {"records": records, "resumes": resumes, "precision": precision, "world_size": group.world,
@@ -538,7 +539,7 @@ def _train_loop(c: WorkerConfig) -> None:
              max_epochs=c.max_epochs, watch=_watch(c, device, group, feed.aims))
 
 
-def _watch(c: WorkerConfig, device: torch.device, group: "_Group", aims: loop.Targets) -> loop.Watch | None:
+def _watch(c: WorkerConfig, device: torch.device, group: "RayGroup", aims: loop.Targets) -> loop.Watch | None:
     """This worker's part of the fixed rows whose loss the plateaus watch when epochs are parts of
     a pass (``WorkerConfig.watched``; every worker a different part, the sums all-reduced)."""
     if c.watched is None:

@@ -15,6 +15,9 @@ A driver builds its ``Trainer`` (``model.build_trainer``), then hands ``run`` th
 - ``after_epoch(record, action)``: what the driver does between epochs (a progress bar and a
   callback; a progress line and a checkpoint).
 
+A model trained without the schedule (the autoencoder of a ``dae`` representation) runs its
+epochs through ``plain_epochs``, over the same group.
+
 Every epoch is then the same: the trainer's steps over the stream's batches, the sums reduced
 across the group, ``Trainer.end_epoch`` with the means, one history record. When epochs are parts
 of a pass, the loss the schedule's plateaus watch is a fixed sample's (``Watch``), reduced over
@@ -87,6 +90,23 @@ class Alone:
 
 
 ALONE = Alone()
+
+
+def plain_epochs(model: torch.nn.Module, epoch_sums: Callable[[torch.nn.Module, int], torch.Tensor], group: Group,
+                 epochs: int, after_epoch: Callable[[int, float], bool]) -> int:
+    """The epochs of a model trained without Algorithm 1's schedule (the denoising autoencoder of
+    ``representation: {kind: dae}``), over a group as the clustering's: ``model`` wrapped by the
+    group (DDP on Ray); each epoch's ``(loss sum, rows)`` from ``epoch_sums(wrapped, epoch)``, in
+    the group's join context (shards may end after unequal numbers of batches), reduced over the
+    group; ``after_epoch(epoch, mean loss)`` says whether to stop. Returns the epochs run."""
+    wrapped = group.wrap(model)
+    for epoch in range(1, epochs + 1):
+        with group.joined(wrapped):
+            sums = epoch_sums(wrapped, epoch)
+        sums = group.reduce(sums.detach().to(torch.float64).cpu())
+        if after_epoch(epoch, float(sums[0] / max(float(sums[1]), 1.0))):
+            return epoch
+    return epochs
 
 
 class Targets:
