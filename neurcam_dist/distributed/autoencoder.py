@@ -82,7 +82,7 @@ def _dae_loop(job: DaeJob) -> None:
     if device.type == "cpu":
         torch.set_num_threads(max(1, int(job.threads)))
     group = RayGroup(device)
-    torch.manual_seed(job.seed * 1_000_003 + group.rank)           # the dropout masks
+    torch.manual_seed(job.seed * 1_000_003 + group.rank)   # the dropout masks
     net = _build(job).to(device)
     opt, sched = dae.optimizer(net, r.lr, r.lr_patience)
     features, mean, scale = job.plan.features, job.mean, job.scale
