@@ -72,7 +72,7 @@ def test_a_tracking_server_down_for_30_s_when_a_search_ends_gets_the_runs_late(t
     store.mkdir()
     server = {"proc": start_mlflow_server(store, port)}
     uri = f"http://127.0.0.1:{port}"
-    cfg = _small(_table(tmp_path / "data"), tmp_path / "out", search={"seeds": 2},
+    cfg = _small(_table(tmp_path / "data"), tmp_path / "out", search={"seeds": 1},
                  tracking={"uri": uri, "experiment": "chaos", "model_name": "chaos"})
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     proc = subprocess.Popen([sys.executable, "-m", "neurcam_dist.cli", "tune", "--config", str(tmp_path / "c.yaml")],
@@ -109,7 +109,7 @@ def test_a_tracking_server_down_for_30_s_when_a_search_ends_gets_the_runs_late(t
         runs = client.search_runs([exp.experiment_id], max_results=100)
         parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
         trials = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-        assert len(parents) == 1 and len(trials) == 2, [(r.info.run_name, r.info.status) for r in runs]
+        assert len(parents) == 1 and len(trials) == 1, [(r.info.run_name, r.info.status) for r in runs]
         assert {r.info.status for r in runs} == {"FINISHED"}
         assert all(r.info.start_time / 1000 >= down["back"] - 1 for r in runs)   # logged after the restart
         versions = client.search_model_versions("name = 'chaos'")
