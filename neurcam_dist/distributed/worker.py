@@ -96,7 +96,8 @@ class _Collate(ArrowBatchCollateFn):
 
 
 class RayGroup:
-    """This worker's place in the group and the collectives the schedule needs."""
+    """This worker's place in the group and the collectives the schedule needs (the clustering's
+    ``loop.run`` and the autoencoder's ``loop.plain_epochs`` alike)."""
 
     def __init__(self, device: torch.device):
         import ray.train

@@ -103,7 +103,7 @@ def plain_epochs(model: torch.nn.Module, epoch_sums: Callable[[torch.nn.Module, 
     for epoch in range(1, epochs + 1):
         with group.joined(wrapped):
             sums = epoch_sums(wrapped, epoch)
-        sums = group.reduce(sums.detach().to(torch.float64).cpu())
+        sums = group.reduce(sums.detach().to(torch.float64))   # the group moves it where its collective runs
         if after_epoch(epoch, float(sums[0] / max(float(sums[1]), 1.0))):
             return epoch
     return epochs
