@@ -6,6 +6,7 @@ the very same start, trainer and finish over streamed shards.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 import warnings
@@ -168,7 +169,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         column: duplicate columns, infinite cells, and (``missing='refuse'``) missing ones; text,
         ``category`` and boolean columns (and those ``categorical_features`` names) become
         categorical features (``columns.ColumnCoding``). The encoded matrix and its coding."""
-        _refuse_empty(X, what)
+        _refuse_empty(getattr(X, "shape", None), what)
         if is_frame(X):
             refuse_lookalike_names([str(c) for c in X.columns], what)
             source = X
@@ -208,7 +209,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         names = list(self.feature_names_in_)
         if is_frame(X):
             return self.fitted_.encode_counted(X, what)
-        _refuse_empty(X, what)
+        _refuse_empty(getattr(X, "shape", None), what)
         cat = self.fitted_.coding is not None and self.fitted_.coding.has_categorical
         arr = check_array(X, dtype=None if cat else np.float64, ensure_all_finite=False, input_name="X")
         if arr.shape[1] != self.n_features_in_:
@@ -264,7 +265,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                 deterministic = torch.are_deterministic_algorithms_enabled()   # what training ran under
             fitted = finish(trainer, start, records, time.perf_counter() - t0, feature_names=names,
                             repr_dim=xr.shape[1], uses_features_as_repr=X_repr is None, precision=precision,
-                            rows=arr, deterministic=deterministic, id_column=_index_name(X), threads=threads,
+                            rows=arr, deterministic=deterministic, id_column=_index_name(X.index if is_frame(X) else None), threads=threads,
                             **({"k_choice": choice.to_dict()} if choice is not None else {}))
         self.adopt(fitted, teacher=trainer.teacher)
         self._note_empty_clusters(arr)
@@ -272,9 +273,15 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return self
 
     def _keep_reference(self, X, names: list[str], arr: np.ndarray, seed: int) -> None:
-        """``reference_`` (``_reference_rows``) and its rows of ``arr``, the table as ``fit`` encoded
-        it: what ``save``'s summary and drift reference read (``_encoded_reference``)."""
-        self.reference_, keep = _reference_rows(X, names, seed)
+        """``reference_``, a seeded draw of at most ``REFERENCE_ROWS`` of the training rows ``X``
+        in order, and its rows of ``arr``, the table as ``fit`` encoded it: what ``save``'s summary
+        and drift reference read (``_encoded_reference``)."""
+        keep = np.sort(np.random.default_rng(seed).permutation(len(X))[:REFERENCE_ROWS])
+        if is_frame(X):
+            self.reference_ = X.iloc[keep]
+        else:
+            import pandas as pd
+            self.reference_ = pd.DataFrame(np.asarray(X)[keep], columns=names)
         self._reference_encoded = (self.fitted_.coding, arr[keep])
 
     def _choose_k(self, X, n: int):
@@ -434,7 +441,8 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                   "importance_frame() / .profiles_frame() on rows of its data")
             from .explain import build_explanation
             from .explain.explanation import summary_of
-            fitted.summary = summary_of(build_explanation(self, ref, typical=0, encoded=self._encoded_reference()))
+            summary = summary_of(build_explanation(self, ref, typical=0, encoded=self._encoded_reference()))
+            self.fitted_ = fitted = dataclasses.replace(fitted, summary=summary)
         return fitted.summary
 
     def _encoded_reference(self) -> np.ndarray | None:
@@ -469,13 +477,19 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         from .monitor import reference_of
         fitted = self._validated_state()
         if X is not None:
-            fitted.drift_reference = reference_of(fitted, X)
+            reference = reference_of(fitted, fitted.encode_counted(X, "the reference rows")[0])
         elif fitted.drift_reference is None:
             ref = self._kept_rows("this model carries no drift reference (saved by a release before monitoring): "
                                   "give rows of its training data, monitor(X, reference=TRAINING_ROWS) or "
                                   "'neurcam monitor --reference TABLE'")
-            fitted.drift_reference = reference_of(fitted, ref, fitted.labels, encoded=self._encoded_reference())
-        return fitted.drift_reference
+            encoded = self._encoded_reference()
+            if encoded is None:
+                encoded = fitted.encode_counted(ref, "the reference rows")[0]
+            reference = reference_of(fitted, encoded, fitted.labels)
+        else:
+            return fitted.drift_reference
+        self.fitted_ = dataclasses.replace(fitted, drift_reference=reference)
+        return reference
 
     @_on_sized_threads
     def monitor(self, X, reference=None) -> "Drift":
@@ -608,10 +622,11 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         next_id = int(ids.max()) + 1 if next_id is None else int(next_id)
         if next_id <= ids.max():
             raise ConfigError(f"next_cluster_id={next_id} must exceed every cluster id (largest {int(ids.max())})")
-        if self.fitted_.labels is not None:
+        labels = self.fitted_.labels
+        if labels is not None:
             order = np.argsort(self.cluster_ids_)
-            self.fitted_.labels = ids[order[np.searchsorted(self.cluster_ids_[order], self.fitted_.labels)]]
-        self.fitted_.cluster_ids, self.fitted_.next_cluster_id = ids, next_id
+            labels = ids[order[np.searchsorted(self.cluster_ids_[order], labels)]]
+        self.fitted_ = dataclasses.replace(self.fitted_, labels=labels, cluster_ids=ids, next_cluster_id=next_id)
         return self
 
     def transform_features(self, X) -> np.ndarray:
@@ -660,7 +675,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         expl = build_explanation(self, X, grid_size=grid_size, pair_grid_size=pair_grid_size, **measured)
         if reference and self.fitted_.summary is None and (grid_size, pair_grid_size) == (128, 32):
             from .explain.explanation import summary_of
-            self.fitted_.summary = summary_of(expl)
+            self.fitted_ = dataclasses.replace(self.fitted_, summary=summary_of(expl))
         return expl
 
     @_on_sized_threads
@@ -740,19 +755,9 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         return cls(**params).adopt(FittedNet.from_dict(config, state, device, where=str(path)))
 
 
-def _reference_rows(X, names: list[str], seed: int):
-    """``reference_``: a seeded draw of at most ``REFERENCE_ROWS`` of the training rows, in order,
-    and their positions."""
-    keep = np.sort(np.random.default_rng(seed).permutation(len(X))[:REFERENCE_ROWS])
-    if is_frame(X):
-        return X.iloc[keep], keep
-    import pandas as pd
-    return pd.DataFrame(np.asarray(X)[keep], columns=names), keep
-
-
-def _index_name(X) -> str | None:
-    """The name of a DataFrame's row index (the rows' id column, set aside), else None."""
-    name = X.index.name if is_frame(X) and X.index.nlevels == 1 else None
+def _index_name(index) -> str | None:
+    """The name of a DataFrame's row ``index`` (the rows' id column, set aside), else None."""
+    name = index.name if index is not None and index.nlevels == 1 else None
     return None if name is None else str(name)
 
 
@@ -774,9 +779,9 @@ def _representation(X_repr, n_rows: int) -> np.ndarray:
     return rep
 
 
-def _refuse_empty(X, what: str) -> None:
-    """No rows: say so plainly (scikit-learn's own message covers zero columns)."""
-    shape = getattr(X, "shape", None)
+def _refuse_empty(shape, what: str) -> None:
+    """No rows in an input of this ``shape`` (None: not an array): say so plainly (scikit-learn's
+    own message covers zero columns)."""
     if shape is not None and len(shape) == 2 and shape[0] == 0:
         raise DataError(f"{what} is empty: shape {tuple(shape)}")
 

@@ -1,6 +1,7 @@
 """Drift seen through the model (issue 69): the reference kept with the model, a snapshot compared
 with it through ``NeurCAM.monitor`` and ``neurcam monitor`` (drift.json, monitor.html, the exit
 status a cronjob acts on), each injected change named first and clean snapshots left quiet."""
+import dataclasses
 import json
 
 import numpy as np
@@ -169,7 +170,7 @@ def test_neurcam_monitor_writes_its_verdict_and_exits_for_a_cronjob(fitted, tmp_
 def test_a_model_without_a_reference_says_how_to_add_one(fitted, tmp_path, capsys):
     est, path, _ = fitted
     old = NeurCAM.load(path)
-    old.fitted_.drift_reference = None
+    old.adopt(dataclasses.replace(old.fitted_, drift_reference=None))
     old.save(tmp_path / "old")   # as a release before monitoring saved it: no reference, no rows
     assert "drift_reference" not in json.loads((tmp_path / "old" / "config.json").read_text())
     train, _ = snapshot(3000, 0)

@@ -132,3 +132,31 @@ def test_only_the_start_builds_trainers_and_only_the_finish_makes_fitted_states(
     own = {f.name for f in dataclasses.fields(WorkerConfig)}
     copied = own & {f.name for f in dataclasses.fields(start_mod.Start)}
     assert "start" in own and not copied, f"WorkerConfig copies the start's {sorted(copied)}: ship the Start whole"
+
+
+def test_a_fitted_state_is_never_changed_after_it_is_made():
+    """``finish`` makes the fitted state complete and frozen: renaming the clusters, computing
+    the summary and the drift reference give the estimator new values and leave the one it had
+    (which a caller may hold) as it was."""
+    import pandas as pd
+
+    from neurcam_dist import NeurCAM
+    X, _ = blobs(n=200)
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    est = NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, hidden=(8,), n_bases=4, verbose=False,
+                  random_state=0).fit(frame)
+    made = est.fitted_
+    assert made.labels is not None and made.channel_means is not None, "finish left the state to be completed"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.summary = {}
+    labels = made.labels.copy()
+    est.set_cluster_ids([7, 5, 9], next_id=12)
+    _ = (est.importance_, est.drift_reference())   # computed once, kept by the estimator
+    renamed = est.fitted_
+    assert renamed is not made
+    assert made.cluster_ids.tolist() == [0, 1, 2] and made.next_cluster_id == 3
+    assert np.array_equal(made.labels, labels) and made.summary is None and made.drift_reference is None
+    assert renamed.cluster_ids.tolist() == [7, 5, 9] and renamed.next_cluster_id == 12
+    assert np.array_equal(renamed.labels, np.array([7, 5, 9])[labels])
+    assert renamed.summary is not None and renamed.drift_reference is not None
+    assert est.predict(frame).tolist() == np.array([7, 5, 9])[made.assign(made.encode(frame))].tolist()

@@ -227,11 +227,11 @@ def _refuse_one_glued_column(path, columns, sep: str) -> None:
                             f"like {glued[0]!r}, not {sep!r}: pass --delimiter {glued[0]!r}")
 
 
-def id_columns(df: pd.DataFrame, features, label: str | None) -> list:
-    """The columns automatic feature selection sets aside as ids (index-, id- or key-like names):
-    what ``fit``'s assignments carry beside each row's cluster."""
+def id_columns(columns, features, label: str | None) -> list:
+    """Of a table's ``columns``, those automatic feature selection sets aside as ids (index-, id-
+    or key-like names): what ``fit``'s assignments carry beside each row's cluster."""
     from ..validation import is_id_like
-    return [c for c in df.columns if c not in set(features) and c != label and is_id_like(c)]
+    return [c for c in columns if c not in set(features) and c != label and is_id_like(c)]
 
 
 def is_csv(path) -> bool:
@@ -327,14 +327,13 @@ def _auto_columns(df: pd.DataFrame, label: str | None, named_cat: list, max_leve
     return cols, why
 
 
-def _excluded(df: pd.DataFrame, features: list[str] | None, exclude: list[str] | None) -> dict:
+def _excluded(columns: list, features: list[str] | None, exclude: list[str] | None) -> dict:
     """``--exclude``'s columns, each with why it is not used; ``ConfigError`` for a column the
-    table does not have (with the nearest names) or one ``features`` also names."""
+    table (its ``columns``) does not have (with the nearest names) or one ``features`` also names."""
     exclude = list(exclude or [])
-    missing = [c for c in exclude if c not in df.columns]
+    missing = [c for c in exclude if c not in columns]
     if missing:
-        raise ConfigError(f"--exclude columns {missing} are not in the data"
-                          f"{missing_columns_note(missing, list(df.columns))}")
+        raise ConfigError(f"--exclude columns {missing} are not in the data{missing_columns_note(missing, columns)}")
     both = [c for c in exclude if c in (features or [])]
     if both:
         raise ConfigError(f"--exclude names {both}, which --features lists: name each column in one")
@@ -366,7 +365,7 @@ def split_columns(df: pd.DataFrame, features: list[str] | None, label: str | Non
     if missing:
         raise ConfigError(f"--categorical columns {missing} are not in the data"
                           f"{missing_columns_note(missing, list(df.columns))}")
-    why = _excluded(df, features, exclude)
+    why = _excluded(list(df.columns), features, exclude)
     if features:
         missing = [f for f in features if f not in df.columns]
         if missing:

@@ -198,7 +198,10 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
                     "rows": _row_views(fitted, rows, arr if span is None else fitted.encode(span))}
     expl = Explanation(feature_names=names, n_clusters=fitted.n_clusters, intercept=intercept, terms=terms,
                        cluster_sizes=sizes, profiles=profiles, model_card=card, cluster_ids=ids, examples=examples)
-    return _measured(expl, X, fitted.cluster_ids[columns], compared, runs)
+    extra = {} if compared is None else {"comparison": _compared(expl, fitted.cluster_ids[columns], compared)}
+    if runs is not None:   # the same rows through each other run
+        extra["stability"] = stability(expl, [build_explanation(r, X, typical=0) for r in runs], X)
+    return dataclasses.replace(expl, **extra) if extra else expl
 
 
 def _terms(fitted, arr: np.ndarray, grid_size: int, pair_grid_size: int, n_bins: int):
@@ -246,25 +249,19 @@ def _terms(fitted, arr: np.ndarray, grid_size: int, pair_grid_size: int, n_bins:
     return terms, np.asarray(intercept, dtype=np.float64), np.stack(at_rows_all, axis=1), main_features, levels
 
 
-def _measured(expl: Explanation, X, assigned: np.ndarray, compared: Compared | None,
-              runs: Sequence | None) -> Explanation:
-    """``expl`` with what is measured on the finished explanation: the comparison with
-    ``compared`` (``assigned``: this model's cluster ids of the rows) and the stability against
-    ``runs``' explanations of the same rows."""
-    extra = {}
-    if compared is not None:
-        before = build_explanation(compared.model, compared.rows, typical=0)
-        extra["comparison"] = comparison(expl, before, assigned, compared.model.predict(compared.rows),
-                                         new_name=compared.new_name, old_name=compared.old_name)
-    if runs is not None:
-        extra["stability"] = stability(expl, [build_explanation(r, X, typical=0) for r in runs], X)
-    return dataclasses.replace(expl, **extra) if extra else expl
+def _compared(expl: Explanation, assigned: np.ndarray, compared: Compared) -> dict:
+    """How the rows of ``compared`` moved from that model's cluster ids to ``expl``'s
+    (``assigned``: this model's cluster ids of the rows), and the new drivers
+    (``compare.comparison``)."""
+    before = build_explanation(compared.model, compared.rows, typical=0)
+    return comparison(expl, before, assigned, compared.model.predict(compared.rows),
+                      new_name=compared.new_name, old_name=compared.old_name)
 
 
 def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits: np.ndarray, ids: list) -> dict:
     """Each cluster's ``typical`` rows and its borderline row, as ``examples.row_records``."""
     positions, border, basis = typical_positions(fitted, arr, typical, logits)
-    row_ids = _row_ids(X, len(arr))
+    row_ids = _row_ids(getattr(X, "index", None), len(arr))
     flat = [p for c in range(fitted.n_clusters) for p in positions[c]] + list(border.values())
     records = iter(row_records(fitted, arr[flat], names, [row_ids[p] for p in flat], *value_span(arr),
                                pooled=pooled_cells(fitted, X, arr, flat)))
@@ -273,9 +270,8 @@ def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits
             "borderline": {str(ids[c]): next(records) for c in border}, "rows": []}
 
 
-def _row_ids(X, n: int) -> list:
-    """Each row's id: a DataFrame's index labels, else its position."""
-    index = getattr(X, "index", None)
+def _row_ids(index, n: int) -> list:
+    """Each of ``n`` rows' id: a DataFrame's ``index`` labels, else its position."""
     return list(index) if index is not None and len(index) == n else list(range(n))
 
 
@@ -283,7 +279,7 @@ def _row_views(fitted, X, span: np.ndarray) -> list[dict]:
     """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
     the smallest change of one feature or pair to another cluster, within ``span``'s range)."""
     arr = fitted.encode(X)
-    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(X, len(arr)), *value_span(span),
+    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(getattr(X, "index", None), len(arr)), *value_span(span),
                        pooled=pooled_cells(fitted, X, arr, range(len(arr))))
 
 

@@ -72,7 +72,7 @@ def fit(input: str, output: str, *, features: list[str] | None = None, label: st
     assignments = _check_fit_target(input, output, report)
     X, y, ids = _fit_table(read_table(input, encoding, delimiter=delimiter, decimal=decimal), features, label,
                            id_column, params, exclude)
-    _check_fit_outputs(output, ids, len(X), params.get("n_clusters", 10), assignments, report)
+    _check_fit_outputs(output, list(ids.columns), len(X), params.get("n_clusters", 10), assignments, report)
     t0 = time.perf_counter()
     est = NeurCAM(**params).fit(X)
     seconds = time.perf_counter() - t0
@@ -147,7 +147,7 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
     X, y = split_columns(table, features, label, categorical=named if isinstance(named, list) else None,
                          numeric=params.get("numeric_features"),
                          max_levels=params.get("max_levels", 64), exclude=exclude)
-    ids = df[([id_column] if id_column else []) + id_columns(table, X.columns, label)]
+    ids = df[([id_column] if id_column else []) + id_columns(table.columns, X.columns, label)]
     name = id_column or (ids.columns[0] if len(ids.columns) == 1 else None)
     if name is not None:
         print(f"id: {name} (carried into the assignments; names the report's rows)", file=sys.stderr)
@@ -156,13 +156,14 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
     return X, y, ids
 
 
-def _check_fit_outputs(output, ids, n_rows: int, n_clusters, assignments: str, report: bool) -> None:
-    """Before training, once the table is read: no id column named like a score column, and room
-    on the output's disk for what the run writes (``n_clusters='auto'``: as for the most K tried)."""
+def _check_fit_outputs(output, id_names: list, n_rows: int, n_clusters, assignments: str, report: bool) -> None:
+    """Before training, once the table is read: no id column (``id_names``) named like a score
+    column, and room on the output's disk for what the run writes (``n_clusters='auto'``: as for
+    the most K tried)."""
     n_clusters = 12 if n_clusters == "auto" else n_clusters
     from ..explain.assignments import file_layout, refuse_collisions, scored_columns
     from ..storage import check_room
-    refuse_collisions(ids.columns, scored_columns(range(n_clusters), 3, **file_layout(range(n_clusters))),
+    refuse_collisions(id_names, scored_columns(range(n_clusters), 3, **file_layout(range(n_clusters))),
                       f"{assignments} as id columns")
     check_room(output, _fit_output_bytes(n_rows, n_clusters, report))
 

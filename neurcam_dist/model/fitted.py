@@ -36,11 +36,13 @@ def log_assignment(net: NeurCAMNet, x: torch.Tensor, t: float = 1.0, t2: float =
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class FittedNet:
-    """A locked network plus its standardization, temperatures, feature names and (once known)
-    the training-data mean of every channel, which centres per-row explanations; the stable
-    cluster ids; and the record of the fit.
+    """A locked network plus its standardization, temperatures, feature names and the
+    training-data mean of every channel, which centres per-row explanations; the stable cluster
+    ids; and the record of the fit. Frozen: a value made complete (``model.start.finish``,
+    ``from_dict``); what changes later (ids renamed, a summary computed) is a new value
+    (``dataclasses.replace``) that the estimator adopts.
 
     Attributes
     ----------
@@ -205,10 +207,10 @@ class FittedNet:
     def __post_init__(self):
         # rows at a feature's zero skip the backbone of the locked channels reading it
         self.net.set_baseline(torch.from_numpy(standardized_zero(self.mean, self.scale)))
-        k = self.n_clusters
-        self.cluster_ids = np.arange(k, dtype=np.int64) if self.cluster_ids is None else np.asarray(
-            self.cluster_ids, np.int64)
-        self.next_cluster_id = k if self.next_cluster_id is None else int(self.next_cluster_id)
+        k = self.n_clusters   # the defaults made explicit, once, as the value is made
+        object.__setattr__(self, "cluster_ids", np.arange(k, dtype=np.int64) if self.cluster_ids is None
+                           else np.asarray(self.cluster_ids, np.int64))
+        object.__setattr__(self, "next_cluster_id", k if self.next_cluster_id is None else int(self.next_cluster_id))
 
     @property
     def n_clusters(self) -> int:
@@ -229,14 +231,19 @@ class FittedNet:
         """Rows (a DataFrame aligned by name, or a 2-D array in the fitted order) as the encoded
         matrix the network reads (``columns.ColumnCoding.encode``: level codes, NaN for missing
         cells); a model without a coding reads plain numbers and refuses missing cells."""
-        return self.encode_counted(X, what)[0]
+        return self.reader.encode_counted(X, what)[0]
 
     def encode_counted(self, X, what: str = "X") -> tuple[np.ndarray, dict[str, int]]:
         """``(encoded matrix, unseen levels per column)``, as ``encode``."""
-        if self.coding is None:   # read as today's models read plain numbers, with the same messages
-            legacy = ColumnCoding.numeric(list(self.feature_names), 0, missing="refuse", legacy=True)
-            return legacy.encode_counted(X, what)
-        return self.coding.encode_counted(X, what)
+        return self.reader.encode_counted(X, what)
+
+    @property
+    def reader(self) -> ColumnCoding:
+        """The coding rows are read with: the fitted one, or for a model saved without one, plain
+        numbers read as such models always were (missing cells refused, with the same messages)."""
+        if self.coding is None:
+            return ColumnCoding.numeric(list(self.feature_names), 0, missing="refuse", legacy=True)
+        return self.coding
 
     def clustering_space(self, arr: np.ndarray) -> np.ndarray:
         """The clustering space of encoded rows for a model whose space is its features

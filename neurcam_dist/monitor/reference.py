@@ -83,17 +83,16 @@ def model_pass(fitted, arr: np.ndarray) -> dict:
             "terms": names, "used": sorted({f for g in groups for f in g}), "borderline": border}
 
 
-def reference_of(fitted, rows, labels: np.ndarray | None = None, encoded: np.ndarray | None = None) -> dict:
-    """The drift reference of ``fitted`` over training rows ``rows`` (raw, as ``fit`` took them;
-    ``encoded``: as the model encodes them, when the caller has it); cluster shares from
-    ``labels`` (every training row's cluster id) when given, else the rows'.
+def reference_of(fitted, arr: np.ndarray, labels: np.ndarray | None = None) -> dict:
+    """The drift reference of ``fitted`` over training rows ``arr``, as the model encodes them
+    (``FittedNet.encode``); cluster shares from ``labels`` (every training row's cluster id) when
+    given, else the rows'.
 
     Returns
     -------
     dict
         Plain values (``config.json``'s ``drift_reference``), described in ``docs/monitor.md``.
     """
-    arr = fitted.encode_counted(rows, "the reference rows")[0] if encoded is None else encoded
     coding, names = fitted.coding, list(fitted.feature_names)
     passed = model_pass(fitted, arr)
     features = []
