@@ -392,11 +392,12 @@ def _add_sample(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``neurcam sample``'s flags, on its sub-parser ``p``."""
     _flag(p, "--input", type=_path, required=True, help="CSV(.gz) or Parquet file")
     _flag(p, "--output", "--out", type=_path, required=True, help="folder to receive the shards")
-    p.add_argument("--per-class", type=int, default=None,
-                   help="rows per value of --by (all rows of a smaller class)")
-    p.add_argument("--rows", type=int, default=None, help="rows in all (without --per-class); 0 or --all: "
-                                                         "every row, in order (a table turned into shards)")
-    p.add_argument("--all", action="store_true", help="every row, in order: --rows 0")
+    size = p.add_mutually_exclusive_group(required=True)   # one of them: argparse names the pair given
+    size.add_argument("--per-class", type=int, default=None,
+                      help="rows per value of --by (all rows of a smaller class)")
+    size.add_argument("--rows", type=int, default=None, help="rows in all; 0 or --all: every row, in order (a "
+                                                            "table turned into shards)")
+    size.add_argument("--all", action="store_true", help="every row, in order: --rows 0")
     p.add_argument("--by", default="label", help="class column for --per-class")
     p.add_argument("--id", default="id", help="id column: kept when present, else the input's row number")
     p.add_argument("--files", type=int, default=4, help="Parquet files to write")
@@ -688,8 +689,6 @@ def _generate(args) -> None:
 
 
 def _sample(args) -> None:
-    if args.all and (args.rows or args.per_class):
-        raise ConfigError("--all takes every row: leave out --rows and --per-class")
     rows, files = service.sample(args.input, args.output, per_class=args.per_class, rows=0 if args.all else args.rows,
                                  by=args.by,
                                  id_column=args.id, files=args.files, seed=args.seed, **_csv(args))

@@ -389,3 +389,33 @@ def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_de
         actions = subs[command.name]._actions
         assert [a.dest for a in actions if a.dest in paths and a.type is not _path] == [], command.name
         assert any(a.dest == "verbose" for a in actions) == command.on_ray, command.name
+
+
+def test_flags_that_do_not_go_together_are_refused_before_anything_is_read_or_written(tmp_path, capsys):
+    """Two spellings of one choice (sample's size; explain's model; choose-k's table or job
+    config) are refused by name, and the service refuses its own parameters' combinations
+    before it reads the table, so a Python caller meets the same rule."""
+    from neurcam_dist import service
+    from neurcam_dist.errors import ConfigError
+    table = tmp_path / "t.csv"
+    pd.DataFrame({"a": range(20), "label": [0, 1] * 10}).to_csv(table, index=False)
+    out = tmp_path / "out"
+    for size in (["--all", "--rows", "5"], ["--per-class", "2", "--rows", "5"], []):
+        with pytest.raises(SystemExit) as exc:
+            main(["sample", "--input", str(table), "--output", str(out), *size])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and not out.exists()
+        assert ("not allowed with argument" in err) if size else "one of the arguments --per-class --rows --all" in err
+    for sizes, said in (({"per_class": 2, "rows": 5}, "got both"), ({}, "got neither")):
+        with pytest.raises(ConfigError, match=f"per_class .--per-class. or rows .--rows.*{said}"):
+            service.sample(str(tmp_path / "missing.csv"), str(out), **sizes)   # refused before the input is read
+        assert not out.exists()
+    assert main(["explain", "--model", str(tmp_path / "m1"), "--compare", str(tmp_path / "m0"), str(tmp_path / "m2"),
+                 "--input", str(table), "--output", str(out)]) == 2
+    assert "--compare OLD NEW explains NEW; leave --model out" in capsys.readouterr().err and not out.exists()
+    config = tmp_path / "job.yaml"
+    config.write_text(f"data: {{path: {tmp_path}}}\noutput: {out}\n")
+    assert main(["choose-k", "--config", str(config), "--features", "a"]) == 2
+    assert "leave out --features" in capsys.readouterr().err
+    assert main(["choose-k", "--config", str(config), "--epochs", "5"]) == 2
+    assert "write --set model.epochs=... instead of --epochs" in capsys.readouterr().err and not out.exists()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import ConfigError
 from .common import say, temp_logs
 
 
@@ -91,6 +92,9 @@ def sample(input: str, output: str, *, per_class: int | None = None, rows: int |
     from ..data.bundled import stratified_sample, write_frame_shards
     from ..data.tables import read_table
     from ..storage import check_writable, refuse_overwrite
+    if (per_class is None) == (rows is None):   # before anything is read or written
+        raise ConfigError(f"sample takes one size: per_class (--per-class) or rows (--rows; 0 or --all: every "
+                          f"row), got {'both' if rows is not None else 'neither'}")
     refuse_overwrite(output, inputs=[input])
     check_writable(output, "--output")
     from ..storage import check_room   # shards of at most the input's rows: about its size, twice for safety
