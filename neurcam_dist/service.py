@@ -60,6 +60,15 @@ def load_config(path, overrides: dict | None = None):
     -------
     JobConfig
         Validated; its ``notes()`` say which environment variables applied.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> job = Path(tempfile.mkdtemp()) / "job.yaml"
+    >>> _ = job.write_text("data: {path: data/events}\\nmodel: {n_clusters: 4}\\noutput: runs/events\\n")
+    >>> cfg = service.load_config(str(job), {"model.epochs": 50})
+    >>> cfg.model.n_clusters, cfg.model.epochs
+    (4, 50)
     """
     from .config import load_config as _load
     return _load(path, overrides or {})
@@ -98,7 +107,17 @@ def recluster(config) -> dict:
 
 def history(output: str, say=None) -> list[dict]:
     """The re-clustering decisions recorded in ``output`` (``recluster-history.jsonl``), oldest
-    first; each line that cannot be read is left out and named through ``say`` (else a warning)."""
+    first; each line that cannot be read is left out and named through ``say`` (else a warning).
+
+    Examples
+    --------
+    >>> import json, tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> out = Path(tempfile.mkdtemp())
+    >>> _ = (out / "recluster-history.jsonl").write_text(json.dumps({"snapshot": "date=2026-01-02",
+    ...     "promoted": True, "outcome": "promoted", "reason": "first model"}) + "\\n")
+    >>> service.history_table(service.history(str(out)))[["snapshot", "promoted", "reason"]].to_dict("records")
+    [{'snapshot': 'date=2026-01-02', 'promoted': True, 'reason': 'first model'}]
+    """
     from .ops.history import read_history
     return read_history(output, say)
 
@@ -112,21 +131,48 @@ def history_table(records: list[dict]):
 
 # ---------------------------------------------------------------- operations
 def validate(config, *, check_tracking: bool = False, address: str | None = None) -> list[str]:
-    """Check a job config without running it (``ops.validate``); the lines say what was checked.
-    With ``address`` (a Ray job server), also whether the job's workers fit that cluster."""
+    """Check a job config (a ``JobConfig``, a dict or a YAML path) without running it
+    (``ops.validate``); the lines say what was checked. With ``address`` (a Ray job server), also
+    whether the job's workers fit that cluster.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = service.generate("synthetic", str(d / "events"), files=2, rows=400, features=4, clusters=3)
+    >>> print("\\n".join(service.validate({"data": {"path": str(d / "events")}, "model": {"n_clusters": 3},
+    ...                                     "output": str(d / "run")})[:2]))
+    schema: ok (data, model, train)
+    data: 400 rows in 2 file(s) (1 hidden, '_' or non-Parquet entries skipped); 4 features (f0, f1, f2, f3); ...
+    """
+    from .config import coerce_config
     from .ops.validate import validate as _validate
-    return _validate(config, check_tracking=check_tracking, address=address)
+    return _validate(coerce_config(config), check_tracking=check_tracking, address=address)
 
 
 def parse_overrides(pairs: list[str]) -> dict:
-    """``--set KEY=VALUE`` strings as the dotted overrides every command takes (``config``)."""
+    """``--set KEY=VALUE`` strings as the dotted overrides every command takes (``config``).
+
+    Examples
+    --------
+    >>> from neurcam_dist import service
+    >>> service.parse_overrides(["model.epochs=50", "search.seeds=[0, 1]"])
+    {'model.epochs': 50, 'search.seeds': [0, 1]}
+    """
     from .config import parse_overrides as _parse
     return _parse(pairs)
 
 
 def unreachable(exc: BaseException, output=None) -> str:
     """One line for an object store or server that did not answer (an ``OSError`` from pyarrow's
-    file systems), or a full or read-only disk (naming the file or ``output``), saying what to check."""
+    file systems), or a full or read-only disk (naming the file or ``output``), saying what to check.
+
+    Examples
+    --------
+    >>> from neurcam_dist import service
+    >>> service.unreachable(OSError(28, "No space left on device"), "runs/x")
+    'no space left on the device while writing runs/x: free space there, or write elsewhere (--output); nothing was published'
+    """
     from .ops.validate import unreachable as _unreachable
     return _unreachable(exc, output)
 
