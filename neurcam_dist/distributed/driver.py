@@ -40,7 +40,7 @@ from .session import check_resources, ensure_ray, worker_env, worker_group
 from .worker import STATE_FILE, WorkerConfig, expected_shard_bytes, short_passes, train_loop_per_worker
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainResult:
     """What ``train`` returns: the estimator, its metrics, where the outputs are, the plan,
     the config it ran, and (with ``tracking:``) what was logged."""
@@ -49,7 +49,7 @@ class TrainResult:
     output: Path | str               # a local Path, or an object-store URI (str)
     plan: data_mod.Plan
     config: JobConfig
-    tracking: dict | None = None     # filled by ``service.train`` when the config has ``tracking:``
+    tracking: dict | None = None     # what ``service.train`` logged, with ``tracking:`` (a new value)
 
     @property
     def model_path(self) -> Path | str:

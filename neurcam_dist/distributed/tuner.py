@@ -76,7 +76,7 @@ class Trial:
                    if k in self.metrics}, **({"error": self.error} if self.error else {})}
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
     """What ``search`` returns: the winner, its metrics, every trial, the consistency of the
     best runs' explanations, where the outputs are, and the configs it ran."""
@@ -89,7 +89,7 @@ class SearchResult:
     plan: object
     config: JobConfig                # the resolved config with the winner's hyperparameters
     search_config: JobConfig         # the config the search ran (base model section + search space)
-    tracking: dict | None = None     # filled by ``service.search`` when the config has ``tracking:``
+    tracking: dict | None = None     # what ``service.search`` logged, with ``tracking:`` (a new value)
     explanation: object = None       # the winner's report (``explain.Explanation``)
     matched: Matched | None = None   # with an incumbent: how the winner met it (``compare.take_ids``)
 

@@ -8,6 +8,7 @@ that ``tracking.TrackingError`` says what was not logged (and that nothing was r
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from ..config import JobConfig, coerce_config
@@ -26,7 +27,8 @@ def train(config, *, name: str | None = None) -> TrainResult:
     with sigterm_as_exit():
         result = _train(cfg, name=name)
         if cfg.tracking is not None:
-            _log(cfg, result, "run", "the run", lambda t: t.log_training(result, result.config))
+            logged = _log(cfg, result, "run", "the run", lambda t: t.log_training(result, result.config))
+            result = dataclasses.replace(result, tracking=logged)
         return result
 
 
@@ -41,13 +43,15 @@ def search(config, *, name: str | None = None, incumbent=None) -> SearchResult:
             _warn_if_unreachable(cfg)
         result = _search(cfg, name=name, incumbent=incumbent)
         if cfg.tracking is not None:
-            _log(cfg, result, "parent run", "the search's parent run, its trial runs",
-                 lambda t: t.log_search(result, result.search_config))
+            logged = _log(cfg, result, "parent run", "the search's parent run, its trial runs",
+                          lambda t: t.log_search(result, result.search_config))
+            result = dataclasses.replace(result, tracking=logged)
         return result
 
 
-def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
-    """``log_with(tracking)`` into ``result.tracking``, MLflow's own lines in the run's log.
+def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> dict:
+    """What ``log_with(tracking)`` logged of ``result`` (its ``tracking``), MLflow's own lines in the
+    run's log.
     An http server that does not answer when the run ends is waited for (``tracking.wait_reachable``:
     the run is logged late, with a warning saying so); one that stops answering part-way is
     waited for again and the logging tried once more, the cut-off attempt's runs ended FAILED and,
@@ -70,7 +74,7 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
                             f"{tc.model_name} version(s) {', '.join(versions)} before it stopped answering; not "
                             f"registered again: check them (and their runs) in MLflow")
                 killed = tracking.mark_killed_runs(tc.experiment)
-                result.tracking = log_with(tracking)
+                logged = log_with(tracking)
             break
         except Exception as exc:
             if isinstance(exc, tracking.TrackingError):
@@ -86,7 +90,8 @@ def _log(cfg: JobConfig, result, what: str, runs: str, log_with) -> None:
     if waited or attempt == 2:
         say(f"WARNING: the MLflow {what} was logged late ({time.monotonic() - t_end:.0f} s after training ended"
             + (", on the second attempt" if attempt == 2 else "") + "): MLflow's start times are the logging's")
-    _say_logged(cfg, result.tracking, what)
+    _say_logged(cfg, logged, what)
+    return logged
 
 
 def mlflow_lines(cfg: JobConfig):
