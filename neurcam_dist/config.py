@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, create_model,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, create_model,
                       field_validator, model_validator)
 
 from .errors import ConfigError
@@ -53,8 +53,10 @@ class _Strict(BaseModel):
         return out
 
 
-# A path in a config: ``~`` and ``$VAR`` expanded as on the command line (``uris.expand``).
-Path_ = Annotated[str, AfterValidator(expand)]
+# A path in a config: ``~`` and ``$VAR`` expanded as on the command line (``uris.expand``); a
+# ``pathlib.Path`` or ``uris.Location`` in a dict config is taken as its text.
+Path_ = Annotated[str, BeforeValidator(lambda v: os.fspath(v) if isinstance(v, os.PathLike) else v),
+                  AfterValidator(expand)]
 Paths = Path_ | list[Path_]
 
 

@@ -37,6 +37,7 @@ from .local.exporting import EXPORT_MIN_AGREEMENT, EXPORT_MIN_ROWS, ExportResult
 from .local.fitting import FitResult, choose_k, fit
 from .local.monitoring import monitor
 from .local.predicting import PredictSettings, predict, predict_settings
+from .uris import Where
 
 __all__ = ["EXPORT_MIN_AGREEMENT", "EXPORT_MIN_ROWS", "ExplainResult", "ExportResult", "FitResult", "PredictSettings",
            "choose_k", "choose_k_on_ray", "demo", "demo_config", "demo_data", "explain", "export", "featurize_text",
@@ -105,7 +106,7 @@ def recluster(config) -> dict:
     return _recluster(config)
 
 
-def history(output: str, say=None) -> list[dict]:
+def history(output: Where, say=None) -> list[dict]:
     """The re-clustering decisions recorded in ``output`` (``recluster-history.jsonl``), oldest
     first; each line that cannot be read is left out and named through ``say`` (else a warning).
 
@@ -163,7 +164,7 @@ def parse_overrides(pairs: list[str]) -> dict:
     return _parse(pairs)
 
 
-def unreachable(exc: BaseException, output=None) -> str:
+def unreachable(exc: BaseException, output: Where | None = None) -> str:
     """One line for an object store or server that did not answer (an ``OSError`` from pyarrow's
     file systems), or a full or read-only disk (naming the file or ``output``), saying what to check.
 

@@ -14,6 +14,11 @@ from pathlib import Path
 
 from .errors import ConfigError
 
+# What the front door takes for a place (``service``'s ``input``, ``output``, ``model``): a path or
+# URI as text, a ``pathlib.Path`` or a ``Location`` (anything ``os.fspath`` reads); resolved to a
+# ``Location`` where it comes in.
+Where = str | os.PathLike
+
 # An S3-compatible server other than AWS (MinIO, SeaweedFS, Ceph) rejects or mangles the CRC
 # checksums that recent AWS SDKs add to every request and expect on every response, so what was
 # written cannot be read back. "When required" is what such servers support and AWS accepts.

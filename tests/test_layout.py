@@ -362,6 +362,25 @@ def test_the_front_door_names_input_and_output_one_way():
     assert {"input", "output"} <= set(seen["service.fit"]) and "output" in seen["service.demo"]
 
 
+def test_the_front_door_takes_a_place_as_one_type():
+    """Every entry point's ``input``, ``output`` and ``model`` is a ``uris.Where`` (text, a
+    ``Path`` or a ``Location``) in its signature, not ``str`` in one and ``Path`` in another."""
+    import inspect
+
+    from neurcam_dist import service
+    places, bad = 0, []
+    for name in service.__all__:
+        thing = getattr(service, name)
+        if not inspect.isfunction(thing):
+            continue
+        for p in inspect.signature(thing).parameters.values():
+            if p.name in ("input", "output", "model"):
+                places += 1
+                if not str(p.annotation).startswith("Where"):
+                    bad.append(f"service.{name}({p.name}: {p.annotation})")
+    assert places >= 20 and not bad, "annotate with uris.Where:\n" + "\n".join(bad)
+
+
 def test_an_explanation_is_finished_where_it_is_built():
     """``explain.build_explanation`` returns the explanation complete; it is frozen, and no module
     outside ``explain/`` assigns to an explanation's attributes or fills its parts."""

@@ -3,6 +3,7 @@ front door's checks up front, and one error base whose messages survive Ray."""
 import dataclasses
 import json
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -373,3 +374,26 @@ def test_duplicate_and_empty_ids_are_counted_at_every_door_and_show_names_every_
     assert said in out
     assert "row C000002 (row 2): cluster" in out and "row C000002 (row 5): cluster" in out
     assert "row C000010: cluster" in out
+
+
+def test_the_front_door_takes_paths_and_locations_where_it_takes_text(tmp_path):
+    """A ``pathlib.Path`` or a ``uris.Location`` works wherever an entry point takes a place as
+    text (``uris.Where``): the same outputs, no ``'Location' object has no attribute`` deep down."""
+    from neurcam_dist import service
+    from neurcam_dist.data.synthetic import mixed_table
+    from neurcam_dist.uris import Location
+    mixed_table(300, seed=0)[0].to_csv(tmp_path / "rows.csv", index=False)
+    rows, model = Location(tmp_path / "rows.csv"), tmp_path / "run" / "model"   # a Location and a Path
+    run = service.fit(rows, Location(tmp_path / "run"), params={"n_clusters": 3, "epochs": 12, "warmup_epochs": 4,
+                                                                "verbose": False})
+    assert run.estimator.n_clusters_ == 3 and (model / "config.json").is_file()
+    assert Path(service.explain(model, rows, tmp_path / "explained", say=lambda *_: None).report).is_file()
+    assert service.export(Location(model), tmp_path / "rows.csv", table="rows", output=tmp_path / "q.sql").agreement > 0.9
+    assert (tmp_path / "q.sql").read_text().lstrip().upper().startswith(("WITH", "SELECT", "--"))
+    service.monitor(Location(model), rows, tmp_path / "drift", say=lambda *_: None)
+    assert (tmp_path / "drift" / "drift.json").is_file()
+    assert service.sample(rows, tmp_path / "shards", rows=0, files=1)[0] == 300
+    checked = service.validate({"data": {"path": Location(tmp_path / "shards")}, "model": {"n_clusters": 3},
+                                "output": tmp_path / "ray-run"})
+    assert any(line.startswith("data: 300 rows") for line in checked)
+    assert service.load_model(Location(model)).n_clusters_ == service.load_fitted(model).n_clusters == 3

@@ -6,11 +6,13 @@ import tempfile
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
+from ..uris import Where
 
 
-def load_model(ref: str):
+def load_model(ref: Where):
     """A ``NeurCAM`` from a model directory or an MLflow model URI (``models:/NAME@alias``,
     ``runs:/ID/model``); for a URI, credentials in the tracking URI are taken out of it first."""
+    ref = os.fspath(ref)
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
         from .. import tracking
         tracking.uri.point_at()
@@ -19,10 +21,11 @@ def load_model(ref: str):
     return NeurCAM.load(ref)
 
 
-def load_fitted(ref: str):
+def load_fitted(ref: Where):
     """The fitted state (``model.FittedNet``) of a model directory or an MLflow model URI: what
     scoring reads. A directory is read without the estimator class, so ``neurcam predict``
     imports neither scikit-learn nor SciPy (``benchmarks/startup.py`` times it)."""
+    ref = os.fspath(ref)
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
         return load_model(ref).fitted_
     from ..model import FittedNet

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from .common import say, temp_logs
+from ..uris import Where
 
 
 def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
@@ -24,7 +25,7 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
             _featurize(text_job, log=log)
 
 
-def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,
+def generate(kind: str, output: Where, *, files: int = 4, rows: int = 100_000, features: int = 8, dim: int = 32,
              clusters: int = 4, seed: int = 0) -> list[str]:
     """Example data as Parquet shards in ``output``.
 
@@ -60,7 +61,7 @@ def generate(kind: str, output: str, *, files: int = 4, rows: int = 100_000, fea
     return write_frame_shards(digits_frame(), output, files)
 
 
-def sample(input: str, output: str, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
+def sample(input: Where, output: Where, *, per_class: int | None = None, rows: int | None = None, by: str = "label",
            id_column: str = "id", files: int = 4, seed: int = 0, encoding: str = "utf-8", delimiter: str | None = None,
            decimal: str | None = None) -> tuple[int, list[str]]:
     """A seeded sample of a CSV or Parquet table as Parquet shards with an id column.

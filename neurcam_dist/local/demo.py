@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import say
+from ..uris import Where
 
 
-def demo_data(output: str) -> str:
+def demo_data(output: Where) -> str:
     """Where ``neurcam demo`` writes the bundled digits: beside its output (``runs/demo-data`` for
     ``runs/demo``), never inside it, since no output may hold its own input
     (``storage.refuse_overwrite``) and a demo run again replaces its output whole."""
@@ -16,7 +17,7 @@ def demo_data(output: str) -> str:
     return str(path.with_name(f"{path.name}-data"))
 
 
-def demo_config(output: str, seeds: int, workers: int) -> dict:
+def demo_config(output: Where, seeds: int, workers: int) -> dict:
     """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards (``demo_data``), a
     search over ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
     ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
@@ -29,7 +30,7 @@ def demo_config(output: str, seeds: int, workers: int) -> dict:
             "output": output}
 
 
-def demo(output: str = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
+def demo(output: Where = "runs/demo", seeds: int = 3, workers: int = 2, overrides: dict | None = None):
     """The whole service on embedded defaults: the bundled digits as Parquet shards in
     ``demo_data(output)``, a search of ``seeds`` seeds into ``output``, MLflow in ``./mlflow.db``. The
     config is checked before anything is written; run again, the demo replaces its data and its

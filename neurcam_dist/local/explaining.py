@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
-from ..uris import Location
+from ..uris import Location, Where
 from .common import check_grids, explained_table, load_model, model_id, one_id, warn_ids
 
 
@@ -25,7 +25,7 @@ class ExplainResult:
         return ", ".join(f"{r['term']} ({fmt(r['importance'], top[0]['importance'])})" for r in top)
 
 
-def explain(model: str, input: str, output: str, *, sample: int = 1_000_000, grid_size: int = 128,
+def explain(model: Where, input: Where, output: Where, *, sample: int = 1_000_000, grid_size: int = 128,
             pair_grid_size: int = 32, encoding: str = "utf-8", delimiter: str | None = None,
             decimal: str | None = None, label: str | None = None, rows: list | None = None,
             id_column: str | None = None, no_id: bool = False, compare: str | None = None,

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
-from ..uris import Location
+from ..uris import Location, Where
 from .common import check_grids, explained_table, load_model, model_id
 
 
@@ -42,8 +42,8 @@ def _few_rows_note(n_rows: int, data: str) -> str | None:
             f"{EXPORT_MIN_ROWS:,} or more)")
 
 
-def export(model: str, input: str, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
-           output: str | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
+def export(model: Where, input: Where, *, table: str | None = None, fmt: str = "sql", keep: list[str] | None = None,
+           output: Where | None = None, sample: int = 100_000, grid_size: int = 128, pair_grid_size: int = 32,
            encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None,
            min_agreement: float = EXPORT_MIN_AGREEMENT) -> ExportResult:
     """``model`` as one standard SQL query over a warehouse table (no Python needed to assign

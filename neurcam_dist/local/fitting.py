@@ -9,6 +9,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..redaction import redact
 from .common import check_output, warn_ids
+from ..uris import Where
 
 
 @dataclass
@@ -21,7 +22,7 @@ class FitResult:
     report_error: str | None = None   # the report was asked for and failed (the model was written)
 
 
-def fit(input: str, output: str, *, features: list[str] | None = None, label: str | None = None,
+def fit(input: Where, output: Where, *, features: list[str] | None = None, label: str | None = None,
         params: dict | None = None, report: bool = False, encoding: str = "utf-8", delimiter: str | None = None,
         decimal: str | None = None, id_column: str | None = None, exclude: list[str] | None = None) -> FitResult:
     """Fit a ``NeurCAM`` in memory on a CSV or Parquet table and write the run folder.
@@ -220,7 +221,7 @@ def _assignments(est, encoded, ids, name: str) -> bytes:
     return buf.getvalue()
 
 
-def choose_k(input: str, output: str, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
+def choose_k(input: Where, output: Where, *, k="2-12", seeds: int = 3, features: list[str] | None = None,
              label: str | None = None, id_column: str | None = None, params: dict | None = None, terms: bool = False,
              encoding: str = "utf-8", delimiter: str | None = None, decimal: str | None = None, say=print,
              exclude: list[str] | None = None):

@@ -1,16 +1,17 @@
 """``monitor``: drift of a snapshot against the model's reference, as a page, a record and gauges."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from ..errors import ModelFileError
 from ..redaction import redact
-from ..uris import Location
+from ..uris import Location, Where
 from .common import check_output, explained_table, load_model
 
 
-def monitor(model: str, input: str, output: str, *, reference: str | None = None, encoding: str = "utf-8",
+def monitor(model: Where, input: Where, output: Where, *, reference: str | None = None, encoding: str = "utf-8",
             delimiter: str | None = None, decimal: str | None = None, tracking_uri: str | None = None,
             pushgateway: str | None = None, say=print):
     """Compare a snapshot of new rows with ``model``'s training data (``NeurCAM.monitor``) and
@@ -56,6 +57,7 @@ def monitor(model: str, input: str, output: str, *, reference: str | None = None
     >>> sorted(p.name for p in (d / "drift").iterdir())
     ['drift.json', 'monitor.html', 'monitor.prom']
     """
+    model = os.fspath(model)   # a folder, or an MLflow model URI (``models:/NAME@alias``)
     check_output(output, [input, model, reference], 16 * 2**20)
     est = load_model(model)
     csv = {"delimiter": delimiter, "decimal": decimal}

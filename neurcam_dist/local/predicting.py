@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
-from ..uris import Location, is_uri
+from ..uris import Location, Where, is_uri
 from .common import load_fitted, one_id, say, temp_logs, warn_ids
 
 
@@ -25,8 +25,8 @@ class PredictSettings:
     id_given: bool = True            # False: ``predict`` chooses the id by the model (``rows_id``)
 
 
-def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: str | None = None,
-                     input=None, output: str | None = None, id_column: str | None = None, no_id: bool = False,
+def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: Where | None = None,
+                     input: Where | list[str] | None = None, output: Where | None = None, id_column: str | None = None, no_id: bool = False,
                      log_dir: str | None = None) -> PredictSettings:
     """``predict``'s model, input, output, id column and log folder: as given, else from the job
     config ``config`` (the model ``models:/NAME@champion`` with ``tracking.model_name``, else
