@@ -15,8 +15,8 @@ from pathlib import Path
 from .errors import ConfigError
 
 # What the front door takes for a place (``service``'s ``input``, ``output``, ``model``): a path or
-# URI as text, a ``pathlib.Path`` or a ``Location`` (anything ``os.fspath`` reads); resolved to a
-# ``Location`` where it comes in.
+# URI as text, a ``pathlib.Path`` or a ``Location`` (anything ``os.fspath`` reads), each read below
+# through ``os.fspath`` or ``Location``.
 Where = str | os.PathLike
 
 # An S3-compatible server other than AWS (MinIO, SeaweedFS, Ceph) rejects or mangles the CRC

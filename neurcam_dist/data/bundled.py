@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..storage import atomic_directory
 
 DATASET_MARKER = "_neurcam_dataset.json"
@@ -23,14 +23,21 @@ def digits_frame() -> pd.DataFrame:
     return df
 
 
+def check_sample_size(per_class: int | None, rows: int | None) -> None:
+    """A sample's one size: ``per_class`` or ``rows``, not both, not neither (``ConfigError``);
+    checked before anything is read."""
+    if (per_class is None) == (rows is None):
+        raise ConfigError(f"sample takes one size: per_class (--per-class) or rows (--rows; 0 or --all: every "
+                          f"row), got {'both' if rows is not None else 'neither'}")
+
+
 def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | None, by: str = "label",
                       id_column: str = "id", seed: int = 0) -> pd.DataFrame:
     """``per_class`` rows of each value of ``by`` (all of a smaller class), or ``rows`` in all,
     drawn with ``seed`` (``rows=0``: every row, no sampling: a CSV turned into Parquet shards);
     the id column is kept, or made from the input's row numbers, so every sampled row can be
     traced back. Rows keep the input's order."""
-    if (per_class is None) == (rows is None):
-        raise DataError("give exactly one of --per-class and --rows")
+    check_sample_size(per_class, rows)
     if id_column not in df.columns:
         df = df.assign(**{id_column: np.arange(len(df))})
     elif df[id_column].duplicated().any():

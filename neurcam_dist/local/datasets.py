@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ConfigError
 from .common import say, temp_logs
 from ..uris import Where
 
@@ -90,12 +89,10 @@ def sample(input: Where, output: Where, *, per_class: int | None = None, rows: i
     >>> rows, len(files)
     (60, 1)
     """
-    from ..data.bundled import stratified_sample, write_frame_shards
+    from ..data.bundled import check_sample_size, stratified_sample, write_frame_shards
     from ..data.tables import read_table
     from ..storage import check_writable, refuse_overwrite
-    if (per_class is None) == (rows is None):   # before anything is read or written
-        raise ConfigError(f"sample takes one size: per_class (--per-class) or rows (--rows; 0 or --all: every "
-                          f"row), got {'both' if rows is not None else 'neither'}")
+    check_sample_size(per_class, rows)   # before anything is read or written
     refuse_overwrite(output, inputs=[input])
     check_writable(output, "--output")
     from ..storage import check_room   # shards of at most the input's rows: about its size, twice for safety
