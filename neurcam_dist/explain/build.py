@@ -17,7 +17,7 @@ from ..storage import jsonable
 from .compare import comparison
 from .counterfactual import value_span
 from .evaluation import label_summary
-from .examples import TYPICAL, pooled_cells, row_records, typical_positions
+from .examples import TYPICAL, categorical_cells, pooled_cells, row_records, typical_positions
 from .explanation import Explanation, Term
 from .grids import feature_grid, interp_main, nearest_index, purify
 from .stability import stability
@@ -192,7 +192,8 @@ def build_explanation(est, X, grid_size: int = 128, pair_grid_size: int = 32, n_
     card = model_card(est, arr)
     if labels is not None:
         card["labels"] = label_summary(labels, fitted.cluster_ids[columns], fitted.cluster_ids, label_name)
-    examples = _examples(fitted, X, arr, names, typical, logits, ids) if typical else None
+    examples = _examples(fitted, categorical_cells(fitted, X), arr, _row_ids(getattr(X, "index", None), len(arr)),
+                         typical, logits) if typical else None
     if rows is not None:
         examples = {**(examples or {"basis": None, "typical": {}}),
                     "rows": _row_views(fitted, rows, arr if span is None else fitted.encode(span))}
@@ -258,13 +259,14 @@ def _compared(expl: Explanation, assigned: np.ndarray, compared: Compared) -> di
                       new_name=compared.new_name, old_name=compared.old_name)
 
 
-def _examples(fitted, X, arr: np.ndarray, names: list[str], typical: int, logits: np.ndarray, ids: list) -> dict:
-    """Each cluster's ``typical`` rows and its borderline row, as ``examples.row_records``."""
+def _examples(fitted, cells: dict, arr: np.ndarray, row_ids: list, typical: int, logits: np.ndarray) -> dict:
+    """Each cluster's ``typical`` rows and its borderline row, as ``examples.row_records`` (``cells``:
+    the rows' categorical columns as written, ``examples.categorical_cells``; ``row_ids``: their ids)."""
     positions, border, basis = typical_positions(fitted, arr, typical, logits)
-    row_ids = _row_ids(getattr(X, "index", None), len(arr))
+    ids = fitted.cluster_ids.tolist()
     flat = [p for c in range(fitted.n_clusters) for p in positions[c]] + list(border.values())
-    records = iter(row_records(fitted, arr[flat], names, [row_ids[p] for p in flat], *value_span(arr),
-                               pooled=pooled_cells(fitted, X, arr, flat)))
+    records = iter(row_records(fitted, arr[flat], list(fitted.feature_names), [row_ids[p] for p in flat],
+                               *value_span(arr), pooled=pooled_cells(fitted, cells, arr, flat)))
     return {"basis": basis, "typical": {str(ids[c]): [next(records) for _ in positions[c]]
                                         for c in range(fitted.n_clusters)},
             "borderline": {str(ids[c]): next(records) for c in border}, "rows": []}
@@ -279,8 +281,8 @@ def _row_views(fitted, X, span: np.ndarray) -> list[dict]:
     """The view of each row of ``X`` (``examples.row_records``: its terms as bars, its values and
     the smallest change of one feature or pair to another cluster, within ``span``'s range)."""
     arr = fitted.encode(X)
-    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(getattr(X, "index", None), len(arr)), *value_span(span),
-                       pooled=pooled_cells(fitted, X, arr, range(len(arr))))
+    return row_records(fitted, arr, list(fitted.feature_names), _row_ids(getattr(X, "index", None), len(arr)),
+                       *value_span(span), pooled=pooled_cells(fitted, categorical_cells(fitted, X), arr, range(len(arr))))
 
 
 PROFILE_TERMS = 10   # the terms a cluster profile lists as pushing rows in

@@ -106,23 +106,29 @@ def _shown(fitted, j: int, value: float, own=None):
     return None if value != value else float(value)
 
 
-def pooled_cells(fitted, X, arr: np.ndarray, rows) -> list[dict]:
-    """For each of ``rows`` (positions in ``X`` and its encoding ``arr``): feature index -> the
-    row's own value (text) of each categorical cell the model scores as its pooled level
-    (``columns.OTHER``: a level too rare at training or never seen), which the level's name alone
-    would hide."""
+def categorical_cells(fitted, X) -> dict[int, np.ndarray]:
+    """Feature index -> its column of ``X`` as the rows wrote it (text), for each categorical
+    feature the model encodes: what ``pooled_cells`` shows beside a pooled level's name. Empty
+    without a column coding or rows (``X`` None)."""
     from ..validation import is_frame
     coding = fitted.coding
-    out = [{} for _ in rows]
     if coding is None or X is None:
-        return out
+        return {}
+    return {j: (X[c.name].to_numpy(dtype=object) if is_frame(X) else np.asarray(X)[:, j])
+            for j, c in enumerate(coding.columns) if c.categorical}
+
+
+def pooled_cells(fitted, cells: dict[int, np.ndarray], arr: np.ndarray, rows) -> list[dict]:
+    """For each of ``rows`` (positions in ``arr``, the rows' encoding, and in ``cells``, their
+    categorical columns as written: ``categorical_cells``): feature index -> the row's own value
+    (text) of each categorical cell the model scores as its pooled level (``columns.OTHER``: a
+    level too rare at training or never seen), which the level's name alone would hide."""
+    out = [{} for _ in rows]
     rows = np.asarray(rows, dtype=np.int64)
-    for j, c in enumerate(coding.columns):
-        if not c.categorical:
-            continue
-        cells = X[c.name].to_numpy(dtype=object) if is_frame(X) else np.asarray(X)[:, j]
-        for i in np.flatnonzero(arr[rows, j] == len(c.levels) - 1):
-            out[i][j] = str(cells[rows[i]])
+    for j, column in cells.items():
+        pooled = len(fitted.coding.columns[j].levels) - 1
+        for i in np.flatnonzero(arr[rows, j] == pooled):
+            out[i][j] = str(column[rows[i]])
     return out
 
 
