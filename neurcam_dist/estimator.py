@@ -28,6 +28,7 @@ from .model.start import begin, finish
 from .params import CATEGORICAL_WEIGHT, refuse_unknown_params
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
+from .uris import Location
 from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns
 from .columns import ColumnCoding
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
@@ -728,7 +729,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
             self.drift_reference()   # ... and what monitoring compares with
         state, weights = self.fitted_.to_dict()
         config = {"written_by": f"neurcam-dist {__version__}", "params": self.get_params(), **state}
-        write_model_dir(path, jsonable(config), weights)
+        write_model_dir(Location(path), jsonable(config), weights)
 
     @classmethod
     def load(cls, path, device: str = "cpu") -> "NeurCAM":
@@ -746,7 +747,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         ModelFileError
             When the directory is incomplete, altered, or written by a newer version.
         """
-        config, state = read_model_dir(path)
+        config, state = read_model_dir(Location(path))
         refuse_unknown_params(config, path)
         params = dict(config["params"])
         params["hidden"] = tuple(params["hidden"])

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .storage import check_writable, refuse_foreign_output, refuse_overwrite, write_run_output
 from .storage.published import local_copy
+from .uris import Location
 
 RUN_FILES = ("model", "metrics.json", "config.json")
 
@@ -22,7 +23,7 @@ def run_files(*, report: bool = False, extra=(), dirs=()) -> set[str]:
     return {*RUN_FILES, *extra, *dirs, *(("report",) if report else ())}
 
 
-def check_run_target(out, *, report: bool = False, extra=(), dirs=(), inputs=()) -> None:
+def check_run_target(out: Location, *, report: bool = False, extra=(), dirs=(), inputs=()) -> None:
     """Before any work: refuse an output that is a file, cannot be written (``check_writable``),
     holds what such a run does not write, or is (inside) one of its ``inputs`` or a model folder
     (``storage.refuse_overwrite``): an ``errors.ConfigError`` naming it, so nothing is trained only
@@ -32,15 +33,15 @@ def check_run_target(out, *, report: bool = False, extra=(), dirs=(), inputs=())
     check_writable(out)
 
 
-def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str | bytes] | None = None, report=None,
-              dirs: dict[str, str] | None = None, exclusive: bool = False) -> str | None:
+def write_run(out: Location, est, metrics: dict, config_json: str, *, extra: dict[str, str | bytes] | None = None, report=None,
+              dirs: dict[str, Location] | None = None, exclusive: bool = False) -> str | None:
     """Publish a run's outputs in ``out`` as one set. A report that fails to render never costs
     the model: the set is published with ``report/error.txt`` in its place, and the error is
     returned (None: no report asked, or it was written).
 
     Parameters
     ----------
-    out : str or Path
+    out : Location
         A local folder or an object-store URI.
     est : NeurCAM
         The fitted estimator; written as ``model/`` (``NeurCAM.save``).
@@ -53,7 +54,7 @@ def write_run(out, est, metrics: dict, config_json: str, *, extra: dict[str, str
     report : Explanation or Exception, optional
         Rendered into ``report/`` (``explain.report.write_report``); an exception (explaining
         failed) is written as ``report/error.txt``.
-    dirs : dict of str to str, optional
+    dirs : dict of str to Location, optional
         Folders (or published URIs) copied in under a name (a computed representation's model).
     exclusive : bool
         Refuse an ``out`` holding anything else (``fit``: a folder of its own); a Ray run keeps

@@ -287,6 +287,7 @@ def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tm
 
     from neurcam_dist import NeurCAM
     from neurcam_dist.storage import published
+    from neurcam_dist.uris import Location
 
     from .conftest import checkpoint_registered
     from .test_s3 import _objects
@@ -301,7 +302,7 @@ def test_training_that_loses_a_node_resumes_from_its_s3_checkpoint(s3_server, tm
                                  str(tmp_path / "lost.yaml")],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
         deadline = time.time() + 300
-        while not checkpoint_registered(published.read_text(f"s3://neurcam/chaos/lost/{p}")
+        while not checkpoint_registered(published.read_text(Location(f"s3://neurcam/chaos/lost/{p}"))
                                         for p in _objects("s3://neurcam/chaos/lost")
                                         if p.endswith("checkpoint_manager_snapshot.json")):
             assert lost.poll() is None and time.time() < deadline, _ended(lost)
@@ -329,6 +330,7 @@ def test_a_search_that_loses_a_node_resumes_that_trial_and_leaves_the_other(s3_s
 
     from neurcam_dist import NeurCAM
     from neurcam_dist.storage import published
+    from neurcam_dist.uris import Location
 
     from .conftest import checkpoint_registered
     from .test_s3 import _objects
@@ -350,7 +352,7 @@ def test_a_search_that_loses_a_node_resumes_that_trial_and_leaves_the_other(s3_s
 
         def registered() -> int:   # the trials' TorchTrainer runs with a checkpoint the controller registered
             snaps = [p for p in _objects(storage) if p.endswith("checkpoint_manager_snapshot.json")]
-            return sum(checkpoint_registered([published.read_text(f"{storage}/{p}")]) for p in snaps)
+            return sum(checkpoint_registered([published.read_text(Location(f"{storage}/{p}"))]) for p in snaps)
         while registered() < 2:
             assert proc.poll() is None and time.time() < deadline, _ended(proc)
             time.sleep(0.5)
@@ -446,6 +448,7 @@ def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_pa
 
     from neurcam_dist import NeurCAM
     from neurcam_dist.storage import published
+    from neurcam_dist.uris import Location
 
     from .conftest import Seaweed, _free_port_pair, checkpoint_registered
     from .test_s3 import _objects
@@ -465,7 +468,7 @@ def test_an_object_store_restarted_during_checkpoint_writes_is_waited_for(tmp_pa
         proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 cwd=tmp_path)
         deadline = time.time() + 300
-        while not checkpoint_registered(published.read_text(f"{storage}/{p}") for p in _objects(storage)
+        while not checkpoint_registered(published.read_text(Location(f"{storage}/{p}")) for p in _objects(storage)
                                         if p.endswith("checkpoint_manager_snapshot.json")):
             assert proc.poll() is None and time.time() < deadline, _ended(proc)
             time.sleep(0.3)

@@ -19,6 +19,7 @@ import yaml
 
 from neurcam_dist import NeurCAM, cli
 from neurcam_dist.errors import ConfigError, DataError
+from neurcam_dist.uris import Location
 
 from .conftest import SMALL, blobs
 
@@ -540,7 +541,6 @@ def test_home_and_variables_in_paths_expand_on_the_command_line_and_in_configs(t
     assert cfg.data.path == str(tmp_path / "home" / "data") and cfg.output == str(tmp_path / "out")
     # expanded once, at the door: a folder whose name holds a '$' (a variable's value, say) is
     # joined and resolved below without being read as a variable again
-    from neurcam_dist.uris import Location
     odd = tmp_path / "cost$NEURCAM_NOT_SET_ANYWHERE"
     assert Location(odd).resolved() / "model" == str(odd.resolve() / "model")
     monkeypatch.setenv("NEURCAM_ODD", str(odd))
@@ -727,7 +727,7 @@ def test_a_disk_without_room_for_the_outputs_is_refused_before_training(table, t
     rows = free // 160 + 1     # more assignments than the disk holds: refused from the row count alone
     with pytest.raises(ConfigError, match="MiB free on its disk"):
         from neurcam_dist.storage import check_room
-        check_room(tmp_path / "o", fitting._fit_output_bytes(rows, 3, False))
+        check_room(Location(tmp_path / "o"), fitting._fit_output_bytes(rows, 3, False))
     assert not (tmp_path / "o").exists()
 
 

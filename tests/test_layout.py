@@ -381,6 +381,32 @@ def test_the_front_door_takes_a_place_as_one_type():
     assert places >= 20 and not bad, "annotate with uris.Where:\n" + "\n".join(bad)
 
 
+def test_below_the_door_a_place_is_a_location_made_once():
+    """Below the door a place is the ``uris.Location`` made where it came in: the storage layer and
+    the run writer (``storage/``, ``outputs.py``) build none from text, and each of their public
+    functions' places (``out``, ``output``, ``target``, ``path``) is annotated ``Location``
+    (``Path``: a local file only; an object store's key inside the publication is ``uri`` text)."""
+    below = ("neurcam_dist.storage", "neurcam_dist.outputs")
+    made, places, bad = [], 0, []
+    for m, path in modules().items():
+        if not m.startswith(below):
+            continue
+        tree, where = ast.parse(path.read_text()), path.relative_to(PACKAGE)
+        made += [f"{where}:{node.lineno} builds Location(...)" for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "Location"]
+        for node in tree.body:   # the module's functions (a file system handler's methods take its own paths)
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            for a in node.args.args + node.args.kwonlyargs:
+                if a.arg in ("out", "output", "target", "path"):
+                    places += 1
+                    kind = ast.unparse(a.annotation) if a.annotation else None
+                    if kind not in ("Location", "Location | None", "Path"):
+                        bad.append(f"{where}:{node.lineno} {node.name}({a.arg}: {kind})")
+    assert places >= 12, places
+    assert not made and not bad, "take the place as a uris.Location, made at the door:\n" + "\n".join(made + bad)
+
+
 def test_an_explanation_is_finished_where_it_is_built():
     """``explain.build_explanation`` returns the explanation complete; it is frozen, and no module
     outside ``explain/`` assigns to an explanation's attributes or fills its parts."""

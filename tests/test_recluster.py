@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from neurcam_dist import NeurCAM
+from neurcam_dist.uris import Location
 from neurcam_dist.cli import main
 from neurcam_dist.clusterids import match_ids, size_shift, top_terms_overlap
 from neurcam_dist.config import ReclusterConfig, load_config
@@ -88,9 +89,9 @@ def test_models_saved_before_cluster_ids_load_as_0_to_k(renamed, tmp_path):
     from neurcam_dist.storage import read_model_dir, write_model_dir
     est, X, raw = renamed
     est.save(tmp_path / "m")
-    config, state = read_model_dir(tmp_path / "m")
+    config, state = read_model_dir(Location(tmp_path / "m"))
     del config["cluster_ids"], config["next_cluster_id"], config["format"], config["format_version"]
-    write_model_dir(tmp_path / "old", config, state)
+    write_model_dir(Location(tmp_path / "old"), config, state)
     old = NeurCAM.load(tmp_path / "old")
     assert old.cluster_ids_.tolist() == [0, 1, 2] and old.next_cluster_id_ == 3
     assert np.array_equal(old.predict(X), raw)

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from neurcam_dist import NeurCAM
+from neurcam_dist.uris import Location
 from neurcam_dist.cli import main
 from neurcam_dist.config import ConfigError, apply_overrides, parse_config
 from neurcam_dist.data import DataError, plan, resolve
@@ -275,10 +276,10 @@ def test_data_paths_skip_hidden_and_underscore_entries_and_take_brackets_literal
     assert sorted(Path(f).relative_to(root).as_posix() for f in src.files) == ["part=a/x.parquet", "x.parquet"]
     assert src.skipped == 4 and "4 hidden, '_' or non-Parquet entries skipped" in src.describe()
     with pytest.raises(ConfigError, match=r"output .* is inside the input"):
-        refuse_output_inside(root / "scored", src)
+        refuse_output_inside(Location(root / "scored"), src)
     with pytest.raises(ConfigError, match=r"output .* holds the input"):   # replacing it would delete the data
-        refuse_output_inside(tmp_path, src)
-    refuse_output_inside(tmp_path / "elsewhere", src)
+        refuse_output_inside(Location(tmp_path), src)
+    refuse_output_inside(Location(tmp_path / "elsewhere"), src)
 
 
 # ---------------------------------------------------------------- nothing half-written
@@ -294,17 +295,17 @@ def _set(tag):
 def test_a_run_output_set_appears_whole_or_not_at_all(tmp_path):
     out = tmp_path / "out"
     (out / "_ray").mkdir(parents=True)
-    write_run_output(out, _set("1"))
+    write_run_output(Location(out), _set("1"))
 
     def crash(d: Path):
         _set("2")(d)
         raise KeyboardInterrupt  # killed after writing metrics and model, before publishing
 
     with pytest.raises(KeyboardInterrupt):
-        write_run_output(out, crash)
+        write_run_output(Location(out), crash)
     assert json.loads((out / "metrics.json").read_text()) == {"run": "1"}
     assert (out / "model" / "w").read_text() == "1"
-    write_run_output(out, _set("3"))
+    write_run_output(Location(out), _set("3"))
     assert json.loads((out / "metrics.json").read_text()) == {"run": "3"}
     assert (out / "model" / "w").read_text() == "3" and json.loads((out / "config.json").read_text())["run"] == "3"
     sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
@@ -316,12 +317,12 @@ def test_a_reader_keeps_the_set_it_resolved_for_one_re_run(tmp_path):
     re-run published into the same output still finds what it resolved: the replaced set goes at
     the next publication, not at this one."""
     out = tmp_path / "out"
-    write_run_output(out, _set("1"))
+    write_run_output(Location(out), _set("1"))
     resolved = (out / "current").resolve()
-    write_run_output(out, _set("2"))
+    write_run_output(Location(out), _set("2"))
     assert (resolved / "model" / "w").read_text() == "1" and (out / "model" / "w").read_text() == "2"
     second = (out / "current").resolve()
-    write_run_output(out, _set("3"))
+    write_run_output(Location(out), _set("3"))
     assert not resolved.exists() and (second / "model" / "w").read_text() == "2"
 
 
@@ -335,7 +336,7 @@ def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_se
 
     from neurcam_dist.storage.atomic import STALE_S, write_run_output
     out = tmp_path / "out"
-    write_run_output(out, _set("1"))
+    write_run_output(Location(out), _set("1"))
     inside, release = threading.Event(), threading.Event()
 
     def slow(tmp):   # writer B: half-written while writer A publishes
@@ -343,10 +344,10 @@ def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_se
         inside.set()
         assert release.wait(30)
 
-    b = threading.Thread(target=write_run_output, args=(out, slow))
+    b = threading.Thread(target=write_run_output, args=(Location(out), slow))
     b.start()
     assert inside.wait(30)
-    write_run_output(out, _set("A"))                       # A publishes while B is writing
+    write_run_output(Location(out), _set("A"))                       # A publishes while B is writing
     assert json.loads((out / "metrics.json").read_text()) == {"run": "A"}
     release.set()
     b.join(30)
@@ -354,10 +355,10 @@ def test_writers_publishing_into_one_output_at_once_never_remove_each_other_s_se
     assert (out / "model" / "w").read_text() == "B"
     left = tmp_path / "out" / ".versions" / ".tmp-20200101-000000-deadbeef"
     left.mkdir()   # a writer that died
-    write_run_output(out, _set("C"))
+    write_run_output(Location(out), _set("C"))
     assert left.is_dir()                                   # might be a live writer's: kept
     os.utime(left, (left.stat().st_atime, left.stat().st_mtime - STALE_S - 60))
-    write_run_output(out, _set("D"))
+    write_run_output(Location(out), _set("D"))
     assert not left.exists()
     sets = [p.name for p in (out / ".versions").iterdir() if p.name != ".lock"]
     assert len(sets) == 2 and (out / "model" / "w").read_text() == "D"   # D, and C it replaced
@@ -377,7 +378,7 @@ def test_fit_refuses_to_overwrite_another_commands_output(tmp_path, data, capsys
     X, _ = data
     X.to_csv(tmp_path / "d.csv", index=False)
     out = tmp_path / "train-out"
-    write_run_output(out, _set("train"))
+    write_run_output(Location(out), _set("train"))
     (out / "_ray").mkdir()
     (out / "trials").mkdir()
     assert main(["fit", "--data", str(tmp_path / "d.csv"), "--out", str(out), "--n-clusters", "3",

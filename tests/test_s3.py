@@ -20,7 +20,7 @@ import yaml
 from .conftest import SMALL, blobs, checkpoint_registered, doc_blocks, free_port
 from neurcam_dist import NeurCAM
 from neurcam_dist.storage import atomic_directory, published
-from neurcam_dist.uris import filesystem
+from neurcam_dist.uris import Location, filesystem
 
 BUCKET = "s3://neurcam"
 
@@ -85,10 +85,10 @@ def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, dat
         (tmp / "model").mkdir()
         (tmp / "model" / "config.json").write_text("{}")
         (tmp / "metrics.json").write_text('{"inertia": 1.5}')
-    write_run_output(f"{BUCKET}/runs/plain", run_folder)
+    write_run_output(Location(f"{BUCKET}/runs/plain"), run_folder)
     fs, root = filesystem(f"{BUCKET}/runs/plain")
     with fs.open_input_stream(f"{root}/metrics.json") as f:
-        assert json.loads(f.read()) == {"inertia": 1.5} == json.loads(published.read_text(f"{BUCKET}/runs/plain/metrics.json"))
+        assert json.loads(f.read()) == {"inertia": 1.5} == json.loads(published.read_text(Location(f"{BUCKET}/runs/plain/metrics.json")))
     assert "model/config.json" not in _objects(f"{BUCKET}/runs/plain")   # folders only in the partition
 
     # a write that fails half-way: the manifest still names the last good version, which loads
@@ -96,7 +96,7 @@ def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, dat
         (tmp / "config.json").write_text("{}")
         raise RuntimeError("disk on fire")
     with pytest.raises(RuntimeError, match="disk on fire"):
-        atomic_directory(uri, broken, marker="manifest.json")
+        atomic_directory(Location(uri), broken, marker="manifest.json")
     assert published.read_manifest(uri)["version"] == third["version"]
     assert np.array_equal(NeurCAM.load(uri).predict(X), fitted.predict(X))
     # a file altered in the bucket is caught by its checksum
@@ -129,7 +129,7 @@ def test_models_and_reports_are_published_through_a_manifest(s3_env, fitted, dat
     out = capsys.readouterr()
     assert secret not in out.out + out.err
     assert "open the report: s3://***@neurcam/reports/r1/report.html?endpoint_override=" in out.out
-    page = published.read_text(with_options.replace("/r1?", "/r1/report.html?"))
+    page = published.read_text(Location(with_options.replace("/r1?", "/r1/report.html?")))
     assert page.startswith("<!DOCTYPE html>") and "id='clusters'" in page
 
 
@@ -253,7 +253,7 @@ def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, 
     assert any(p.startswith("_ray/") and "checkpoint_" in p for p in listed)   # Ray Train's checkpoints
     assert any(p.startswith("logs/ray-") for p in listed)                         # the run's Ray log
     assert not os.path.exists("s3:") and not (tmp_path / "s3:").exists()   # no local folder named after the URI
-    metrics = json.loads(published.read_text(f"{out}/metrics.json"))
+    metrics = json.loads(published.read_text(Location(f"{out}/metrics.json")))
     assert metrics["n_rows"] == len(df) and metrics["num_workers"] == 2
     fs, root = filesystem(out)     # a person's `aws s3 cp OUT/metrics.json -`: a plain object at that key
     with fs.open_input_stream(f"{root}/metrics.json") as f:
@@ -269,7 +269,7 @@ def test_train_from_s3_data_to_an_s3_output_on_two_workers(ray_cluster, s3_env, 
         (tmp / "metrics.json").write_text("{}")
         raise RuntimeError("killed while writing")
     with pytest.raises(RuntimeError, match="killed while writing"):
-        write_run_output(out, broken)
+        write_run_output(Location(out), broken)
     assert published.read_manifest(out) == before
     assert np.array_equal(NeurCAM.load(f"{out}/model").predict(X), est.predict(X))
 
@@ -383,9 +383,9 @@ def test_tune_trials_travel_through_the_bucket_and_mlflow_keeps_artifacts_there(
         assert "_ray/staging/joined/_neurcam_manifest.json" in listed
         trial_manifests = [p for p in listed if p.startswith("trials/") and p.endswith("/_neurcam_manifest.json")]
         assert len(trial_manifests) == 2          # each trial published its model to the bucket
-        search = json.loads(published.read_text(f"{BUCKET}/runs/tune1/search.json"))
+        search = json.loads(published.read_text(Location(f"{BUCKET}/runs/tune1/search.json")))
         assert [t["status"] for t in search["trials"]] == ["ok", "ok"]
-        assert json.loads(published.read_text(f"{BUCKET}/runs/tune1/metrics.json"))["repr_dim"] == 4
+        assert json.loads(published.read_text(Location(f"{BUCKET}/runs/tune1/metrics.json")))["repr_dim"] == 4
         winner = NeurCAM.load(f"{BUCKET}/runs/tune1/model")
         # MLflow's artifacts (the report, the model) are objects in the same bucket
         artifacts = _objects(f"{BUCKET}/mlflow")
@@ -416,7 +416,7 @@ def test_killed_worker_resumes_from_an_s3_checkpoint(s3_env, tmp_path):
     try:
         deadline = time.time() + 240
         # a checkpoint registered with the controller (its snapshot in the bucket says so), not just written
-        while not checkpoint_registered(published.read_text(f"{out}/_ray/{p}") for p in _objects(f"{out}/_ray")
+        while not checkpoint_registered(published.read_text(Location(f"{out}/_ray/{p}")) for p in _objects(f"{out}/_ray")
                                         if p.endswith("checkpoint_manager_snapshot.json")):
             assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
             time.sleep(0.5)

@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..errors import ConfigError, DataError
 from ..storage import atomic_directory
+from ..uris import Location, Where
 
 DATASET_MARKER = "_neurcam_dataset.json"
 
@@ -58,7 +59,7 @@ def stratified_sample(df: pd.DataFrame, *, per_class: int | None, rows: int | No
     return df.iloc[np.sort(np.asarray(keep, dtype=np.int64))].reset_index(drop=True)
 
 
-def write_frame_shards(df: pd.DataFrame, out: str, n_files: int, id_column: str = "id") -> list[str]:
+def write_frame_shards(df: pd.DataFrame, out: Where, n_files: int, id_column: str = "id") -> list[str]:
     """A DataFrame as ``n_files`` Parquet shards with an id column (made from the row numbers
     when absent), written atomically."""
     if n_files < 1:
@@ -70,5 +71,6 @@ def write_frame_shards(df: pd.DataFrame, out: str, n_files: int, id_column: str 
             frame.iloc[part].to_parquet(tmp / f"part-{i:05d}.parquet", index=False)
         (tmp / DATASET_MARKER).write_text(json.dumps({"rows": len(frame), "files": n_files}))
 
-    atomic_directory(Path(out), write, marker=DATASET_MARKER)
-    return sorted(str(p) for p in Path(out).glob("*.parquet"))
+    where = Location(out)   # a local folder (text or a path): resolved once here
+    atomic_directory(where, write, marker=DATASET_MARKER)
+    return sorted(str(p) for p in where.path.glob("*.parquet"))

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 from ..errors import DataError
 from ..storage import refuse_overwrite
 from ..uris import filesystem as uri_filesystem
-from ..uris import is_uri
+from ..uris import Location, is_uri
 from ..uris import local as local_path
 from ..validation import auto_features as select_features
 
@@ -217,14 +217,13 @@ def find_vocabulary(given) -> dict | None:
     """The text vocabulary (``_vocabulary.json``) of a dataset written by ``featurize-text``, or
     None: its term columns are the features when a config names none."""
     import json
-    entries = [given] if isinstance(given, str) else list(given)
+    entries = [given] if isinstance(given, (str, os.PathLike)) else list(given)
     if len(entries) != 1 or any(c in str(entries[0]) for c in "*?["):
         return None
     root = str(entries[0])
     try:
         if is_uri(root):
             from ..storage.published import read_text
-            from ..uris import Location
             text = read_text(Location(root) / VOCABULARY_FILE)
         else:
             local = local_path(root)
@@ -241,7 +240,7 @@ def find_vocabulary(given) -> dict | None:
         raise DataError(f"{root}/{VOCABULARY_FILE} is not valid JSON ({exc}): rerun neurcam featurize-text") from None
 
 
-def refuse_output_inside(out, src: Source, what: str = "output") -> None:
+def refuse_output_inside(out: Location, src: Source, what: str = "output") -> None:
     """An output that is the input, inside an input folder (the next run would read it back as
     data) or holding the input: refused as every command's output is (``storage.refuse_overwrite``)."""
     refuse_overwrite(out, inputs=[src.given] if isinstance(src.given, str) else list(src.given), what=what)

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ConfigError
 from ..storage import atomic_directory
+from ..uris import Location, Where
 from .bundled import DATASET_MARKER
 
 
@@ -22,7 +23,7 @@ def _embedding_column(values: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(values.astype(np.float32).ravel()), values.shape[1])
 
 
-def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_clusters: int = 4,
+def write_shards(path: Where, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_clusters: int = 4,
                  n_files: int = 4, seed: int = 0, informative: int = 3, rows_per_group: int = 65536,
                  label: bool = True, progress: bool = False) -> list[str]:
     """Write ``n_rows`` rows as ``n_files`` Parquet files under ``path`` (a new folder, or one
@@ -39,7 +40,7 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
     centers = np.zeros((n_clusters, n_features))
     centers[:, :informative] = rng.normal(0, 4, size=(n_clusters, informative))
     proj = rng.normal(0, 1, size=(n_clusters, repr_dim)) * 3 if repr_dim else None
-    out = Path(path)
+    out = Location(path)   # a local folder (text or a path): resolved once here
     sizes = np.full(n_files, n_rows // n_files)
     sizes[: n_rows % n_files] += 1
 
@@ -69,7 +70,7 @@ def write_shards(path, n_rows: int, n_features: int = 8, repr_dim: int = 16, n_c
 
     # one folder swapped in whole; a folder holding files neurcam did not write is refused
     atomic_directory(out, write, marker=DATASET_MARKER)
-    return [str(out / f"part-{i:05d}.parquet") for i in range(n_files)]
+    return [str(out.path / f"part-{i:05d}.parquet") for i in range(n_files)]
 
 
 def _schema(n_features: int, repr_dim: int, label: bool) -> pa.Schema:

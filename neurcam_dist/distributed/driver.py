@@ -261,7 +261,7 @@ def unchanged_input(plan: data_mod.Plan):
             "input file(s) changed during the run; nothing was written", changed))
 
 
-def representation_dirs(cfg) -> dict[str, str]:
+def representation_dirs(cfg) -> dict[str, Location]:
     """A computed representation's model (the autoencoder's weights), kept with the run as
     ``representation/``."""
     from .autoencoder import dae_artifacts
@@ -270,7 +270,7 @@ def representation_dirs(cfg) -> dict[str, str]:
 
 
 def write_run(out: Location, est: NeurCAM, metrics: dict, job: ResolvedJob, extra: dict[str, str] | None = None,
-              report=None, dirs: dict[str, str] | None = None) -> str | None:
+              report=None, dirs: dict[str, Location] | None = None) -> str | None:
     """A Ray run's outputs in ``out`` (``outputs.write_run``), with the config it ran as
     ``config.json`` (``ResolvedJob.public_json``). Returns the report's error (the model is kept)."""
     return outputs.write_run(out, est, metrics, job.public_json(), extra=extra, report=report, dirs=dirs)

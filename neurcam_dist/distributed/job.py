@@ -106,7 +106,7 @@ class ResolvedJob:
 
     def for_trial(self, trial: str, params: dict, output: Location) -> "ResolvedJob":
         """A search trial's job: ``with_params``, writing to the trial's ``output``."""
-        return dataclasses.replace(self.with_params(params), output=Location(output), trial=trial)
+        return dataclasses.replace(self.with_params(params), output=output, trial=trial)
 
 
 def trial_model(model: ModelConfig, params: dict) -> ModelConfig:
@@ -135,7 +135,7 @@ def resolve_early(cfg: JobConfig) -> ResolvedJob | None:
     """The job from the footers, before Ray starts or anything is written (the output checked
     writable first: the one check of it on the train and search paths); None when a step must
     write the data first (``resolve`` then runs it)."""
-    check_writable(cfg.output)
+    check_writable(Location(cfg.output))
     if needs_staging(cfg):
         return None
     return _resolved(cfg, cfg.data)
@@ -156,10 +156,10 @@ def staged_data(cfg: JobConfig) -> DataConfig:
     data = cfg.data
     if cfg.text is not None:
         from ..text import TextJob, featurize_text
-        staged = str(cfg.storage_path() / "staging" / "text")
+        staged = cfg.storage_path() / "staging" / "text"
         featurize_text(TextJob.for_config(cfg, staged), say, reuse=True)
         say(f"training on the featurized documents in {staged} (text: kept in the saved config)")
-        data = data.model_copy(update={"path": staged, "embedding": "embedding" if cfg.text.embed else None})
+        data = data.model_copy(update={"path": str(staged), "embedding": "embedding" if cfg.text.embed else None})
     if cfg.representation is not None:
         from .autoencoder import dae_data
         data = dae_data(cfg, lambda: prepare(_resolved(cfg, cfg.data)))

@@ -30,6 +30,7 @@ from ..model import FittedNet
 from ..redaction import redact
 from ..storage import write_dataset
 from ..storage.atomic import PREDICTIONS_MARKER
+from ..uris import Location, Where
 from ..validation import missing_columns_note, non_finite_counts
 from .console import stderr_to_log
 from .events import beside_driver
@@ -299,7 +300,7 @@ def _check_input(fitted: FittedNet, src, footers: list, wanted: list[str], id_co
                                          f"{first_text_cell(column.rename(wrong[0][0]))}: write it as numbers")
 
 
-def predict_parquet(model, input_path, output: str | os.PathLike, *, id_column: str | None = "id",
+def predict_parquet(model, input_path, output: Where, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
                     log_dir=None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
@@ -313,6 +314,7 @@ def predict_parquet(model, input_path, output: str | os.PathLike, *, id_column: 
     (default ``NEURCAM_PREDICT_PROGRESS_S``, else ``PROGRESS_SECONDS``)."""
     fitted = model.for_scoring() if isinstance(model, FittedNet) else model.scoring_model()
     src = data_mod.resolve(input_path)
+    output = Location(output)   # resolved once: the checks and the write
     data_mod.sources.refuse_output_inside(output, src, "prediction output")
     footers = data_mod.footers(src)
     n_rows = sum(n for _, _, n in footers)

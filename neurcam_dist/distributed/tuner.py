@@ -419,6 +419,6 @@ def _choose_k(job: ResolvedJob, ks: list[int], name: str, t_start: float):
         (tmp / "choice.json").write_text(record + "\n")
         (tmp / "choice.html").write_text(choice_html(choice, title=f"Choosing K: {name}"))
     out = job.output / "choice"
-    atomic_directory(out.path, write, marker="choice.json")
+    atomic_directory(out, write, marker="choice.json")
     say(f"proposed K = {choice.k}; the table in {out}/choice.json, the page {out}/choice.html")
     return choice

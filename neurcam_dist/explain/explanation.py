@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import DataError, ModelFileError
 from ..numerics import fmt, softmax
 from ..storage import atomic_directory, write_text_atomic
+from ..uris import Location
 from .grids import interp_main, interp_pair
 
 SCHEMA = "neurcam-dist/explanation"
@@ -229,7 +230,7 @@ class Explanation:
 
     def to_json(self, path) -> None:
         """Write ``to_dict`` to ``path`` atomically."""
-        write_text_atomic(Path(path), json.dumps(self.to_dict()))
+        write_text_atomic(Location(path), json.dumps(self.to_dict()))
 
     @classmethod
     def from_json(cls, path) -> "Explanation":
@@ -264,7 +265,7 @@ class Explanation:
             pd.DataFrame(values).to_parquet(tmp / "values.parquet", index=False)
             intercept.to_parquet(tmp / "intercept.parquet", index=False)
 
-        atomic_directory(Path(directory), write, marker="terms.parquet")
+        atomic_directory(Location(directory), write, marker="terms.parquet")
 
 
 DISTINCT = 0.5  # |standardized mean difference| from which a cluster's feature counts as high / low

@@ -790,5 +790,5 @@ def write_report(expl: Explanation, directory) -> Path | str:
         expl.to_parquet(tmp / "tables")
         (tmp / "report.html").write_text(html_report(expl, figures))
 
-    atomic_directory(directory.path, write, marker="explanation.json")
+    atomic_directory(directory, write, marker="explanation.json")
     return (directory / "report.html").path

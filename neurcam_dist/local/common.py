@@ -6,7 +6,7 @@ import tempfile
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
-from ..uris import Where
+from ..uris import Location, Where
 
 
 def load_model(ref: Where):
@@ -31,7 +31,7 @@ def load_fitted(ref: Where):
     from ..model import FittedNet
     from ..params import refuse_unknown_params
     from ..storage import read_model_dir
-    config, state = read_model_dir(ref)
+    config, state = read_model_dir(Location(ref))
     refuse_unknown_params(config, ref)
     return FittedNet.from_dict(config, state, "cpu", where=str(ref))
 
@@ -62,7 +62,7 @@ def one_id(id_column: str | None, no_id: bool) -> None:
         raise ConfigError(f"--id {id_column} and --no-id contradict each other: give one of them")
 
 
-def check_output(output, inputs: list, room: int) -> None:
+def check_output(output: Location, inputs: list, room: int) -> None:
     """An output folder, before any work: it replaces nothing of another's (nor an input), it can
     be written, and its disk has ``room`` bytes."""
     from ..storage import check_room, check_writable, refuse_overwrite

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .common import say, temp_logs
-from ..uris import Where
+from ..uris import Location, Where
 
 
 def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
@@ -51,6 +51,7 @@ def generate(kind: str, output: Where, *, files: int = 4, rows: int = 100_000, f
     """
     from ..data.bundled import digits_frame, write_frame_shards
     from ..storage import check_room, check_writable
+    output = Location(output)   # resolved once: the checks and the shards
     check_writable(output, "--output")
     check_room(output, (rows if kind == "synthetic" else 1797) * 4 * (features + dim + 2 if kind == "synthetic" else 66))
     if kind == "synthetic":
@@ -93,6 +94,7 @@ def sample(input: Where, output: Where, *, per_class: int | None = None, rows: i
     from ..data.tables import read_table
     from ..storage import check_writable, refuse_overwrite
     check_sample_size(per_class, rows)   # before anything is read or written
+    output = Location(output)   # resolved once: the checks and the shards
     refuse_overwrite(output, inputs=[input])
     check_writable(output, "--output")
     from ..storage import check_room   # shards of at most the input's rows: about its size, twice for safety

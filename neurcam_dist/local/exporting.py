@@ -114,15 +114,10 @@ def _rules(est, X) -> tuple[str, float]:
     return rules_text(rules), float(np.mean([r.precision for r in rules]))
 
 
-def _publish(text: str, target) -> None:
-    """The exported text at ``target`` (a ``Location``), atomically: a local file replaced whole,
-    or one object put."""
+def _publish(text: str, target: Location) -> None:
+    """The exported text at ``target``, atomically: a local file replaced whole, or one object put."""
     from ..storage import write_text_atomic
-    from ..storage.published import put_text
-    if target.is_uri:
-        put_text(text, str(target))
-    else:
-        write_text_atomic(target.path, text)
+    write_text_atomic(target, text)
 
 
 def _check_export(model: str, data: str, table: str | None, fmt: str, output: str | None,
@@ -138,11 +133,11 @@ def _check_export(model: str, data: str, table: str | None, fmt: str, output: st
     if output is None:
         return None
     from ..storage import check_room, check_writable, refuse_overwrite
-    refuse_overwrite(output, inputs=[data, model], ours=_written_by_export)
     target = Location(output)
-    room = target if target.is_uri else target.path.parent   # one file: the folder that takes it
-    check_writable(str(room), "--output")
-    check_room(str(room), 16 * 2**20)   # a query: ~1 MB
+    refuse_overwrite(target, inputs=[data, model], ours=_written_by_export)
+    room = target if target.is_uri else Location(target.path.parent)   # one file: the folder that takes it
+    check_writable(room, "--output")
+    check_room(room, 16 * 2**20)   # a query: ~1 MB
     return target
 
 

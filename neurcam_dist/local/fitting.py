@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from ..redaction import redact
 from .common import check_output, warn_ids
-from ..uris import Where
+from ..uris import Location, Where
 
 
 @dataclass
@@ -18,7 +18,7 @@ class FitResult:
 
     estimator: object
     metrics: dict
-    output: str
+    output: Location
     report_error: str | None = None   # the report was asked for and failed (the model was written)
 
 
@@ -70,6 +70,7 @@ def fit(input: Where, output: Where, *, features: list[str] | None = None, label
     from ..params import check_params
     params = dict(params or {})
     check_params(params)                   # a bad value is refused before the data is read
+    output = Location(output)              # resolved once: the checks, the run folder and the result
     assignments = _check_fit_target(input, output, report)
     X, y, ids = _fit_table(read_table(input, encoding, delimiter=delimiter, decimal=decimal), features, label,
                            id_column, params, exclude)
@@ -83,7 +84,7 @@ def fit(input: Where, output: Where, *, features: list[str] | None = None, label
     return FitResult(estimator=est, metrics=result, output=output, report_error=failed)
 
 
-def _check_fit_target(data: str, output, report: bool) -> str:
+def _check_fit_target(data: str, output: Location, report: bool) -> str:
     """Before the table is read: ``output`` may take a run (``outputs.check_run_target``); returns
     the assignments' file name (CSV for a CSV table, else Parquet)."""
     from ..data.tables import is_csv
@@ -93,7 +94,7 @@ def _check_fit_target(data: str, output, report: bool) -> str:
     return assignments
 
 
-def _write_fit(output, est, result: dict, data: str, table: tuple, label: str | None, assignments: str,
+def _write_fit(output: Location, est, result: dict, data: str, table: tuple, label: str | None, assignments: str,
                report: bool) -> str | None:
     """``fit``'s run folder: the model, metrics, the config it ran as, each row's assignment and,
     asked for, the report; returns the report's error (the model is kept)."""
@@ -157,7 +158,7 @@ def _fit_table(df, features, label, id_column, params: dict, exclude: list[str] 
     return X, y, ids
 
 
-def _check_fit_outputs(output, id_names: list, n_rows: int, n_clusters, assignments: str, report: bool) -> None:
+def _check_fit_outputs(output: Location, id_names: list, n_rows: int, n_clusters, assignments: str, report: bool) -> None:
     """Before training, once the table is read: no id column (``id_names``) named like a score
     column, and room on the output's disk for what the run writes (``n_clusters='auto'``: as for
     the most K tried)."""
@@ -270,6 +271,7 @@ def choose_k(input: Where, output: Where, *, k="2-12", seeds: int = 3, features:
         raise ConfigError("--n-clusters is what choose-k chooses: give the values to compare as --k (2-12)")
     ks = k_range(k)
     check_request(ks, seeds)          # seeds, before the data is read
+    output = Location(output)   # resolved once: the checks and the folder
     check_output(output, [input], 16 * 2**20)
     df = read_table(input, encoding, delimiter=delimiter, decimal=decimal)
     X, y, _ = _fit_table(df, features, label, id_column, params, exclude)
@@ -280,7 +282,7 @@ def choose_k(input: Where, output: Where, *, k="2-12", seeds: int = 3, features:
     return choice
 
 
-def _write_choice(output, choice, data: str, features: list[str], label: str | None) -> None:
+def _write_choice(output: Location, choice, data: str, features: list[str], label: str | None) -> None:
     """``choose_k``'s folder, in one swap: ``choice.json`` (the request and every K's evidence) and
     ``choice.html``."""
     import json

@@ -58,6 +58,7 @@ def monitor(model: Where, input: Where, output: Where, *, reference: str | None 
     ['drift.json', 'monitor.html', 'monitor.prom']
     """
     model = os.fspath(model)   # a folder, or an MLflow model URI (``models:/NAME@alias``)
+    output = Location(output)   # resolved once here: the checks, the page and the run's record
     check_output(output, [input, model, reference], 16 * 2**20)
     est = load_model(model)
     csv = {"delimiter": delimiter, "decimal": decimal}
@@ -71,11 +72,11 @@ def monitor(model: Where, input: Where, output: Where, *, reference: str | None 
     return drift
 
 
-def _track_drift(record: dict, output: str, tracking_uri: str | None, say) -> None:
+def _track_drift(record: dict, output: Location, tracking_uri: str | None, say) -> None:
     """The monitor's verdict as a run of the experiment ``neurcam-monitor`` (``tracking.log_drift``)."""
     from .. import tracking
     tracking.use(tracking_uri, experiment=tracking.monitoring.EXPERIMENT)
-    run_id = tracking.log_drift(record, Location(output).path, record["model"])
+    run_id = tracking.log_drift(record, output.path, record["model"])
     say(f"MLflow: run {run_id} of the experiment {tracking.monitoring.EXPERIMENT!r}")
 
 
@@ -96,7 +97,7 @@ def _reference_table(est, model: str, reference: str | None, encoding: str, csv:
     return rows
 
 
-def _publish_drift(record: dict, drift, output: str, title: str, pushgateway: str | None, say) -> None:
+def _publish_drift(record: dict, drift, output: Location, title: str, pushgateway: str | None, say) -> None:
     """``drift.json``, the page and ``monitor.prom`` into ``output`` in one swap; the gauges pushed
     to ``pushgateway`` when given (which needs prometheus-client: without it, refused)."""
     from ..monitor.page import write_monitor

@@ -4,11 +4,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..redaction import redact
-from ..uris import Location, Where, is_uri
+from ..uris import Location, Where
 from .common import load_fitted, one_id, say, temp_logs, warn_ids
 
 
@@ -18,7 +17,7 @@ class PredictSettings:
 
     model: str
     input: object
-    output: str
+    output: Location
     id_column: str | None            # None: no id (the rows are numbered), or, with ``id_given`` False, not yet chosen
     log_dir: str
     tracking_uri: str | None = None
@@ -44,22 +43,22 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
         missing = [f"--{k}" for k, v in (("model", model), ("input", input), ("output", output)) if v is None]
         if missing:
             raise ConfigError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
-        return PredictSettings(model=model, input=input, output=output, id_column=None if no_id else id_column,
+        return PredictSettings(model=model, input=input, output=Location(output), id_column=None if no_id else id_column,
                                log_dir=log_dir or temp_logs(), id_given=no_id or id_column is not None)
     from ..config import load_config
     cfg = load_config(config, overrides or {})
+    out = Location(cfg.output)   # the config's output, resolved once: the model, predictions and logs below it
     tracking_uri = None
     if model is None:
         named = cfg.tracking is not None and cfg.tracking.model_name
-        model = f"models:/{cfg.tracking.model_name}@champion" if named else str(Location(cfg.output) / "model")
+        model = f"models:/{cfg.tracking.model_name}@champion" if named else str(out / "model")
         tracking_uri = cfg.tracking.uri if cfg.tracking is not None else None
     if input is None:
         input = cfg.data.path
         if cfg.recluster is not None:
             from ..data.snapshots import pick_snapshot
             input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
-    out = Location(cfg.output)
-    return PredictSettings(model=model, input=input, output=output or str(out / "predictions"),
+    return PredictSettings(model=model, input=input, output=Location(output) if output else out / "predictions",
                            id_column=None if no_id else id_column or cfg.data.id,
                            log_dir=log_dir or str(out / "logs"), tracking_uri=tracking_uri,
                            id_given=no_id or id_column is not None or cfg.data.id is not None)
@@ -98,11 +97,11 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     if settings.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = settings.tracking_uri
     from ..storage import check_writable, refuse_overwrite
-    to_csv = not is_uri(settings.output) and is_csv(settings.output)
+    to_csv = not settings.output.is_uri and is_csv(settings.output)
     if to_csv:   # one file: its folder must take it, and an existing file must be scores neurcam wrote
         refuse_overwrite(settings.output, inputs=[settings.input] if isinstance(settings.input, str) else [],
                          ours=lambda head: b"cluster,probability" in head.split(b"\n")[0])
-    check_writable(str(Path(settings.output).parent) if to_csv else settings.output, "--output")
+    check_writable(Location(settings.output.path.parent) if to_csv else settings.output, "--output")
     log = log or say
     fitted = load_fitted(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)
@@ -235,9 +234,9 @@ def _predict_table(fitted, settings: PredictSettings, carry: list[str], log, csv
                "unseen_levels": met["unseen"], "missing_cells": met["missing"]}
 
     from ..data.tables import is_csv
-    if is_csv(settings.output) and not is_uri(settings.output):   # one CSV file, written atomically
+    if is_csv(settings.output) and not settings.output.is_uri:   # one CSV file, written atomically
         from ..storage import write_text_atomic
-        write_text_atomic(Path(settings.output), out.to_pandas().to_csv(index=False))
+        write_text_atomic(settings.output, out.to_pandas().to_csv(index=False))
         summary["seconds"], summary["format"] = round(time.perf_counter() - t0, 2), "csv"
         return summary
 

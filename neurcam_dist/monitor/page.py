@@ -6,6 +6,7 @@ import html
 
 from ..explain.report import STYLE
 from ..numerics import fmt
+from ..uris import Location
 from .drift import P_DRIFT, PSI_DRIFT, SHARE_RATIO, Drift
 
 SHOWN = 10        # features whose distributions are drawn (the drifted ones first)
@@ -119,7 +120,7 @@ def monitor_html(drift: Drift, title: str) -> str:
     return "\n".join(parts)
 
 
-def write_monitor(output, record: dict, drift: Drift, title: str, extra: dict[str, bytes] | None = None) -> None:
+def write_monitor(output: Location, record: dict, drift: Drift, title: str, extra: dict[str, bytes] | None = None) -> None:
     """``OUTPUT/drift.json`` (``record``: ``drift.to_dict()`` with what was compared), the page and
     the ``extra`` files, in one swap (an earlier monitor's folder is replaced whole; a folder
     another command wrote is refused)."""

@@ -157,7 +157,7 @@ def export_metrics(output: "str | Location", record: dict, history: list[dict], 
         put_text(text, str(path))
     else:
         from ..storage import write_text_atomic
-        write_text_atomic(path.path, text)
+        write_text_atomic(path, text)
     if pushgateway:
         from prometheus_client import push_to_gateway
         push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)

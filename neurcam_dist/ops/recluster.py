@@ -165,7 +165,7 @@ def _write_running(out: Location, record: Record) -> None:
     """``recluster.json`` names this run from its start: a run killed at any point (its model
     already in OUTPUT/current, its MLflow logging cut short) leaves the record of the same search."""
     running = {**record.to_dict(), "outcome": "running", "reason": "running (or killed: see the history)"}
-    write_text_atomic((out / RECORD).path, json.dumps(running, indent=1, default=str))
+    write_text_atomic(out / RECORD, json.dumps(running, indent=1, default=str))
 
 
 def _run(cfg: JobConfig, rc: ReclusterConfig, record: Record) -> None:
@@ -340,7 +340,7 @@ def _write(out: Location, rc: ReclusterConfig, record: Record, t0: float) -> Non
     record.finished_at, record.finished_unix = history.now()
     record.duration_s = round(record.finished_unix - t0, 2)
     data = record.to_dict()
-    write_text_atomic((out / RECORD).path, json.dumps(data, indent=1, default=str))
+    write_text_atomic(out / RECORD, json.dumps(data, indent=1, default=str))
     history.append_history(out, data)
     say(f"decision written to {out / RECORD} (and appended to {out / history.HISTORY})")
     try:

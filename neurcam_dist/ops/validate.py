@@ -14,8 +14,7 @@ from ..params import check_params_for_data
 from ..validation import first_names
 from ..redaction import redact
 from ..storage import check_writable, refuse_overwrite
-from ..uris import filesystem as uri_filesystem
-from ..uris import is_uri
+from ..uris import Location
 
 
 # why a cluster may report no resources: nodes its state API does not count yet, or none started yet
@@ -121,17 +120,17 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         r = cfg.representation
         lines.append(f"representation: {r.kind} ({'-'.join(map(str, r.hidden))}-{r.bottleneck}), computed on Ray "
                      f"before clustering")
-    refuse_overwrite(cfg.output, inputs=data.inputs(), what="output")   # as training checks it (job.prepare)
-    out = cfg.output
-    if is_uri(out):
+    out = Location(cfg.output)
+    refuse_overwrite(out, inputs=data.inputs(), what="output")   # as training checks it (job.prepare)
+    if out.is_uri:
         try:
-            fs, root = uri_filesystem(out)
+            fs, root = out.filesystem()
             fs.get_file_info(root)
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"output: {redact(out)} cannot be reached: {redact(str(exc))}") from None
+            raise ConfigError(f"output: {redact(str(out))} cannot be reached: {redact(str(exc))}") from None
     else:
         check_writable(out)
-    lines.append(f"output: {redact(out)}")
+    lines.append(f"output: {redact(str(out))}")
     if cfg.tracking is not None:
         from ..tracking import check_reachable, check_uri, tracking_uri
         uri = tracking_uri(cfg.tracking.uri)

@@ -16,18 +16,17 @@ from ..uris import Location, is_uri, local
 from .published import STALE_S, publish_dir, put_text, write_version
 
 
-def atomic_directory(target: Path, write, marker: str | None = None, own: set[str] | None = None) -> None:
+def atomic_directory(target: Location, write, marker: str | None = None, own: set[str] | None = None) -> None:
     """Build a directory with ``write(tmp_dir)`` and move it to ``target`` in one rename
     (an existing ``target`` is moved aside first and removed only after the swap). With
     ``marker``, a non-empty existing ``target`` that lacks that file is not ours: refuse. With
     ``own`` (the names this kind of output holds), a ``target`` holding anything else was written
     by another command (a training run with its checkpoints, say): refuse rather than delete it.
     An object-store URI is built locally and published as a new version (``published``)."""
-    where = Location(target)
-    if where.is_uri:
-        _publish_built(str(where), write, refuse_foreign=marker is not None or own is not None)
+    if target.is_uri:
+        _publish_built(str(target), write, refuse_foreign=marker is not None or own is not None)
         return
-    target = where.path
+    target = target.path
     recover(target)
     if marker and target.exists() and (not target.is_dir() or (any(target.iterdir()) and not (target / marker).exists())):
         raise ConfigError(f"{target} exists and was not written by neurcam (no {marker}): refusing to replace it")
@@ -53,16 +52,15 @@ def atomic_directory(target: Path, write, marker: str | None = None, own: set[st
         raise
 
 
-def write_dataset(output, write, marker: str | None = None) -> None:
+def write_dataset(output: Location, write, marker: str | None = None) -> None:
     """``write(root, filesystem)`` (a Ray Data ``write_parquet`` and its side files) into a new
     local directory swapped in whole (``atomic_directory``), or into a new published version on an
     object store, where the shards go straight to the bucket."""
-    where = Location(output)
-    if where.is_uri:
-        write_version(str(where), write)
+    if output.is_uri:
+        write_version(str(output), write)
         return
     from pyarrow.fs import LocalFileSystem
-    atomic_directory(where.path, lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
+    atomic_directory(output, lambda tmp: write(str(tmp), LocalFileSystem()), marker=marker)
 
 
 def _publish_built(uri: str, write, refuse_foreign: bool = False, mirror: bool = False) -> None:
@@ -89,14 +87,13 @@ def recover(target: Path) -> Path | None:
     return None
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Location, text: str) -> None:
     """Write a file through a temporary sibling and one rename; on an object store (``path`` a
     URI) as one object (a PUT is whole or absent)."""
-    where = Location(path)
-    if where.is_uri:
-        put_text(text, str(where))
+    if path.is_uri:
+        put_text(text, str(path))
         return
-    path = where.path
+    path = path.path
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
@@ -145,7 +142,7 @@ def _link(path: Path, target: str) -> None:
         os.replace(tmp, path)
 
 
-def check_writable(out, what: str = "output") -> None:
+def check_writable(out: Location, what: str = "output") -> None:
     """Before any work: a local ``out`` (a folder to create or replace) can be written. The
     nearest existing folder above it (and ``out`` itself when it exists) must take a new file:
     a read-only folder or file system, a file where a folder is needed (``out`` under a file),
@@ -154,12 +151,11 @@ def check_writable(out, what: str = "output") -> None:
     for root or on a read-only mount.) An object-store URI is looked up once (an endpoint that is
     closed, hangs or denies access fails here, in bounded time: ``uris.bounded_s3``); whether a
     write is allowed shows when the output is published."""
-    where = Location(out)
-    if where.is_uri:
-        fs, root = where.filesystem()
+    if out.is_uri:
+        fs, root = out.filesystem()
         fs.get_file_info(root)
         return
-    target = where.path.absolute()
+    target = out.path.absolute()
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{what}: {out} is a file, not a folder: choose another output folder")
     above = target.parent
@@ -181,7 +177,7 @@ PREDICTIONS_MARKER = "_neurcam_predictions.json"   # written last into a finishe
 MODEL_MARKERS = ("manifest.json", "weights.safetensors")   # modeldir's files: a folder holding both is a model
 
 
-def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> None:
+def refuse_overwrite(out: Location | None, *, inputs=(), what: str = "--output", ours=None) -> None:
     """Before any work, refuse (``ConfigError`` naming ``what``) an output that would destroy
     what this command did not write: one of its ``inputs`` (or a path inside an input folder,
     which the next read would take as data, or a folder holding an input), a path inside a
@@ -189,10 +185,9 @@ def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> No
     place for a query), or an existing file for which ``ours(first_bytes)`` is False (a user's
     CSV, not a query that an earlier ``export`` wrote). Object-store URIs are left to the
     publication, which refuses foreign content itself."""
-    where = Location(out) if out is not None else None
-    if where is None or where.is_uri:
+    if out is None or out.is_uri:
         return
-    target = where.path.expanduser().absolute()
+    target = out.path.absolute()
     real = Path(os.path.realpath(target))
     for given in inputs:
         if given is None or is_uri(given):
@@ -215,13 +210,12 @@ def refuse_overwrite(out, *, inputs=(), what: str = "--output", ours=None) -> No
                               f"(remove it, or choose another name)")
 
 
-def check_room(out, need: int, what: str = "--output") -> None:
+def check_room(out: Location, need: int, what: str = "--output") -> None:
     """Before any work: refuse (``ConfigError``) a local ``out`` whose file system has less free
     space than ``need`` bytes (what the command will write, estimated), naming both."""
-    where = Location(out)
-    if where.is_uri:
+    if out.is_uri:
         return
-    above = where.path.expanduser().absolute()
+    above = out.path.absolute()
     while not above.exists() and above != above.parent:
         above = above.parent
     free = shutil.disk_usage(above).free
@@ -230,15 +224,14 @@ def check_room(out, need: int, what: str = "--output") -> None:
                           f"{need / 2**20:,.0f} MiB: free space or choose another output")
 
 
-def refuse_foreign_output(out, own: set[str]) -> None:
+def refuse_foreign_output(out: Location, own: set[str]) -> None:
     """Refuse (``ConfigError``) a local ``out`` that is a file, or a folder holding names other
     than ``own`` (and hidden ones): another command's output, or a user's files. Called before
     any work, so nothing is trained only to be refused. (On an object store the publication
     itself refuses foreign content.)"""
-    where = Location(out)
-    if where.is_uri:
+    if out.is_uri:
         return
-    target = where.path
+    target = out.path
     if target.exists() and not target.is_dir():
         raise ConfigError(f"{target} exists and was not written by neurcam (a file, not a folder): refusing to "
                           f"replace it; choose another output directory")
@@ -268,7 +261,7 @@ def _drop_dangling(out: Path) -> None:
             p.unlink(missing_ok=True)
 
 
-def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str] | None = None) -> None:
+def write_run_output(out: Location, write, extra: tuple[str, ...] = (), own: set[str] | None = None) -> None:
     """Publish ``model/``, ``metrics.json``, ``config.json`` (and ``extra`` files) in ``out`` as one set.
 
     ``write(dir)`` fills a new version directory ``out/.versions/ID``; after it is complete and
@@ -284,13 +277,12 @@ def write_run_output(out: Path, write, extra: tuple[str, ...] = (), own: set[str
     (``out`` a URI) the set is published as one version through a manifest instead, with a copy of
     each top-level file at ``out/NAME`` (``aws s3 cp OUT/metrics.json -`` works). With ``own``
     (the names this kind of run writes), ``out`` must hold nothing else (``refuse_foreign_output``)."""
-    where = Location(out)
     if own is not None:
-        refuse_foreign_output(where, own | {CURRENT})
-    if where.is_uri:
-        _publish_built(str(where), write, refuse_foreign=own is not None, mirror=True)
+        refuse_foreign_output(out, own | {CURRENT})
+    if out.is_uri:
+        _publish_built(str(out), write, refuse_foreign=own is not None, mirror=True)
         return
-    out = where.path
+    out = out.path
     versions = out / VERSIONS
     versions.mkdir(parents=True, exist_ok=True)
     version = versions / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"

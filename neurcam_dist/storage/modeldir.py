@@ -36,7 +36,7 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
+def write_model_dir(path: Location, config: dict, state: dict[str, torch.Tensor]) -> None:
     """Write ``config`` (JSON-ready) and ``state`` (tensors) as a model directory at ``path``."""
     config = {"format": FORMAT, "format_version": FORMAT_VERSION, **config}
     state = {k: v.detach().cpu().contiguous() for k, v in state.items()}
@@ -49,21 +49,20 @@ def write_model_dir(path, config: dict, state: dict[str, torch.Tensor]) -> None:
         manifest = {"format": FORMAT, "files": {f: _sha256(tmp / f) for f in FILES}}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
 
-    atomic_directory(Location(path), write, marker=MANIFEST)
+    atomic_directory(path, write, marker=MANIFEST)
 
 
-def read_model_dir(path) -> tuple[dict, dict[str, torch.Tensor]]:
+def read_model_dir(path: Location) -> tuple[dict, dict[str, torch.Tensor]]:
     """``(config, state)`` of the model directory at ``path`` (local, or a URI read through its
     published manifest), after checking every file against the model's manifest; ``ValueError``
     names what is missing, altered or of another version."""
-    where = Location(path)
-    if where.is_uri:
+    if path.is_uri:
         try:
-            with local_copy(where) as copy:
-                return _read_local(copy, shown=redact(str(where)))
+            with local_copy(path) as copy:
+                return _read_local(copy, shown=redact(str(path)))
         except NotPublishedError as exc:
-            raise ModelFileError(f"no model at {redact(str(where))}: {exc}") from None
-    return _read_local(where.path)
+            raise ModelFileError(f"no model at {redact(str(path))}: {exc}") from None
+    return _read_local(path.path)
 
 
 def _read_local(path: Path, shown: str | None = None) -> tuple[dict, dict[str, torch.Tensor]]:

@@ -300,17 +300,16 @@ def fetch(uri: str, dest) -> Path:
     return dest
 
 
-def read_text(path) -> str:
+def read_text(path: Location) -> str:
     """A file's text, local or through a published output's manifest."""
-    where = Location(path)
-    if not where.is_uri:
-        return where.path.read_text()
+    if not path.is_uri:
+        return path.path.read_text()
     try:
         with tempfile.TemporaryDirectory(prefix="neurcam-fetch-") as tmp:
             return fetch(str(path), tmp).read_text()
     except NotPublishedError:  # a plain object (a record written with one PUT, such as recluster.json)
         from pyarrow.fs import FileType
-        fs, target = where.filesystem()
+        fs, target = path.filesystem()
         if fs.get_file_info(target).type != FileType.File:
             raise
         with fs.open_input_stream(target) as f:
@@ -318,12 +317,11 @@ def read_text(path) -> str:
 
 
 @contextmanager
-def local_copy(path):
+def local_copy(path: Location):
     """A local path to read ``path`` from: itself when local, else a temporary download (through
     the manifest) that is removed on exit."""
-    where = Location(path)
-    if not where.is_uri:
-        yield where.path
+    if not path.is_uri:
+        yield path.path
         return
     tmp = tempfile.mkdtemp(prefix="neurcam-fetch-")
     try:
@@ -332,7 +330,7 @@ def local_copy(path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def put_file(path, uri: str) -> None:
+def put_file(path: Path, uri: str) -> None:
     """Copy one local file to ``uri`` as a plain object (one PUT: whole or absent). For files that
     nothing reads through a manifest: logs with a unique name, a record such as recluster.json."""
     fs, target = filesystem(uri)

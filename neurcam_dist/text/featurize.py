@@ -22,6 +22,7 @@ from ..data.reading import map_with_actors, run_pass, tables_here
 from ..data.sources import CSV, PARQUET, DataError, Source, listing, resolve
 from ..redaction import redact
 from ..storage import write_dataset
+from ..uris import Location, Where
 from .sentences import EMBEDDING_COLUMN, SentenceEmbedder, check_model_path
 from .vocabulary import VOCABULARY_FILE, Analyzer, Vocabulary, MIN_DF, check_thresholds, document_frequencies, join_text
 
@@ -34,7 +35,7 @@ class TextJob:
     """What to featurize and how (the CLI's flags, the config's ``text:`` section)."""
 
     input: str | list[str]
-    output: str
+    output: Location   # text or a path is taken, and resolved once when the job is made
     text_columns: list[str]
     id_column: str = "id"
     carry: list[str] = field(default_factory=list)
@@ -50,7 +51,7 @@ class TextJob:
     use_gpu: bool | None = None    # a GPU per embedding actor; None: when the cluster has GPUs
 
     @classmethod
-    def for_config(cls, cfg, output: str) -> "TextJob":
+    def for_config(cls, cfg, output: Where) -> "TextJob":
         """The job a config's ``text:`` section asks for: ``data.path`` documents with ``data.id``,
         the label carried along, written to ``output``."""
         t, d = cfg.text, cfg.data
@@ -60,6 +61,7 @@ class TextJob:
                    use_gpu=t.use_gpu)
 
     def __post_init__(self):
+        self.output = Location(self.output)
         check_thresholds(0.0 if self.min_df is None else self.min_df, self.max_df)
         if not self.text_columns:
             raise DataError("name the text column(s) (--text-column)")

@@ -20,7 +20,7 @@ from ..explain.report import write_report
 from ..redaction import redact
 from ..signals import process_gone
 from ..storage.published import local_copy
-from ..uris import Location, is_uri
+from ..uris import Location
 from ..version import __version__
 from .registry import log_model
 from .uri import run_url, use
@@ -128,20 +128,18 @@ def _run_tags(est) -> dict:
             "stop_reason": str(est.history_["stop_reason"])}
 
 
-def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Path | str | None = None,
-                     output: Path | str | None = None) -> None:
+def _write_artifacts(t: Path, est, cfg, metrics: dict, report: Location | None = None,
+                     output: Location | None = None) -> None:
     """What a run keeps besides the model: the explanation report (JSON, Parquet, PNG, HTML; copied
     from ``report``, a local folder or a published URI, when given), the resolved config, the
     standardization statistics, the history, the metrics and a computed representation's model
     (the autoencoder's weights, ``representation/`` of the run's ``output``)."""
     if output is not None and getattr(cfg, "representation", None) is not None:
-        with local_copy(Location(output) / "representation") as copy:
+        with local_copy(output / "representation") as copy:
             shutil.copytree(copy, t / "representation")
-    if report is not None and is_uri(report):
+    if report is not None and (report.is_uri or report.path.is_dir()):
         with local_copy(report) as copy:
             shutil.copytree(copy, t / "report")
-    elif report is not None and Path(report).is_dir():
-        shutil.copytree(report, t / "report")
     else:
         write_report(est.explain(), t / "report")
     (t / "config.json").write_text(cfg.public_json())
@@ -168,7 +166,7 @@ def log_training(result, cfg) -> dict:
         mlflow.log_metrics({k: float(metrics[k]) for k in FINAL_KEYS if k in metrics})
         mlflow.set_tags({**_tags(), **_run_tags(est)})
         with tempfile.TemporaryDirectory() as tmp:
-            _write_artifacts(Path(tmp), est, cfg, metrics, output=result.output)
+            _write_artifacts(Path(tmp), est, cfg, metrics, output=Location(result.output))
             mlflow.log_artifacts(tmp)
         _, version = log_model(est, est.reference_, registered_name=tc.model_name)
     return {"run_id": run.info.run_id, "experiment": tc.experiment, "tracking_uri": mlflow.get_tracking_uri(),
@@ -215,8 +213,8 @@ def log_search(result, cfg) -> dict:
                          "best_trial": result.best.trial_id})
         mlflow.log_text(json.dumps([t.row() for t in result.trials], indent=1, default=str), "search.json")
         with tempfile.TemporaryDirectory() as tmp:
-            _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics,
-                             report=Location(result.output) / "report", output=result.output)
+            out = Location(result.output)
+            _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics, report=out / "report", output=out)
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
         with mlflow.start_run(run_id=best_run, nested=True):
