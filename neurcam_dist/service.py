@@ -125,7 +125,15 @@ def history(output: Where, say=None) -> list[dict]:
 
 def history_table(records: list[dict]):
     """Decisions as a DataFrame: finished, snapshot, champion, challenger, inertia ratio,
-    agreement, promoted, outcome, reason."""
+    agreement, promoted, outcome, reason.
+
+    Examples
+    --------
+    >>> from neurcam_dist import service
+    >>> table = service.history_table([{"snapshot": "date=2026-01-02", "promoted": False, "outcome": "kept"}])
+    >>> table[["snapshot", "promoted", "outcome"]].to_dict("records")
+    [{'snapshot': 'date=2026-01-02', 'promoted': False, 'outcome': 'kept'}]
+    """
     from .ops.history import history_table as _table
     return _table(records)
 
@@ -178,9 +186,16 @@ def unreachable(exc: BaseException, output: Where | None = None) -> str:
     return _unreachable(exc, output)
 
 
-def validate_manifests(folder: str) -> list[str]:
+def validate_manifests(folder: Where) -> list[str]:
     """Build a kustomize folder (``kubectl kustomize``) and check what neurcam can check of it
-    (``ops.manifests``); the lines say what was checked."""
+    (``ops.manifests``); the lines say what was checked.
+
+    Examples
+    --------
+    >>> from pathlib import Path; import neurcam_dist; from neurcam_dist import service
+    >>> service.validate_manifests(Path(neurcam_dist.__file__).parents[1] / "k8s" / "overlays" / "dev")[:2]
+    ['build: 7 objects (...)', 'schedule: CronJob neurcam-recluster-submit']
+    """
     from .ops.manifests import check_manifests
     return check_manifests(folder)
 

@@ -1,7 +1,9 @@
 """The public API's Examples sections run as written (numpydoc, as scikit-learn's estimators carry
 them): the estimator, the explanation, choosing K, monitoring, and the front door's in-memory
-entry points (fit, choose_k, explain, monitor, export, predict), data makers (generate, sample)
-and the config and record helpers (load_config, parse_overrides, validate, history, unreachable).
+entry points (fit, choose_k, explain, monitor, export, predict), the data makers (generate, sample),
+the config and record helpers (load_config, parse_overrides, validate, history, history_table,
+unreachable), the model loader (load_model, with load_fitted), the demo's config and data place
+and the manifests' check.
 A public entry point listed here without an example fails."""
 import doctest
 
@@ -12,7 +14,8 @@ from neurcam_dist import Explanation, NeurCAM, choose_k, service
 DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanation": Explanation,
               "choose_k": choose_k, **{f"service.{name}": getattr(service, name) for name in (
                   "fit", "choose_k", "explain", "monitor", "export", "predict", "generate", "sample", "load_config",
-                  "parse_overrides", "validate", "history", "unreachable")}}
+                  "parse_overrides", "validate", "history", "history_table", "unreachable", "load_model", "demo_config",
+                  "demo_data", "validate_manifests")}}
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))

@@ -11,7 +11,25 @@ from ..uris import Location, Where
 
 def load_model(ref: Where):
     """A ``NeurCAM`` from a model directory or an MLflow model URI (``models:/NAME@alias``,
-    ``runs:/ID/model``); for a URI, credentials in the tracking URI are taken out of it first."""
+    ``runs:/ID/model``); for a URI, credentials in the tracking URI are taken out of it first.
+
+    Parameters
+    ----------
+    ref : str, Path or Location
+        A model folder (``NeurCAM.save``, a run's ``model/``) or an MLflow model URI.
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import NeurCAM, service
+    >>> from neurcam_dist.data.synthetic import mixed_table
+    >>> d = Path(tempfile.mkdtemp()); table = mixed_table(300, seed=0)[0].drop(columns="customer_id")
+    >>> NeurCAM(n_clusters=3, epochs=12, warmup_epochs=4, verbose=False).fit(table).save(d / "m")
+    >>> est = service.load_model(d / "m")
+    >>> est.n_clusters_, est.predict(table.head(4)).shape
+    (3, (4,))
+    >>> service.load_fitted(d / "m").cluster_ids.tolist()   # the state scoring reads, without the estimator
+    [0, 1, 2]
+    """
     ref = os.fspath(ref)
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
         from .. import tracking
@@ -24,7 +42,13 @@ def load_model(ref: Where):
 def load_fitted(ref: Where):
     """The fitted state (``model.FittedNet``) of a model directory or an MLflow model URI: what
     scoring reads. A directory is read without the estimator class, so ``neurcam predict``
-    imports neither scikit-learn nor SciPy (``benchmarks/startup.py`` times it)."""
+    imports neither scikit-learn nor SciPy (``benchmarks/startup.py`` times it).
+
+    Parameters
+    ----------
+    ref : str, Path or Location
+        As ``load_model`` takes it (the Examples there load both).
+    """
     ref = os.fspath(ref)
     if ref.startswith(("models:/", "runs:/", "mlflow-artifacts:/")):
         return load_model(ref).fitted_

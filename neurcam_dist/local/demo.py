@@ -11,7 +11,14 @@ from ..uris import Where
 def demo_data(output: Where) -> str:
     """Where ``neurcam demo`` writes the bundled digits: beside its output (``runs/demo-data`` for
     ``runs/demo``), never inside it, since no output may hold its own input
-    (``storage.refuse_overwrite``) and a demo run again replaces its output whole."""
+    (``storage.refuse_overwrite``) and a demo run again replaces its output whole.
+
+    Examples
+    --------
+    >>> from neurcam_dist import service
+    >>> service.demo_data("runs/demo")
+    'runs/demo-data'
+    """
     path = Path(output)
     path = path if path.name else path.absolute()
     return str(path.with_name(f"{path.name}-data"))
@@ -21,7 +28,15 @@ def demo_config(output: Where, seeds: int, workers: int) -> dict:
     """``neurcam demo``: Neur2CAM (10 clusters, 8 pairs) on the digits shards (``demo_data``), a
     search over ``seeds`` seeds on a local Ray, tracked in the embedded MLflow store (./mlflow.db).
     ``epsilon`` 0.8 (not 0.9) anneals the gates in about half the epochs, so 3 trials fit in a
-    few minutes on 2 cores."""
+    few minutes on 2 cores.
+
+    Examples
+    --------
+    >>> from neurcam_dist import service
+    >>> cfg = service.demo_config("runs/demo", seeds=3, workers=2)
+    >>> cfg["data"]["path"], cfg["model"]["n_clusters"], cfg["search"]
+    ('runs/demo-data', 10, {'seeds': 3})
+    """
     return {"data": {"path": demo_data(output), "label": "label", "id": "id"},
             "model": {"n_clusters": 10, "n_pairs": 8, "precision": "auto", "epsilon": 0.8},
             "train": {"num_workers": workers, "checkpoint_every": 25},
