@@ -173,7 +173,7 @@ def fit_vocabulary(ds, job: TextJob, log=print) -> Vocabulary:
 def fingerprint(job: TextJob, src, model_path: str | None) -> str:
     """What the output depends on: the settings and every input file's size and modification time."""
     import hashlib
-    settings = {k: v for k, v in asdict(job).items() if k not in ("out", "concurrency", "threads", "use_gpu",
+    settings = {k: v for k, v in asdict(job).items() if k not in ("output", "concurrency", "threads", "use_gpu",
                                                                   "batch_size")}
     blob = json.dumps([settings, model_path, sorted(src.stamp().items())], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
