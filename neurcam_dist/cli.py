@@ -746,7 +746,7 @@ def _recluster(args) -> None:
             "agreement_ari", "size_shift", "top_terms_overlap", "mapping")
     print(json.dumps({k: record.get(k) for k in keys}))
     print(f"{'promoted' if record['promoted'] else 'not promoted'}: {record['reason']}")
-    print(f"decision: {redact(Location(cfg.output) / 'recluster.json')}")
+    print(f"decision: {redact(cfg.output_location() / 'recluster.json')}")
 
 
 def _history(args) -> None:

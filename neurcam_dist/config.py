@@ -536,11 +536,16 @@ class JobConfig(_Strict):
         return (f"fits: {s.max_concurrent_trials} trial(s) at once take {need:g} of {cpus:g} CPUs, "
                 f"{cpus - need:g} left for Ray Data")
 
+    def output_location(self) -> Location:
+        """``output`` as the place every record of the job goes below (``uris.Location``: its
+        text was expanded when the config was read, and is not read again)."""
+        return Location(self.output)
+
     def storage_path(self) -> Location:
         """Ray Train's checkpoints and the staged data: ``train.storage_path``, else
         ``OUTPUT/_ray`` (a local path made absolute, a URI as given)."""
         return (Location(self.train.storage_path) if self.train.storage_path
-                else Location(self.output) / "_ray").resolved()
+                else self.output_location() / "_ray").resolved()
 
 
 def coerce_config(config) -> JobConfig:

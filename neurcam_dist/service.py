@@ -78,7 +78,27 @@ def load_config(path, overrides: dict | None = None):
 # ---------------------------------------------------------------- on Ray
 def train(config, *, name: str | None = None):
     """Train on Ray as ``config`` says (a ``JobConfig``, a dict or a YAML path), then log to
-    MLflow with ``tracking:`` (``ops.runs.train``). Returns a ``TrainResult``."""
+    MLflow with ``tracking:`` (``ops.runs.train``). Returns a ``TrainResult``.
+
+    Parameters
+    ----------
+    config : JobConfig, dict or str
+        The job (``docs/reference/config.md``): ``data``, ``model``, ``train``, ``output``, ``tracking``.
+    name : str, optional
+        The run's name (default: ``neurcam-``, the time and six hex digits).
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 600, n_features=4, repr_dim=0, n_clusters=3)
+    >>> run = service.train({"data": {"path": str(d / "data"), "label": "label", "id": "id"}, "output": str(d / "run"),
+    ...                      "model": {"n_clusters": 3, "epochs": 8, "warmup_epochs": 3, "hidden": [16, 16]},
+    ...                      "train": {"num_workers": 1}})  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> run.metrics["n_rows"], (d / "run" / "model" / "config.json").is_file()
+    (600, True)
+    """
     from .ops import runs
     return runs.train(config, name=name)
 

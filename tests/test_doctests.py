@@ -3,7 +3,7 @@ them): the estimator, the explanation, choosing K, monitoring, and the front doo
 entry points (fit, choose_k, explain, monitor, export, predict), the data makers (generate, sample),
 the config and record helpers (load_config, parse_overrides, validate, history, history_table,
 unreachable), the model loader (load_model, with load_fitted), the demo's config and data place
-and the manifests' check.
+and the manifests' check; on Ray, ``train`` and ``featurize_text`` (on the session's Ray).
 A public entry point listed here without an example fails."""
 import doctest
 
@@ -15,11 +15,14 @@ DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanati
               "choose_k": choose_k, **{f"service.{name}": getattr(service, name) for name in (
                   "fit", "choose_k", "explain", "monitor", "export", "predict", "generate", "sample", "load_config",
                   "parse_overrides", "validate", "history", "history_table", "unreachable", "load_model", "demo_config",
-                  "demo_data", "validate_manifests")}}
+                  "demo_data", "validate_manifests", "train", "featurize_text")}}
+ON_RAY = {"service.train", "service.featurize_text"}   # their examples start Ray Train or Ray Data
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))
-def test_the_example_runs_as_written(name):
+def test_the_example_runs_as_written(name, request):
+    if name in ON_RAY:
+        request.getfixturevalue("ray_cluster")   # the session's Ray (capped), not one of their own
     tests = [t for t in doctest.DocTestFinder(recurse=False).find(DOCUMENTED[name], name, globs={}) if t.examples]
     assert tests, f"{name} has no Examples section"
     runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)

@@ -296,7 +296,7 @@ def test_ray_log_lines_go_to_a_file_and_ours_to_the_console(ray_cluster, tmp_pat
               "---------------------------------------------------------------", " 1 node_0123456789abcdef",
               "INFO autoscaler.py:147 -- The autoscaler took 0.0 seconds to fetch the list of non-terminated nodes."]
     event = f"INFO monitor.py:1 -- {ray_constants.LOG_PREFIX_EVENT_SUMMARY}Adding 1 node(s) of type worker."
-    with routed_logs(tmp_path, log=print) as path:
+    with routed_logs(Location(tmp_path), log=print) as path:
         warnings.warn("ExecutionOptions.exclude_resources is deprecated (a library's warning)", UserWarning,
                       stacklevel=1)
         from neurcam_dist.distributed.events import current_channel
@@ -339,7 +339,7 @@ def test_ray_start_up_lines_are_held_for_the_log_and_given_back_on_failure(ray_c
         print("INFO worker.py -- Started a local Ray instance.", file=sys.stderr)
     assert capfd.readouterr().err == ""
     assert start.text == "[core_worker.cc] a line from C++\nINFO worker.py -- Started a local Ray instance.\n"
-    with routed_logs(tmp_path, log=print, earlier=start.text) as path:
+    with routed_logs(Location(tmp_path), log=print, earlier=start.text) as path:
         pass
     assert path.read_text().startswith(start.text)
     with pytest.raises(RuntimeError, match="refused"), held_stderr():
@@ -499,7 +499,7 @@ def test_on_a_terminal_each_trial_gets_a_progress_bar(ray_cluster, tmp_path, cap
         return epochs
 
     from neurcam_dist.distributed.events import current_channel
-    with routed_logs(tmp_path, log=lambda m: None, bars=True) as path:
+    with routed_logs(Location(tmp_path), log=lambda m: None, bars=True) as path:
         ch = current_channel()
         assert ray_cluster.get([trial.remote("aa_1", 3, ch), trial.remote("bb_2", 5, ch)]) == [3, 5]
         deadline = time.time() + 20

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from neurcam_dist import tracking
+from neurcam_dist.uris import Location
 from neurcam_dist.cli import main
 
 from .conftest import free_port
@@ -172,7 +173,7 @@ def test_a_process_s_mlflow_lines_go_to_one_file_said_once(tmp_path, capsys, mon
     monkeypatch.delenv("NEURCAM_VERBOSE", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     for i in range(2):
-        with library_logs(tmp_path, ("mlflow",), "MLflow's") as path:
+        with library_logs(Location(tmp_path), ("mlflow",), "MLflow's") as path:
             if i == 0:
                 tracking.use(None, experiment="lines", workdir=tmp_path)   # a new local store: its set-up lines
                 mlflow.MlflowClient().search_registered_models()

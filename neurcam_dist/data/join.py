@@ -10,7 +10,7 @@ from .reading import read_source
 from .sources import DataError, auto_features, footers, resolve
 
 
-def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
+def join_embeddings(cfg: DataConfig, staging: Location) -> DataConfig:
     """Join the features and embeddings datasets on ``cfg.embedding_table.key`` into Parquet shards under
     ``staging`` (once; every epoch then streams plain files). Every feature row must find exactly
     one embedding row: otherwise ``DataError`` with the counts of missing and duplicate keys.
@@ -51,7 +51,7 @@ def join_embeddings(cfg: DataConfig, staging: "str | Location") -> DataConfig:
         reserved = {key, *emb_cols, *(c for c in (cfg.label, cfg.id) if c)}
         features = auto_features(ffoot[0][1], reserved)
     joined = feats.join(embs, "inner", parts, on=(key,))
-    final = Location(staging) / "joined"
+    final = staging / "joined"
     if final.is_uri:  # an object store: a new version behind a manifest (storage.published)
         write_version(str(final), lambda root, fs: joined.write_parquet(root, filesystem=fs))
         return cfg.model_copy(update={"path": str(final), "embedding_table": None, "features": features})

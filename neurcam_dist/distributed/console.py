@@ -89,11 +89,10 @@ def verbose() -> bool:
 _NAMES: dict[tuple[str, str, int], str] = {}   # (folder, stem, pid) -> the file's name: one file a process
 
 
-def _log_path(folder, stem: str) -> tuple[Path, str | None]:
+def _log_path(folder: Location, stem: str) -> tuple[Path, str | None]:
     """``FOLDER/STEM-TIME-PID.log``, and its URI when ``folder`` is on an object store: such a log
     is written locally and copied there at the end. A process's later blocks append to the file
     its first block opened there."""
-    folder = Location(folder)
     key = (str(folder), stem, os.getpid())
     name = _NAMES.setdefault(key, f"{stem}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
     remote = str(folder / name) if folder.is_uri else None
@@ -151,7 +150,7 @@ def _log_file(folder, stem: str, loggers: tuple[str, ...], log, owners: str, ear
 
 
 @contextmanager
-def stderr_to_log(folder, stem: str, owners: str, log=print):
+def stderr_to_log(folder: Location, stem: str, owners: str, log=print):
     """Within the block, Ray's loggers and everything this process writes to stderr go to
     ``FOLDER/STEM-TIME-PID.log``: Python's lines (warnings, other libraries) and those Ray's C++
     core writes to file descriptor 2 itself, which no logger reaches. For a command whose only
@@ -189,14 +188,14 @@ def _stderr_to(path, sink):
 
 
 @contextmanager
-def library_logs(output, loggers: tuple[str, ...], owners: str, log=print):
+def library_logs(output: Location, loggers: tuple[str, ...], owners: str, log=print):
     """Within the block, the named libraries' log lines (``owners``, e.g. "MLflow's") go to
     ``output/logs/``, as Ray's do in ``routed_logs``, and so does what is printed to stderr
     (MLflow prints some lines there past its logger); ``--verbose`` leaves them on the console."""
     if verbose():
         yield None
         return
-    with _log_file(Location(output) / "logs", loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
+    with _log_file(output / "logs", loggers[0], loggers, log, owners) as (path, sink), redirect_stderr(sink):
         yield path
 
 
@@ -249,7 +248,7 @@ def held_stderr():
 
 
 @contextmanager
-def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
+def routed_logs(output: Location, log=print, bars: bool | None = None, earlier: str = ""):
     """Within the block, Ray's log lines go to ``output/logs/ray-TIME.log`` (see the module
     docstring), after the ``earlier`` lines (``held_stderr``), and the records workers and trials
     send (``events``) are rendered here: into that file, and on the console as lines or, for
@@ -260,7 +259,7 @@ def routed_logs(output, log=print, bars: bool | None = None, earlier: str = ""):
     import ray.data
     import ray.train
     import ray.tune  # noqa: F401
-    with _warnings_logged(), _log_file(Location(output) / "logs", "ray", ("ray", "py.warnings"), log, "Ray's",
+    with _warnings_logged(), _log_file(output / "logs", "ray", ("ray", "py.warnings"), log, "Ray's",
                                        earlier) as (path, sink):
         progress = _Bars(sys.stdout) if (sys.stdout.isatty() if bars is None else bars) else None
 

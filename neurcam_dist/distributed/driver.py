@@ -220,7 +220,7 @@ def train(config, *, name: str | None = None) -> TrainResult:
     with held_stderr() as start:
         ensure_ray(min_cpus=tc.num_workers * tc.cpus_per_worker + 1)
         check_resources(cfg, search=False)
-    with routed_logs(cfg.output, say, earlier=start.text):
+    with routed_logs(cfg.output_location(), say, earlier=start.text):
         return _train(resolve(cfg, early), name, t_start)
 
 

@@ -135,7 +135,7 @@ def resolve_early(cfg: JobConfig) -> ResolvedJob | None:
     """The job from the footers, before Ray starts or anything is written (the output checked
     writable first: the one check of it on the train and search paths); None when a step must
     write the data first (``resolve`` then runs it)."""
-    check_writable(Location(cfg.output))
+    check_writable(cfg.output_location())
     if needs_staging(cfg):
         return None
     return _resolved(cfg, cfg.data)
@@ -186,7 +186,7 @@ def _resolved(cfg: JobConfig, data: DataConfig) -> ResolvedJob:
         say("text data: the paper's text settings where model: is silent: "
             + ", ".join(f"{k}={v}" for k, v in filled.items()))
     return ResolvedJob(config=cfg, data=data, model=model, plan=plan, spec=spec_for(model, plan),
-                       output=Location(cfg.output), text_defaults=filled)
+                       output=cfg.output_location(), text_defaults=filled)
 
 
 def prepare(job: ResolvedJob) -> tuple[ResolvedJob, data_mod.Profile]:

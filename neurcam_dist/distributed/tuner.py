@@ -187,7 +187,7 @@ def search(config, *, name: str | None = None, incumbent: Incumbent | None = Non
     say(f"search {name}: {n_trials(s)} trial(s) (seeds {s.seeds}" + "".join(f" x {k} {v}" for k, v in s.space().items())
         + (f" x {s.num_samples} samples" if s.num_samples > 1 else "")
         + f"), at most {s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, say, earlier=held):
+    with routed_logs(cfg.output_location(), say, earlier=held):
         return _search(resolve(cfg, early), name, t_start, incumbent)
 
 
@@ -365,7 +365,7 @@ def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
     name = name or run_name("choose-k")
     say(f"choose-k {name}: K = {ks[0]}..{ks[-1]} x {seeds} seeds = {len(ks) * seeds} trial(s), at most "
         f"{s.max_concurrent_trials} at a time, each on {tc.num_workers} worker(s)")
-    with routed_logs(cfg.output, say, earlier=held):
+    with routed_logs(cfg.output_location(), say, earlier=held):
         return _choose_k(resolve(cfg, early), ks, name, t_start)
 
 

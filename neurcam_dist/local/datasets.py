@@ -9,8 +9,28 @@ from ..uris import Location, Where
 
 def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
     """Documents to term-frequency columns over a fitted vocabulary (and sentence embeddings with
-    ``embed``) on Ray Data (``text.TextJob`` takes ``job``'s fields). Ray's lines go to
-    ``log_dir``."""
+    ``embed``) on Ray Data, written as Parquet shards with ``_vocabulary.json`` beside them.
+
+    Parameters
+    ----------
+    log_dir : str, optional
+        Where Ray's own lines go (default: ``neurcam-logs`` in the system's temporary folder).
+    log : callable, optional
+        Where the progress lines go (default: the ``[neurcam]`` console).
+    **job
+        ``text.TextJob``'s fields: ``input`` (CSV or Parquet documents), ``output``,
+        ``text_columns``, ``id_column``, ``carry``, ``min_df``, ``max_df``, ``embed``, ``model``...
+
+    Examples
+    --------
+    >>> import json, tempfile; from pathlib import Path; import pandas as pd; from neurcam_dist import service
+    >>> d = Path(tempfile.mkdtemp()); docs = ["cheap flights to rome"] * 20 + ["new phone battery life"] * 20
+    >>> pd.DataFrame({"id": range(40), "text": docs}).to_csv(d / "docs.csv", index=False)
+    >>> service.featurize_text(input=str(d / "docs.csv"), output=str(d / "terms"), text_columns=["text"],
+    ...                        log=lambda line: None)
+    >>> json.loads((d / "terms" / "_vocabulary.json").read_text())["dataset"]["rows"]
+    40
+    """
     from ..distributed.console import stderr_to_log
     from ..distributed.session import ray_for
     from ..text import TextJob
@@ -19,7 +39,7 @@ def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
     text_job = TextJob(**job)
     check_writable(text_job.output, "--output")
     log = log or say
-    with stderr_to_log(log_dir or temp_logs(), "featurize-text", "Ray's", log):
+    with stderr_to_log(Location(log_dir or temp_logs()), "featurize-text", "Ray's", log):
         with ray_for(min_cpus=text_job.concurrency + 1):
             _featurize(text_job, log=log)
 

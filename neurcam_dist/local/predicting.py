@@ -47,7 +47,7 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
                                log_dir=log_dir or temp_logs(), id_given=no_id or id_column is not None)
     from ..config import load_config
     cfg = load_config(config, overrides or {})
-    out = Location(cfg.output)   # the config's output, resolved once: the model, predictions and logs below it
+    out = cfg.output_location()   # the model, the predictions and the logs below it
     tracking_uri = None
     if model is None:
         named = cfg.tracking is not None and cfg.tracking.model_name

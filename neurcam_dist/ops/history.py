@@ -151,13 +151,8 @@ def export_metrics(output: "str | Location", record: dict, history: list[dict], 
     gauge("neurcam_recluster_drift_alert", "1 when the monitor run first (recluster.when=drift) raised an alert.",
           record.get("drift_alert"))
     text = generate_latest(registry).decode()
-    path = Location(output) / METRICS
-    if path.is_uri:
-        from ..storage.published import put_text
-        put_text(text, str(path))
-    else:
-        from ..storage import write_text_atomic
-        write_text_atomic(path, text)
+    from ..storage import write_text_atomic
+    write_text_atomic(Location(output) / METRICS, text)   # a local file replaced whole, or one object put
     if pushgateway:
         from prometheus_client import push_to_gateway
         push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)

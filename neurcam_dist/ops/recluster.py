@@ -131,7 +131,7 @@ def recluster(config) -> dict:
     say(f"snapshot {snapshot!r}: {path}")
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"path": path})})
     started, t0 = history.now()
-    out = Location(cfg.output)   # where every record of this run goes
+    out = cfg.output_location()   # where every record of this run goes
     record = Record(model_name=cfg.tracking.model_name, snapshot=snapshot, data_path=redact(path),
                     policy=rc.policy, min_improvement=rc.min_improvement, started_at=started)
     _note_killed_run(out, record)
@@ -237,7 +237,7 @@ def _no_drift(cfg: JobConfig, record: Record, champion: Champion) -> bool:
     from ..monitor.page import write_monitor
     drift = monitor_parquet(champion.model, cfg.data.path, log=say)
     record.drift_alert, record.drift = drift.alert, drift.summary()
-    write_monitor((Location(cfg.output) / "drift"), {"model": f"models:/{record.model_name}/{champion.compared}",
+    write_monitor(cfg.output_location() / "drift", {"model": f"models:/{record.model_name}/{champion.compared}",
                                                      "snapshot": record.data_path, **drift.to_dict()},
                   drift, f"Drift: snapshot {record.snapshot}")
     say(f"monitor against the champion (version {champion.compared}): {drift.summary()}")

@@ -100,7 +100,7 @@ def mlflow_lines(cfg: JobConfig):
     was logged."""
     from .. import tracking
     tracking.import_mlflow()   # its logger gets its handlers on import: route them after
-    return library_logs(cfg.output, ("mlflow",), "MLflow's", say)
+    return library_logs(cfg.output_location(), ("mlflow",), "MLflow's", say)
 
 
 def _say_logged(cfg: JobConfig, t: dict, what: str) -> None:

@@ -14,7 +14,6 @@ from ..params import check_params_for_data
 from ..validation import first_names
 from ..redaction import redact
 from ..storage import check_writable, refuse_overwrite
-from ..uris import Location
 
 
 # why a cluster may report no resources: nodes its state API does not count yet, or none started yet
@@ -120,7 +119,7 @@ def _validate(cfg: JobConfig, *, check_tracking: bool = False) -> list[str]:
         r = cfg.representation
         lines.append(f"representation: {r.kind} ({'-'.join(map(str, r.hidden))}-{r.bottleneck}), computed on Ray "
                      f"before clustering")
-    out = Location(cfg.output)
+    out = cfg.output_location()
     refuse_overwrite(out, inputs=data.inputs(), what="output")   # as training checks it (job.prepare)
     if out.is_uri:
         try:
