@@ -452,13 +452,13 @@ def test_join_with_missing_and_duplicate_keys_fails_with_counts(tmp_path):
                                  "embedding_table": {"path": str(tmp_path / "e"), "key": "key"}},
                         "model": {"n_clusters": 2}, "output": str(tmp_path / "out")}).data
     with pytest.raises(DataError, match=r"3 of 100 feature row\(s\) have no embedding.*2 key\(s\) appear more than once.*\(4 rows\)"):
-        join_embeddings(Location(cfg), str(tmp_path / "staging"))
+        join_embeddings(cfg, Location(tmp_path / "staging"))
     assert not (tmp_path / "staging" / "joined").exists()
     # with every key present exactly once the join lands as plain shards that train like any other
     good = pa.table({"key": np.arange(100), "vec": pa.FixedSizeListArray.from_arrays(
         pa.array(rng.normal(size=400).astype(np.float32)), 4)})
     pq.write_table(good, tmp_path / "e" / "e.parquet")
-    joined = join_embeddings(Location(cfg), str(tmp_path / "staging"))
+    joined = join_embeddings(cfg, Location(tmp_path / "staging"))
     p = plan(joined)
     assert p.n_rows == 100 and p.features == ["a", "b"] and p.repr_kind == "list" and p.repr_dim == 4
 
