@@ -94,6 +94,19 @@ def test_embedded_local_store_needs_no_server(fitted, data, tmp_path, monkeypatc
         mlflow.pyfunc.load_model(info.model_uri).predict(pd.DataFrame({"nope": [1.0]}))
 
 
+def test_a_sqlite_store_keeps_its_artifacts_beside_its_database(fitted, data, tmp_path, monkeypatch):
+    """A configured SQLite store elsewhere gets its artifacts beside its database: nothing is
+    written where the process runs (it wrote ``./mlartifacts`` there)."""
+    import mlflow
+    (tmp_path / "store").mkdir(), (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    tracking.use(f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}", experiment="beside")
+    with mlflow.start_run():
+        _, version = tracking.log_model(fitted, data[0], registered_name="beside-model")
+    assert version == "1" and (tmp_path / "store" / "mlartifacts").is_dir()
+    assert not list((tmp_path / "here").iterdir())
+
+
 def test_train_logs_run_artifacts_and_registers_a_candidate(mlflow_server, ray_cluster, tmp_path, monkeypatch, capsys):
     import json
 

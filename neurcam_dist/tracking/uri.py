@@ -152,8 +152,8 @@ def use(configured: str | None = None, experiment: str = "neurcam", workdir: str
         mlflow.set_experiment(experiment)
         return exp.experiment_id
     location = None
-    if uri.startswith("sqlite:///"):  # the embedded store keeps artifacts beside its database
-        location = (Path(workdir) / LOCAL_ARTIFACTS).resolve().as_uri()
+    if db is not None:  # a SQLite store keeps its artifacts beside its database, not where the process runs
+        location = (db.parent / LOCAL_ARTIFACTS).resolve().as_uri()
     from mlflow.exceptions import MlflowException
     try:
         exp_id = mlflow.create_experiment(experiment, artifact_location=location)
