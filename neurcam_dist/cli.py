@@ -731,7 +731,7 @@ def _train(args) -> None:
     keys = ("n_rows", "epochs", "train_seconds", "inertia", "ari", "nmi", "acc")
     print(json.dumps({k: result.metrics[k] for k in keys if k in result.metrics}))
     print(f"model: {redact(result.model_path)} (load with neurcam_dist.NeurCAM.load); metrics: "
-          f"{redact(Location(result.output) / 'metrics.json')}")
+          f"{redact(result.output / 'metrics.json')}")
     _warnings(result.metrics)
 
 
@@ -940,7 +940,7 @@ def print_search(res) -> None:
     print(json.dumps({"best_trial": res.best.trial_id, **res.best.params,
                       **{k: m[k] for k in ("inertia", "ari", "nmi", "acc") if k in m},
                       **{k: v for k, v in res.consistency.items()}}))
-    out = Location(res.output)
+    out = res.output
     print(f"model: {redact(out / 'model')}; trials: {redact(out / 'search.json')}")
     print(f"explanation report: {_link(res.report_path)}")
     if res.tracking:

@@ -28,6 +28,9 @@ and raises a class of ``neurcam_dist.errors`` (a ``ValueError`` for bad input, n
 """
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+
 from .errors import ConfigError
 from .local.common import load_fitted, load_model, say
 from .local.datasets import featurize_text, generate, sample
@@ -76,54 +79,24 @@ def load_config(path, overrides: dict | None = None):
 
 
 # ---------------------------------------------------------------- on Ray
-def train(config, *, name: str | None = None):
-    """Train on Ray as ``config`` says (a ``JobConfig``, a dict or a YAML path), then log to
-    MLflow with ``tracking:`` (``ops.runs.train``). Returns a ``TrainResult``.
-
-    Parameters
-    ----------
-    config : JobConfig, dict or str
-        The job (``docs/reference/config.md``): ``data``, ``model``, ``train``, ``output``, ``tracking``.
-    name : str, optional
-        The run's name (default: ``neurcam-``, the time and six hex digits).
-
-    Examples
-    --------
-    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
-    >>> from neurcam_dist.data.synthetic import write_shards
-    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 600, n_features=4, repr_dim=0, n_clusters=3)
-    >>> run = service.train({"data": {"path": str(d / "data"), "label": "label", "id": "id"}, "output": str(d / "run"),
-    ...                      "model": {"n_clusters": 3, "epochs": 8, "warmup_epochs": 3, "hidden": [16, 16]},
-    ...                      "train": {"num_workers": 1}})  # doctest: +ELLIPSIS
-    [neurcam] ...
-    >>> run.metrics["n_rows"], (d / "run" / "model" / "config.json").is_file()
-    (600, True)
-    """
-    from .ops import runs
-    return runs.train(config, name=name)
+# The doors on Ray live in modules that import Ray (seconds), so each is imported the first time it
+# is asked for (PEP 562), and ``import neurcam_dist.service`` (every ``neurcam`` command) stays quick.
+# Each is the function itself, its docstring and Examples where it is defined.
+ON_RAY = {"train": "ops.runs", "search": "ops.runs", "recluster": "ops.recluster",
+          "choose_k_on_ray": "distributed.tuner"}
+if TYPE_CHECKING:   # what type checkers and the API reference read; at run time __getattr__ imports them
+    from .distributed.tuner import choose_k_on_ray
+    from .ops.recluster import recluster
+    from .ops.runs import search, train
 
 
-def search(config, *, name: str | None = None):
-    """The Ray Tune search ``config`` describes, the winner written and (with ``tracking:``)
-    logged and registered (``ops.runs.search``). Returns a ``SearchResult``."""
-    from .ops import runs
-    return runs.search(config, name=name)
-
-
-def choose_k_on_ray(config, *, k="2-12", seeds: int = 3, name: str | None = None):
-    """``choose_k`` for data on Ray, as a job config (a ``JobConfig``, a dict or a YAML path) says:
-    a Ray Tune search with one trial per (K, seed) on every row, then the same measurements and
-    rule (``distributed.tuner.choose_k``); writes ``OUTPUT/choice/`` and returns the ``KChoice``."""
-    from .choosing import k_range
-    from .distributed import tuner
-    k_range(k)                     # a bad range is refused before Ray starts
-    return tuner.choose_k(config, k, seeds, name=name)
-
-
-def recluster(config) -> dict:
-    """One re-clustering (``ops.recluster``); returns the ``recluster.json`` record."""
-    from .ops.recluster import recluster as _recluster
-    return _recluster(config)
+def __getattr__(name: str):
+    """One of the doors on Ray (``ON_RAY``), imported from its module when first asked for."""
+    if name not in ON_RAY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    door = getattr(importlib.import_module(f"{__package__}.{ON_RAY[name]}"), name)
+    globals()[name] = door   # once: later lookups find it without coming here
+    return door
 
 
 def history(output: Where, say=None) -> list[dict]:
@@ -140,7 +113,8 @@ def history(output: Where, say=None) -> list[dict]:
     [{'snapshot': 'date=2026-01-02', 'promoted': True, 'reason': 'first model'}]
     """
     from .ops.history import read_history
-    return read_history(output, say)
+    from .uris import Location
+    return read_history(Location(output), say)
 
 
 def history_table(records: list[dict]):
@@ -222,7 +196,18 @@ def validate_manifests(folder: Where) -> list[str]:
 
 def promote(name: str, version: str, alias: str = "champion", tracking_uri: str | None = None) -> None:
     """Move ``alias`` of registered model ``name`` to ``version`` (the name, alias and version
-    checked before the registry is called: ``config.check_alias``)."""
+    checked before the registry is called: ``config.check_alias``).
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from mlflow import MlflowClient; from neurcam_dist import service
+    >>> uri = f"sqlite:///{Path(tempfile.mkdtemp()) / 'mlflow.db'}"; client = MlflowClient(uri, uri)
+    >>> _ = client.create_registered_model("segments")
+    >>> _ = [client.create_model_version("segments", source=f"file:///tmp/segments/{v}") for v in (1, 2)]
+    >>> service.promote("segments", "2", "champion", tracking_uri=uri)
+    >>> int(client.get_model_version_by_alias("segments", "champion").version)
+    2
+    """
     from . import tracking
     from .config import check_alias, check_model_name
     check_model_name(name)

@@ -93,7 +93,7 @@ def test_distributed_scores_equal_the_in_memory_ones(two_workers, shards):
     # the saved model is the same model, and the explanation works on the result object
     loaded = NeurCAM.load(two_workers.model_path)
     assert np.array_equal(loaded.predict_proba(X), est.predict_proba(X))
-    on_disk = json.loads((two_workers.output / "metrics.json").read_text())
+    on_disk = json.loads((two_workers.output.path / "metrics.json").read_text())
     assert on_disk["inertia"] == m["inertia"]
     expl = est.explain()
     assert expl.cluster_sizes and sum(expl.cluster_sizes) == len(est.reference_)

@@ -64,6 +64,7 @@ def test_the_yaml_blocks_of_the_docs_are_what_the_service_takes(tmp_path):
 
     from neurcam_dist.config import parse_config
     from neurcam_dist.ops.history import export_metrics
+    from neurcam_dist.uris import Location
     (search_section,) = doc_blocks("docs/search.md", "yaml")
     config = yaml.safe_load((ROOT / "configs" / "digits.yaml").read_text())
     parsed = parse_config({**config, **yaml.safe_load(search_section)})
@@ -72,7 +73,7 @@ def test_the_yaml_blocks_of_the_docs_are_what_the_service_takes(tmp_path):
     (text_config,) = doc_blocks("docs/text.md", "yaml")
     assert parse_config({**yaml.safe_load(text_config), "output": "runs/news"}).text.columns == ["title", "description"]
     (rules,) = doc_blocks("docs/operations.md", "yaml")
-    exported = export_metrics(str(tmp_path), {"outcome": "promoted", "promoted": True, "finished_unix": 1.0,
+    exported = export_metrics(Location(tmp_path), {"outcome": "promoted", "promoted": True, "finished_unix": 1.0,
                                               "agreement_ari": 0.9, "model_name": "m"}, [{"finished_unix": 1.0}])
     names = set(re.findall(r"^(neurcam_\w+)\{", exported, re.M))
     used = {n for r in yaml.safe_load(rules)["groups"][0]["rules"] for n in re.findall(r"neurcam_\w+", r["expr"])}

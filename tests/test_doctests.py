@@ -2,8 +2,10 @@
 them): the estimator, the explanation, choosing K, monitoring, and the front door's in-memory
 entry points (fit, choose_k, explain, monitor, export, predict), the data makers (generate, sample),
 the config and record helpers (load_config, parse_overrides, validate, history, history_table,
-unreachable), the model loader (load_model, with load_fitted), the demo's config and data place
-and the manifests' check; on Ray, ``train`` and ``featurize_text`` (on the session's Ray).
+unreachable), the model loader (load_model, with load_fitted), the demo's config and data place,
+the manifests' check, predict's settings and the registry's promote; on the session's Ray,
+``train``, ``search``, ``choose_k_on_ray``, ``recluster``, ``demo`` and ``featurize_text``. Only
+``submit`` has none: it needs a Ray head with its job server (``tests/test_ops.py`` starts one).
 A public entry point listed here without an example fails."""
 import doctest
 
@@ -15,8 +17,10 @@ DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanati
               "choose_k": choose_k, **{f"service.{name}": getattr(service, name) for name in (
                   "fit", "choose_k", "explain", "monitor", "export", "predict", "generate", "sample", "load_config",
                   "parse_overrides", "validate", "history", "history_table", "unreachable", "load_model", "demo_config",
-                  "demo_data", "validate_manifests", "train", "featurize_text")}}
-ON_RAY = {"service.train", "service.featurize_text"}   # their examples start Ray Train or Ray Data
+                  "demo_data", "validate_manifests", "predict_settings", "promote", "train", "search",
+                  "choose_k_on_ray", "recluster", "demo", "featurize_text")}}
+ON_RAY = {"service.train", "service.search", "service.choose_k_on_ray", "service.recluster", "service.demo",
+          "service.featurize_text"}   # their examples start Ray Train, Ray Tune or Ray Data
 
 
 @pytest.mark.parametrize("name", sorted(DOCUMENTED))

@@ -383,12 +383,14 @@ def test_the_front_door_takes_a_place_as_one_type():
 
 def test_below_the_door_a_place_is_a_location_made_once():
     """Below the door a place is the ``uris.Location`` made where it came in: the storage layer, the
-    run writer, the log routing and the embeddings join (``storage/``, ``outputs.py``,
-    ``distributed/console.py``, ``data/join.py``) build none from text, and each of their public
-    functions' places (``out``, ``output``, ``target``, ``path``, ``folder``, ``staging``) is
+    run writer, the log routing, the embeddings join and the re-clustering's history
+    (``storage/``, ``outputs.py``, ``distributed/console.py``, ``data/join.py``,
+    ``ops/history.py``) build none from text, and each of their public functions' places
+    (``out``, ``output``, ``target``, ``path``, ``folder``, ``staging``, ``storage``) is
     annotated ``Location`` (``Path``: a local file only; an object store's key inside the
     publication is ``uri`` text)."""
-    below = ("neurcam_dist.storage", "neurcam_dist.outputs", "neurcam_dist.distributed.console", "neurcam_dist.data.join")
+    below = ("neurcam_dist.storage", "neurcam_dist.outputs", "neurcam_dist.distributed.console", "neurcam_dist.data.join",
+             "neurcam_dist.ops.history")
     made, places, bad = [], 0, []
     for m, path in modules().items():
         if not m.startswith(below):
@@ -400,12 +402,12 @@ def test_below_the_door_a_place_is_a_location_made_once():
             if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
                 continue
             for a in node.args.args + node.args.kwonlyargs:
-                if a.arg in ("out", "output", "target", "path", "folder", "staging"):
+                if a.arg in ("out", "output", "target", "path", "folder", "staging", "storage"):
                     places += 1
                     kind = ast.unparse(a.annotation) if a.annotation else None
                     if kind not in ("Location", "Location | None", "Path"):
                         bad.append(f"{where}:{node.lineno} {node.name}({a.arg}: {kind})")
-    assert places >= 16, places
+    assert places >= 20, places
     assert not made and not bad, "take the place as a uris.Location, made at the door:\n" + "\n".join(made + bad)
 
 

@@ -518,16 +518,16 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
     from neurcam_dist.ops import history
     out = tmp_path / "out"
     for i, outcome in enumerate(("promoted", "kept", "failed")):
-        history.append_history(str(out), {"model_name": "m", "outcome": outcome, "promoted": outcome == "promoted",
+        history.append_history(Location(out), {"model_name": "m", "outcome": outcome, "promoted": outcome == "promoted",
                                           "finished_unix": 100.0 + i, "inertia_challenger": 9.0,
                                           "inertia_champion": 10.0, "snapshot": f"2026-11-2{i}"})
     with open(out / history.HISTORY, "a") as f:
         f.write('{"torn')                               # a line cut short by a kill is left out
-    records = history.read_history(str(out))
+    records = history.read_history(Location(out))
     assert [r["outcome"] for r in records] == ["promoted", "kept", "failed"]
     table = history.history_table(records)
     assert list(table["inertia_ratio"]) == [0.9, 0.9, 0.9] and list(table["snapshot"])[-1] == "2026-11-22"
-    text = history.export_metrics(str(out), records[-1], records)
+    text = history.export_metrics(Location(out), records[-1], records)
     assert text == (out / history.METRICS).read_text()
     from prometheus_client.parser import text_string_to_metric_families
     got = {s.name: s.value for fam in text_string_to_metric_families(text) for s in fam.samples}
@@ -535,7 +535,7 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
     # recluster.pushgateway: the same metrics PUT to a Pushgateway's API (a stand-in server on 127.0.0.1)
     from .conftest import pushgateway_stub
     with pushgateway_stub() as (address, received):
-        history.export_metrics(str(out), records[-1], records, pushgateway=address)
+        history.export_metrics(Location(out), records[-1], records, pushgateway=address)
     (path, body), = received
     assert path == "/metrics/job/neurcam-recluster/model/m" and "neurcam_recluster_failed" in body
 
@@ -543,7 +543,7 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
         (out / "trials" / name).mkdir(parents=True)
         (out / "_ray" / f"{name}-t0").mkdir(parents=True)
     (out / "_ray" / "staging").mkdir()
-    gone = history.prune_runs(str(out), str(out / "_ray"), keep=2)
+    gone = history.prune_runs(Location(out), Location(out / "_ray"), keep=2)
     assert gone == ["search-20261101-000000-aaaaaa"]
     assert sorted(p.name for p in (out / "trials").iterdir()) == ["search-20261102-000000-bbbbbb",
                                                                   "search-20261103-000000-cccccc"]
@@ -556,12 +556,12 @@ def test_history_is_appended_and_old_runs_are_pruned(tmp_path):
                       for d, x in ((0, "dddddd"), (1, "eeeeee")))
     for name in (running, ended):
         (out / "trials" / name).mkdir(parents=True)
-    history.append_history(str(out), {"model_name": "m", "outcome": "kept", "search": ended})
-    assert history.prune_runs(str(out), str(out / "_ray"), keep=0) == ["search-20261102-000000-bbbbbb",
+    history.append_history(Location(out), {"model_name": "m", "outcome": "kept", "search": ended})
+    assert history.prune_runs(Location(out), Location(out / "_ray"), keep=0) == ["search-20261102-000000-bbbbbb",
                                                                        "search-20261103-000000-cccccc", ended]
     assert [p.name for p in (out / "trials").iterdir()] == [running]
-    history.append_history(str(out), {"model_name": "m", "outcome": "promoted", "search": running})
-    assert history.prune_runs(str(out), str(out / "_ray"), keep=0) == [running]
+    history.append_history(Location(out), {"model_name": "m", "outcome": "promoted", "search": running})
+    assert history.prune_runs(Location(out), Location(out / "_ray"), keep=0) == [running]
     assert (out / history.HISTORY).read_text().count("\n") == 6   # 3 lines, the torn one, 2 lines: none blank
 
 

@@ -192,7 +192,7 @@ def test_a_location_opens_its_file_system_once_and_shares_it_below(s3_env, tmp_p
     fs.create_dir(below)
     assert history._subfolders(out / "trials") == ["search-1"]
     history.append_history(out, {"search": "search-1", "outcome": "kept"})
-    assert [r["outcome"] for r in history.read_history(Location(out))] == ["kept"]
+    assert [r["outcome"] for r in history.read_history(out)] == ["kept"]
     local = Location(tmp_path / "run")
     assert local.path == tmp_path / "run" and not local.is_uri and os.fspath(local / "m") == str(tmp_path / "run" / "m")
     history.append_history(local, {"search": "s", "outcome": "promoted"})

@@ -46,7 +46,7 @@ class TrainResult:
     the config it ran, and (with ``tracking:``) what was logged."""
     estimator: NeurCAM
     metrics: dict
-    output: Path | str               # a local Path, or an object-store URI (str)
+    output: Location                 # the job's output (a local folder or an object-store URI)
     plan: data_mod.Plan
     config: JobConfig
     tracking: dict | None = None     # what ``service.train`` logged, with ``tracking:`` (a new value)
@@ -54,7 +54,7 @@ class TrainResult:
     @property
     def model_path(self) -> Path | str:
         """The model directory of the run (``OUTPUT/model``)."""
-        return (Location(self.output) / "model").path
+        return (self.output / "model").path
 
 
 @dataclass(frozen=True)
@@ -238,7 +238,7 @@ def _train(job: ResolvedJob, name: str | None, t_start: float) -> TrainResult:
     write_run(job.output, est, metrics, job, dirs=representation_dirs(job.config))
     say(f"inertia={metrics['inertia']:.5f}" + "".join(f" {k}={metrics[k]:.4f}" for k in ("ari", "nmi", "acc")
                                                      if k in metrics) + f"; model and metrics in {job.output}/")
-    return TrainResult(estimator=est, metrics=metrics, output=job.output.path, plan=plan,
+    return TrainResult(estimator=est, metrics=metrics, output=job.output, plan=plan,
                        config=job.effective_config())
 
 

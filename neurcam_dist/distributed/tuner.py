@@ -85,7 +85,7 @@ class SearchResult:
     trials: list[Trial]
     best: Trial
     consistency: dict
-    output: Path | str               # a local Path, or an object-store URI (str)
+    output: Location                 # the search's output (a local folder or an object-store URI)
     plan: object
     config: JobConfig                # the resolved config with the winner's hyperparameters
     search_config: JobConfig         # the config the search ran (base model section + search space)
@@ -96,7 +96,7 @@ class SearchResult:
     @property
     def report_path(self) -> Path | str:
         """The winner's HTML report (``OUTPUT/report/report.html``)."""
-        return (Location(self.output) / "report" / "report.html").path
+        return (self.output / "report" / "report.html").path
 
 
 # ---------------------------------------------------------------------------- search space
@@ -246,7 +246,7 @@ def _search(job: ResolvedJob, name: str, t_start: float, incumbent: Incumbent | 
     say(f"winner's model in {out}/model, every trial in {out}/search.json, "
         + (f"report FAILED ({failed}; see {out}/report/error.txt)" if failed else f"report {out}/report/report.html"))
     return SearchResult(estimator=est, metrics=metrics, trials=trials, best=best, consistency=consistency,
-                        output=out.path, plan=plan, config=best_job.effective_config(),
+                        output=out, plan=plan, config=best_job.effective_config(),
                         search_config=job.effective_config(), explanation=expl, matched=matched)
 
 
@@ -349,13 +349,32 @@ def error_summary(text: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------- choosing K on Ray
-def choose_k(config, k="2-12", seeds: int = 3, *, name: str | None = None):
-    """``neurcam choose-k --config``: a Ray Tune search with one trial per (K, seed), each a Ray
-    Train run on every row like ``neurcam train``; then each K is measured on the driver
-    (``choosing.measure``: every trial's model scores the same sample of the first seed's k-means
-    sample) and one K proposed (``choosing.decide``). Writes ``OUTPUT/choice/`` (``choice.json``,
-    ``choice.html``) and each trial's model under ``OUTPUT/trials/NAME/``. Returns the
-    ``KChoice``. The config's ``search:`` section gives only ``max_concurrent_trials``."""
+def choose_k_on_ray(config, *, k="2-12", seeds: int = 3, name: str | None = None):
+    """``choose_k`` for data on Ray (``neurcam choose-k --config``), as a job config (a
+    ``JobConfig``, a dict or a YAML path) says: a Ray Tune search with one trial per (K, seed),
+    each a Ray Train run on every row like ``neurcam train``; then each K is measured on the
+    driver (``choosing.measure``: every trial's model scores the same sample of the first seed's
+    k-means sample) and one K proposed (``choosing.decide``). A bad ``k`` or ``seeds`` is refused
+    before Ray starts. Writes ``OUTPUT/choice/`` (``choice.json``, ``choice.html``) and each
+    trial's model under ``OUTPUT/trials/NAME/``. Returns the ``KChoice``. The config's ``search:``
+    section gives only ``max_concurrent_trials``.
+
+    Examples
+    --------
+    Each trial's ``model.n_clusters`` is its K (the config's own is replaced):
+
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 400, n_features=4, repr_dim=0, n_clusters=3)
+    >>> choice = service.choose_k_on_ray({"data": {"path": str(d / "data"), "label": "label", "id": "id"},
+    ...                                   "output": str(d / "k"), "train": {"num_workers": 1},
+    ...                                   "search": {"max_concurrent_trials": 2},
+    ...                                   "model": {"n_clusters": 2, "epochs": 4, "warmup_epochs": 2, "hidden": [8]}},
+    ...                                  k="2-3", seeds=2)  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> choice.k in (2, 3), (d / "k" / "choice" / "choice.json").is_file()
+    (True, True)
+    """
     from ..choosing import check_request, k_range
     ks = k_range(k)
     check_request(ks, seeds)

@@ -49,7 +49,21 @@ def demo(output: Where = "runs/demo", seeds: int = 3, workers: int = 2, override
     """The whole service on embedded defaults: the bundled digits as Parquet shards in
     ``demo_data(output)``, a search of ``seeds`` seeds into ``output``, MLflow in ``./mlflow.db``. The
     config is checked before anything is written; run again, the demo replaces its data and its
-    output, each whole. Returns the ``SearchResult``."""
+    output, each whole. Returns the ``SearchResult``.
+
+    Examples
+    --------
+    One seed on one worker, a few epochs, tracked in a store of its own (``overrides``, as
+    ``neurcam demo --set``):
+
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> d = Path(tempfile.mkdtemp())
+    >>> found = service.demo(d / "demo", seeds=1, workers=1, overrides={"model.epochs": 4, "model.warmup_epochs": 2,
+    ...                      "tracking.uri": f"sqlite:///{d / 'mlflow.db'}"})  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> found.best.metrics["n_rows"], found.tracking["registered_model"], found.tracking["version"]
+    (1797, 'digits-demo', '1')
+    """
     from ..config import apply_overrides, parse_config
     from ..data.bundled import digits_frame, write_frame_shards
     cfg = parse_config(apply_overrides(demo_config(output, seeds, workers), overrides or {}), "the demo config")

@@ -37,6 +37,18 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
     ------
     ConfigError
         Without a config, when the model, input or output is missing.
+
+    Examples
+    --------
+    >>> import tempfile, yaml; from pathlib import Path; from neurcam_dist import service
+    >>> d = Path(tempfile.mkdtemp()); job = {"data": {"path": str(d / "events"), "id": "order_id"},
+    ...                                      "model": {"n_clusters": 4}, "output": str(d / "run")}
+    >>> _ = (d / "job.yaml").write_text(yaml.safe_dump(job))
+    >>> where = service.predict_settings(config=str(d / "job.yaml"))
+    >>> where.model == str(d / "run" / "model"), where.input == str(d / "events"), where.id_column
+    (True, True, 'order_id')
+    >>> where.output == d / "run" / "predictions"
+    True
     """
     one_id(id_column, no_id)
     if config is None:

@@ -25,13 +25,13 @@ METRICS = "recluster.prom"
 
 
 # ---------------------------------------------------------------- history
-def append_history(output: "str | Location", record: dict) -> str:
+def append_history(output: Location, record: dict) -> str:
     """Add ``record`` as one line of ``OUTPUT/recluster-history.jsonl``; returns its path. Locally
     one ``write`` of the whole line to a file opened for appending (after a newline when a killed
     writer left the last line torn); on an object store (which has no append) the file is read and
     written back whole, as one object."""
     line = json.dumps(record, default=str, sort_keys=True) + "\n"
-    path = Location(output) / HISTORY
+    path = output / HISTORY
     if not path.is_uri:
         p = path.path
         p.parent.mkdir(parents=True, exist_ok=True)
@@ -67,14 +67,14 @@ def inertia_ratio(record: dict) -> float | None:
 NUMBERS = ("inertia_challenger", "inertia_champion", "agreement_ari", "finished_unix", "started_unix")
 
 
-def read_history(output: "str | Location", say=None) -> list[dict]:
+def read_history(output: Location, say=None) -> list[dict]:
     """The decisions recorded under ``output``, oldest first. A line that is not a JSON object
     with numbers where numbers belong (a torn write, a hand edit: ``null``, ``"x"`` for an
     inertia) is left out and named: ``say(message)`` once per line, or a ``UserWarning`` when no
     ``say`` is given; the torn last line of a run still writing is left out the same way."""
     import warnings
     out = []
-    lines = _read_text(Location(output) / HISTORY).splitlines()
+    lines = _read_text(output / HISTORY).splitlines()
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -116,7 +116,7 @@ def history_table(records: list[dict]):
 
 
 # ---------------------------------------------------------------- Prometheus
-def export_metrics(output: "str | Location", record: dict, history: list[dict], pushgateway: str | None = None) -> str:
+def export_metrics(output: Location, record: dict, history: list[dict], pushgateway: str | None = None) -> str:
     """Write the run's outcome as Prometheus metrics to ``OUTPUT/recluster.prom`` (and push them
     to ``pushgateway`` when given); returns the text. ``history`` (this run's line included) gives
     the last successful run's time across failures."""
@@ -152,7 +152,7 @@ def export_metrics(output: "str | Location", record: dict, history: list[dict], 
           record.get("drift_alert"))
     text = generate_latest(registry).decode()
     from ..storage import write_text_atomic
-    write_text_atomic(Location(output) / METRICS, text)   # a local file replaced whole, or one object put
+    write_text_atomic(output / METRICS, text)   # a local file replaced whole, or one object put
     if pushgateway:
         from prometheus_client import push_to_gateway
         push_to_gateway(pushgateway, job="neurcam-recluster", grouping_key=labels, registry=registry)
@@ -203,14 +203,15 @@ def push_drift(registry, pushgateway: str, model: str) -> None:
 
 
 # ---------------------------------------------------------------- snapshots and retention
-def fingerprint(path: str) -> str:
-    """sha256 of a snapshot's data files: their paths below ``path``, sizes and modification times
-    (an unchanged snapshot has the same one; a rewritten or added file changes it)."""
+def fingerprint(data_path: str) -> str:
+    """sha256 of a snapshot's data files (``data.path``, as the config gives it: the data layer
+    resolves it): their paths below it, sizes and modification times (an unchanged snapshot has
+    the same one; a rewritten or added file changes it)."""
     from ..data import resolve
-    src = resolve(path)
+    src = resolve(data_path)
     h = hashlib.sha256()
     for f, stamp in sorted(src.stamp().items()):
-        h.update(f"{f[len(str(path)):] if f.startswith(str(path)) else f}\0{stamp}\n".encode())
+        h.update(f"{f[len(str(data_path)):] if f.startswith(str(data_path)) else f}\0{stamp}\n".encode())
     return h.hexdigest()
 
 
@@ -238,21 +239,20 @@ def _delete(folder: Location, names: list[str], log=None) -> None:
 UNRECORDED_S = 12 * 3600   # a search folder without a history line older than this was killed
 
 
-def prune_runs(output: "str | Location", storage: "str | Location", keep: int, log=None) -> list[str]:
+def prune_runs(output: Location, storage: Location, keep: int, log=None) -> list[str]:
     """Keep the ``keep`` newest searches' folders: ``OUTPUT/trials/search-*`` (names sort by age:
     they start with the search's UTC time) and their trials' Ray Train folders
     ``STORAGE/search-*-TRIAL`` (``_ray/staging`` and other names are left alone). Only a search
     the history records as ended is deleted: one still running (another re-clustering into the same
     output) is never pulled from under it; one with no line after ``UNRECORDED_S`` was killed and
     goes too. Returns the search names deleted."""
-    trials = Location(output) / "trials"
+    trials = output / "trials"
     searches = [n for n in _subfolders(trials) if n.startswith("search-")]
     ended = {r.get("search") for r in read_history(output)}
     old = searches[:-keep] if keep > 0 else searches
     gone = [n for n in old if n in ended or run_age_s(n, "search") > UNRECORDED_S]
     if gone:
         _delete(trials, gone, log)
-        storage = Location(storage)
         _delete(storage, [n for n in _subfolders(storage) if any(n.startswith(g + "-") for g in gone)], log)
     return gone
 

@@ -125,7 +125,27 @@ class Champion:
 
 
 def recluster(config) -> dict:
-    """Run one re-clustering as ``config`` says; returns the ``recluster.json`` record."""
+    """Run one re-clustering as ``config`` says (its ``recluster:`` section and ``tracking:``, which
+    names the registered model); returns the ``recluster.json`` record.
+
+    Examples
+    --------
+    The first re-clustering of a model has no champion to beat: its challenger becomes the
+    champion. The snapshots are the folders ``date=...`` under ``data.path``; the newest is used.
+
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = write_shards(d / "events" / "date=2026-12-01", 400, n_features=4, repr_dim=0, n_clusters=3)
+    >>> record = service.recluster({"data": {"path": str(d / "events"), "label": "label", "id": "id"},
+    ...     "output": str(d / "rc"), "search": {"seeds": 1}, "train": {"num_workers": 1},
+    ...     "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [8]},
+    ...     "tracking": {"uri": f"sqlite:///{d / 'mlflow.db'}", "model_name": "events"},
+    ...     "recluster": {"policy": "improve"}})  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> record["snapshot"], record["promoted"], record["champion_version"], record["challenger_version"]
+    ('2026-12-01', True, None, '1')
+    """
     cfg, rc = _checked(config)
     path, snapshot = pick_snapshot(cfg.data.path, rc.snapshot, say=lambda m: say(f"warning: {m}"))
     say(f"snapshot {snapshot!r}: {path}")

@@ -22,7 +22,28 @@ from ..signals import sigterm_as_exit
 
 
 def train(config, *, name: str | None = None) -> TrainResult:
-    """``distributed.train``, then one MLflow run (and a registered ``candidate``) with ``tracking:``."""
+    """Train on Ray as ``config`` says (``distributed.train``), then log one MLflow run and register
+    the model as ``candidate`` when the config has ``tracking:``. Returns a ``TrainResult``.
+
+    Parameters
+    ----------
+    config : JobConfig, dict or str
+        The job (``docs/reference/config.md``): ``data``, ``model``, ``train``, ``output``, ``tracking``.
+    name : str, optional
+        The run's name (default: ``neurcam-``, the time and six hex digits).
+
+    Examples
+    --------
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 600, n_features=4, repr_dim=0, n_clusters=3)
+    >>> run = service.train({"data": {"path": str(d / "data"), "label": "label", "id": "id"}, "output": str(d / "run"),
+    ...                      "model": {"n_clusters": 3, "epochs": 8, "warmup_epochs": 3, "hidden": [16, 16]},
+    ...                      "train": {"num_workers": 1}})  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> run.metrics["n_rows"], (d / "run" / "model" / "config.json").is_file()
+    (600, True)
+    """
     cfg = coerce_config(config)
     with sigterm_as_exit():
         result = _train(cfg, name=name)
@@ -36,7 +57,24 @@ def search(config, *, name: str | None = None, incumbent=None) -> SearchResult:
     """``distributed.search`` (``incumbent``: the model the winner takes its cluster ids from and
     is compared with), then a parent run, a nested run per trial and the winner registered as
     ``candidate`` with ``tracking:``. An http tracking server that is down is reported at the
-    start (the search still runs: its winner is saved locally)."""
+    start (the search still runs: its winner is saved locally). Returns a ``SearchResult``.
+
+    Examples
+    --------
+    Two seeds; the lowest inertia wins and is written to ``OUTPUT/model``, each trial under
+    ``OUTPUT/trials``:
+
+    >>> import tempfile; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 400, n_features=4, repr_dim=0, n_clusters=3)
+    >>> found = service.search({"data": {"path": str(d / "data"), "label": "label", "id": "id"},
+    ...                         "output": str(d / "search"), "search": {"seeds": 2, "max_concurrent_trials": 2},
+    ...                         "train": {"num_workers": 1},
+    ...                         "model": {"n_clusters": 3, "epochs": 4, "warmup_epochs": 2, "hidden": [8]}})  # doctest: +ELLIPSIS
+    [neurcam] ...
+    >>> len(found.trials), found.best.metrics["inertia"] == min(t.metrics["inertia"] for t in found.trials)
+    (2, True)
+    """
     cfg = coerce_config(config)
     with sigterm_as_exit():
         if cfg.tracking is not None:

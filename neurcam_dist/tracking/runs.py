@@ -166,7 +166,7 @@ def log_training(result, cfg) -> dict:
         mlflow.log_metrics({k: float(metrics[k]) for k in FINAL_KEYS if k in metrics})
         mlflow.set_tags({**_tags(), **_run_tags(est)})
         with tempfile.TemporaryDirectory() as tmp:
-            _write_artifacts(Path(tmp), est, cfg, metrics, output=Location(result.output))
+            _write_artifacts(Path(tmp), est, cfg, metrics, output=result.output)
             mlflow.log_artifacts(tmp)
         _, version = log_model(est, est.reference_, registered_name=tc.model_name)
     return {"run_id": run.info.run_id, "experiment": tc.experiment, "tracking_uri": mlflow.get_tracking_uri(),
@@ -213,7 +213,7 @@ def log_search(result, cfg) -> dict:
                          "best_trial": result.best.trial_id})
         mlflow.log_text(json.dumps([t.row() for t in result.trials], indent=1, default=str), "search.json")
         with tempfile.TemporaryDirectory() as tmp:
-            out = Location(result.output)
+            out = result.output
             _write_artifacts(Path(tmp), result.estimator, result.config, result.metrics, report=out / "report", output=out)
             client.log_artifacts(best_run, tmp)
         # last: the registered version (alias candidate), logged in the winner's run
@@ -248,7 +248,7 @@ def _param_list(params: dict):
     return [Param(k, str(v)[:6000]) for k, v in params.items()]
 
 
-def tracking_failed(cfg, out: Path, exc: Exception, runs: str) -> TrackingError:
+def tracking_failed(cfg, out: Location, exc: Exception, runs: str) -> TrackingError:
     """The error for a run whose model is safe on disk but whose MLflow logging failed."""
     from .uri import tracking_uri
     return TrackingError(redact(f"training finished and the model is saved in {out}/model, but logging to MLflow "
