@@ -223,7 +223,25 @@ def submit(address: str | None, job: str, config: str, overrides: list[str], *, 
     """Run ``job`` (train, tune, predict, recluster) on the Ray cluster at ``address`` and follow
     it (``ops.submit``); returns the exit status: 0 the job succeeded, 1 it failed, 143 this
     command got SIGTERM and stopped the job, 124 ``timeout`` seconds passed and it stopped the job,
-    130 Ctrl-C (the job goes on)."""
+    130 Ctrl-C (the job goes on).
+
+    Examples
+    --------
+    ``address`` is a Ray cluster's job server (``ray start --head`` serves one at
+    http://127.0.0.1:8265); the working directory (``jobs/`` and the config) is uploaded with the job:
+
+    >>> import shutil, tempfile, yaml; from pathlib import Path; from neurcam_dist import service
+    >>> from neurcam_dist.data.synthetic import write_shards
+    >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 400, n_features=4, repr_dim=0, n_clusters=3)
+    >>> _ = shutil.copytree("jobs", d / "work" / "jobs")   # from the repository's root (the image: /app)
+    >>> _ = (d / "work" / "job.yaml").write_text(yaml.safe_dump({"output": str(d / "run"), "train": {"num_workers": 1},
+    ...     "data": {"path": str(d / "data"), "label": "label", "id": "id"}, "model": {"n_clusters": 3, "epochs": 4}}))
+    >>> import contextlib, io; said, shown = [], io.StringIO()
+    >>> with contextlib.redirect_stdout(shown):   # the job's own output streams to standard output
+    ...     code = service.submit(address, "train", "job.yaml", [], working_dir=str(d / "work"), log=said.append)
+    >>> code, said[-1], "model and metrics in" in shown.getvalue(), (d / "run" / "model").is_dir()  # doctest: +ELLIPSIS
+    (0, 'job neurcam-train-...: SUCCEEDED', True, True)
+    """
     from .ops.submit import submit as _submit
     if not address:
         raise ConfigError("submit needs --address (the Ray job server, e.g. http://127.0.0.1:8265) or RAY_JOB_ADDRESS")

@@ -130,6 +130,81 @@ def free_port() -> int:
             return port
 
 
+@contextmanager
+def started_ray_head(d: Path, token: str | None):
+    """A Ray head on 127.0.0.1 with the dashboard's job server, its log in ``d``; Ray's token
+    authentication on with ``token`` (as the k8s manifests turn it on), off with None. Stopped,
+    with every process it started, when the block ends. Its own ports, so it never collides with
+    the session's Ray."""
+    import os
+    import signal
+
+    from ray.job_submission import JobSubmissionClient
+
+    from neurcam_dist.distributed.session import LOCAL_TRAIN_POLL_S, TRAIN_POLL_VAR
+    gcs, dash = free_port(), free_port()
+    ports = ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
+             "--ray-client-server-port", str(free_port())]
+    log = open(d / "head.log", "w")
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NEURCAM_VERBOSE", "RAY_AUTH_TOKEN")}
+    env["RAY_AUTH_MODE"] = "token" if token else "disabled"
+    if token:
+        env["RAY_AUTH_TOKEN"] = token
+    env.setdefault(TRAIN_POLL_VAR, LOCAL_TRAIN_POLL_S)   # a small cluster, as a local Ray: quick looks at its workers
+    proc = subprocess.Popen(
+        ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
+         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
+         "--num-cpus", "4", "--object-store-memory", str(300 * 2**20), "--disable-usage-stats",
+         "--temp-dir", str(Path("/tmp") / f"rh{os.getpid()}"), *ports],
+        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+    address = f"http://127.0.0.1:{dash}"
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    deadline = time.time() + 120
+    while True:
+        try:
+            JobSubmissionClient(address, headers=headers).list_jobs()
+            break
+        except Exception:  # noqa: BLE001 - not up yet
+            if proc.poll() is not None or time.time() > deadline:
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise RuntimeError(f"ray head did not start: {(d / 'head.log').read_text()[-3000:]}") from None
+            time.sleep(1)
+    try:
+        yield {"jobs": address, "gcs": f"127.0.0.1:{gcs}", "token": token, "headers": headers}
+    finally:
+        _stop_head(proc, log)
+
+
+def _stop_head(proc, log) -> None:
+    import os
+    import shutil
+    import signal
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+    log.close()
+    shutil.rmtree(Path("/tmp") / f"rh{os.getpid()}", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """A Ray head with its job server and token authentication on, for the module."""
+    import secrets
+    with started_ray_head(tmp_path_factory.mktemp("rayhead"), secrets.token_hex(16)) as head:
+        yield head
+
+
+@pytest.fixture(scope="module")
+def open_ray_head(tmp_path_factory):
+    """A Ray head with its job server and no authentication, for the module (a client in this
+    process reads Ray's auth settings once, so it cannot switch to a token later)."""
+    with started_ray_head(tmp_path_factory.mktemp("rayhead"), None) as head:
+        yield head
+
+
 def start_mlflow_server(d, port: int) -> subprocess.Popen:
     """``mlflow server`` on 127.0.0.1:``port`` with its SQLite store and artifacts under ``d``,
     once its /health answers (a restart on the same ``d`` and port finds its runs again)."""

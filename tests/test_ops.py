@@ -5,7 +5,6 @@ command run against the local head."""
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import subprocess
@@ -20,53 +19,10 @@ import yaml
 
 from ray.job_submission import JobSubmissionClient
 
-from neurcam_dist.distributed.session import LOCAL_TRAIN_POLL_S, TRAIN_POLL_VAR
 
-from .conftest import blobs, free_port
+from .conftest import blobs
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    """A Ray head on 127.0.0.1 with the dashboard's job server, stopped (with every process it
-    started) when the module ends. Its own ports, so it never collides with the session's Ray."""
-    d = tmp_path_factory.mktemp("rayhead")
-    gcs, dash = free_port(), free_port()
-    ports = ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-             "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port()),
-             "--ray-client-server-port", str(free_port())]
-    log = open(d / "head.log", "w")
-    token = secrets.token_hex(16)   # Ray's token authentication, as the k8s manifests turn it on
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NEURCAM_VERBOSE")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
-    env.setdefault(TRAIN_POLL_VAR, LOCAL_TRAIN_POLL_S)   # a small cluster, as a local Ray: quick looks at its workers
-    proc = subprocess.Popen(
-        ["ray", "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(gcs),
-         "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash), "--include-dashboard", "true",
-         "--num-cpus", "4", "--object-store-memory", str(300 * 2**20), "--disable-usage-stats",
-         "--temp-dir", str(Path("/tmp") / f"rh{os.getpid()}"), *ports],
-        stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
-    headers = {"Authorization": f"Bearer {token}"}
-    deadline = time.time() + 120
-    while True:
-        try:
-            JobSubmissionClient(address, headers=headers).list_jobs()
-            break
-        except Exception:  # noqa: BLE001 - not up yet
-            if proc.poll() is not None or time.time() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                raise RuntimeError(f"ray head did not start: {(d / 'head.log').read_text()[-3000:]}") from None
-            time.sleep(1)
-    yield {"jobs": address, "gcs": f"127.0.0.1:{gcs}", "token": token, "headers": headers}
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    log.close()
-    shutil.rmtree(Path("/tmp") / f"rh{os.getpid()}", ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
