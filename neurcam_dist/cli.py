@@ -124,9 +124,14 @@ def _flag(p: argparse.ArgumentParser, name: str, *old: str, required: bool = Fal
         getattr(p, _REQUIRED).append((action.dest, name))
 
 
+def _sub_parser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser:
+    """The sub-parser of the command ``args`` were parsed for."""
+    return parser._subparsers._group_actions[0].choices[args.command]
+
+
 def _check_required(parser: argparse.ArgumentParser, args) -> None:
     """argparse's own message for a missing flag, whichever spellings it has."""
-    sub = parser._subparsers._group_actions[0].choices[args.command]
+    sub = _sub_parser(parser, args)
     missing = [name for dest, name in getattr(sub, _REQUIRED) if getattr(args, dest, None) is None]
     if missing:
         sub.error(f"the following arguments are required: {', '.join(missing)}")
@@ -307,7 +312,8 @@ MODEL_HELP = "model directory written by fit/train, or an MLflow URI (models:/NA
 
 def _add_explain(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``neurcam explain``'s flags, on its sub-parser ``p``."""
-    _flag(p, "--model", type=_path, required=False, help=MODEL_HELP + " (or the NEW of --compare)")
+    which = p.add_mutually_exclusive_group(required=True)   # one of them: argparse names the pair given
+    which.add_argument("--model", type=_path, help=MODEL_HELP + " (or --compare OLD NEW)")
     _flag(p, "--input", "--data", type=_path, required=True,
         help="CSV or Parquet with the model's feature columns (others are not read)")
     _flag(p, "--output", "--out", type=_path, required=True,
@@ -320,10 +326,10 @@ def _add_explain(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     _flag(p, "--id", default=None, help="the column whose values --show names and that names the report's rows "
                                         "(default: the model's id column when the input has it)")
     p.add_argument("--no-id", action="store_true", help="name rows by their 0-based position (--show too)")
-    p.add_argument("--compare", type=_path, nargs=2, default=None, metavar=("OLD", "NEW"),
-                   help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
-                        "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
-                        "models:/NAME/4)"),
+    which.add_argument("--compare", type=_path, nargs=2, default=None, metavar=("OLD", "NEW"),
+                       help="explain NEW and show how the rows moved from OLD's cluster ids to NEW's and which terms "
+                            "now drive each cluster (two model directories or MLflow URIs, e.g. models:/NAME/3 "
+                            "models:/NAME/4)")
     p.add_argument("--grid-size", type=int, default=128, help="points along each feature's axis (shape graphs)")
     p.add_argument("--pair-grid-size", type=int, default=32, help="points along each axis of a pair heat map")
     p.add_argument("--label", default=None,
@@ -595,15 +601,6 @@ def _fit(args) -> int | None:
 
 def _choose_k(args) -> None:
     if args.config:
-        given = [f for f in ("input", "output", "features", "label", "id", "categorical", "numeric", "terms")
-                 if getattr(args, f, None)]
-        if given:
-            raise ConfigError(f"--config says where the data and the output are (and --terms is for a table "
-                              f"in this process): leave out --{given[0]}")
-        flags = sorted(k for k in _params(args) if k != "verbose")
-        if flags:
-            raise ConfigError(f"--config's model: section holds the hyperparameters: write --set model.{flags[0]}=... "
-                              f"instead of --{flags[0].replace('_', '-')}")
         choice = service.choose_k_on_ray(_load_config(args), k=args.k, seeds=args.seeds)
         print("\n".join(choice.lines()))
         return
@@ -634,11 +631,6 @@ def _warnings(metrics: dict) -> None:
 
 
 def _explain(args) -> None:
-    if args.compare and args.model and args.model != args.compare[1]:
-        raise ConfigError(f"--model {args.model} and --compare's NEW {args.compare[1]} differ: --compare OLD NEW "
-                          f"explains NEW; leave --model out")
-    if not (args.model or args.compare):
-        raise ConfigError("explain needs --model (or --compare OLD NEW)")
     rows = args.show or None
     result = service.explain(args.compare[1] if args.compare else args.model, args.input, args.output,
                              sample=args.sample, grid_size=args.grid_size, pair_grid_size=args.pair_grid_size,
@@ -807,18 +799,52 @@ def _predict(args) -> None:
 # optional import -> the extra that brings it
 EXTRAS = {"ray": "ray", "polars": "ray", "mlflow": "mlflow", "sentence_transformers": "text", "simplemma": "text",
           "prometheus_client": "ray"}
+
+
+@dataclass(frozen=True)
+class Excludes:
+    """A flag that stands for others (``choose-k --config`` says where the data and the output are
+    and holds the model's settings): given with any of ``others`` (their ``dest`` names), the
+    command is refused before it runs, with ``instead``, written with the first one given as
+    ``{option}`` (``--n-pairs``) and ``{dest}`` (``n_pairs``)."""
+    flag: str
+    others: tuple[str, ...]
+    instead: str
+
+    def check(self, parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+        """Raise ``ConfigError`` when ``args`` (parsed by the command's ``parser``) give the flag
+        and one of the others: a value other than the flag's default (``--no-standardize`` is
+        given; ``--terms`` left off is not)."""
+        def given(dest: str) -> bool:
+            return getattr(args, dest, None) not in (None, parser.get_default(dest))
+        other = next((d for d in self.others if given(d)), None) if given(self.flag) else None
+        if other is not None:
+            raise ConfigError(self.instead.format(option="--" + other.replace("_", "-"), dest=other))
+
+
 @dataclass(frozen=True)
 class Command:
     """One ``neurcam`` command, the one place it is declared: its name and help line, the function
     that adds its flags to its sub-parser (a path flag declares ``type=_path``, so ``~`` and
-    ``$VAR`` expand), the handler that runs it (its exit status, or None for 0), and whether it runs
-    on Ray (it then takes ``--verbose``). The parser, the dispatch and ``--verbose`` derive from
-    ``COMMANDS``: adding a command is adding a record."""
+    ``$VAR`` expand), the handler that runs it (its exit status, or None for 0), whether it runs
+    on Ray (it then takes ``--verbose``), and the flags that stand for others (``Excludes``,
+    checked before the handler runs). The parser, the dispatch, ``--verbose`` and those checks
+    derive from ``COMMANDS``: adding a command is adding a record."""
     name: str
     help: str
     flags: Callable[[argparse.ArgumentParser], object]
     run: Callable[[argparse.Namespace], int | None]
     on_ray: bool = False
+    excludes: tuple[Excludes, ...] = ()
+
+
+CONFIG_STANDS_FOR = (   # choose-k --config: a job config says where the data is and holds the model's settings
+    Excludes("config", ("input", "output", "features", "exclude", "label", "id", "categorical", "numeric", "terms"),
+             "--config says where the data and the output are (and --terms is for a table in this process): "
+             "leave out {option}"),
+    Excludes("config", tuple(name for name, spec in HYPERPARAMETERS.items() if spec.in_config),
+             "--config's model: section holds the hyperparameters: write --set model.{dest}=... instead of {option}"),
+)
 
 
 COMMANDS = (
@@ -829,7 +855,7 @@ COMMANDS = (
             _add_fit, _fit),
     Command("choose-k", "propose a number of clusters: several seeds per K, their separation, stability and top terms "
             "(choice.json, choice.html)",
-            _add_choose_k, _choose_k, on_ray=True),
+            _add_choose_k, _choose_k, on_ray=True, excludes=CONFIG_STANDS_FOR),
     Command("explain", "shape graphs, pair heat maps, importance and an HTML report; one row's terms (--show); how rows "
             "moved between two versions (--compare)",
             _add_explain, _explain),
@@ -903,7 +929,10 @@ def main(argv: list[str] | None = None, commands: tuple | None = None) -> int:
     from .signals import sigterm_as_exit, terminated
     try:
         with sigterm_as_exit(), _own_warnings():   # SIGTERM (kill, a pod stopping): unwind, end runs, exit 143
-            status = {c.name: c.run for c in commands}[args.command](args)
+            command = {c.name: c for c in commands}[args.command]
+            for rule in command.excludes:
+                rule.check(_sub_parser(parser, args), args)
+            status = command.run(args)
     except SystemExit:
         if terminated() is None:
             raise

@@ -28,7 +28,7 @@ from .model.start import begin, finish
 from .params import CATEGORICAL_WEIGHT, refuse_unknown_params
 from .settings import available_memory, cuda_graphs_enabled, deterministic_algorithms, sized_threads
 from .storage import jsonable, read_model_dir, write_model_dir
-from .uris import Location
+from .uris import Location, Where
 from .numerics import fmt, check_float32_range, check_scale_range, column_moments, constant_columns
 from .columns import ColumnCoding
 from .validation import (is_frame, check_matrix, constant_features_note, empty_cluster_ids, empty_clusters_note,
@@ -715,7 +715,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
                                pairs=pairs)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path) -> None:
+    def save(self, path: Where) -> None:
         """A model directory (``storage.modeldir``): config JSON + safetensors + manifest, atomically.
 
         Parameters
@@ -732,7 +732,7 @@ class NeurCAM(ClusterMixin, BaseEstimator):
         write_model_dir(Location(path), jsonable(config), weights)
 
     @classmethod
-    def load(cls, path, device: str = "cpu") -> "NeurCAM":
+    def load(cls, path: Where, device: str = "cpu") -> "NeurCAM":
         """The estimator ``save`` wrote, with its fitted state (not its reference rows).
 
         Parameters

@@ -50,13 +50,13 @@ __all__ = ["EXPORT_MIN_AGREEMENT", "EXPORT_MIN_ROWS", "ExplainResult", "ExportRe
 
 
 # ---------------------------------------------------------------- configs
-def load_config(path, overrides: dict | None = None):
+def load_config(path: Where, overrides: dict | None = None):
     """A job config from YAML with the environment's and ``overrides``' values applied.
 
     Parameters
     ----------
-    path : str
-        The YAML file.
+    path : str or PathLike
+        The YAML file (a local one).
     overrides : dict, optional
         ``{"model.epochs": 50, ...}`` (``--set``).
 

@@ -183,6 +183,17 @@ class Location(os.PathLike):
         return self if self.is_uri else Location(Path(local(self.text)).resolve())   # a path: not expanded again
 
     @property
+    def parent(self) -> "Location":
+        """The folder that holds this file or folder: a local path's parent, a URI up to its last
+        ``/`` (a bucket is its own)."""
+        up = Location(self)                    # this location's text is expanded already: not again
+        scheme, _, rest = self.text.partition("://")
+        up.text = (f"{scheme}://{rest.rstrip('/').rsplit('/', 1)[0]}" if self.is_uri
+                   else os.fspath(Path(local(self.text)).parent))
+        up._opened = None
+        return up
+
+    @property
     def path(self):
         """A ``Path`` for a local location; the URI text for an object store (``as_path``)."""
         return as_path(self.text)

@@ -361,9 +361,10 @@ def test_sigterm_to_a_ray_run_exits_143_not_rays_abort(tmp_path):
 
 def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_derive(tmp_path, monkeypatch, capsys):
     """A toy command declared by one ``Command`` record alone parses, runs, takes ``--verbose``
-    (it runs on Ray), checks its required flag and expands its path flag; every shipped command
+    (it runs on Ray), checks its required flag, refuses the flags its record excludes before it
+    runs and expands its path flag; every shipped command
     is such a record, and every flag that names a path or URI declares the path type."""
-    from neurcam_dist.cli import COMMANDS, Command, _flag, _path, build_parser
+    from neurcam_dist.cli import COMMANDS, Command, Excludes, _flag, _path, build_parser
     seen = {}
 
     def flags(p):
@@ -372,7 +373,12 @@ def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_de
     def run(args):
         seen.update(vars(args))
         return 5
-    toy = Command("hello", "say hello", flags, run, on_ray=True)
+    def more_flags(p):
+        flags(p)
+        p.add_argument("--plan", default=None)
+        p.add_argument("--loud", action="store_true")
+    toy = Command("hello", "say hello", more_flags, run, on_ray=True,
+                  excludes=(Excludes("plan", ("loud",), "the plan says how loud: leave out {option}"),))
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("NEURCAM_VERBOSE", "")   # --verbose sets it to 1: recorded here, so undone after the test
     assert main(["hello", "--output", "~/x", "--verbose"], commands=COMMANDS + (toy,)) == 5
@@ -381,6 +387,10 @@ def test_a_command_is_one_record_from_which_parser_dispatch_verbose_and_paths_de
     with pytest.raises(SystemExit):
         main(["hello"], commands=(toy,))
     assert "the following arguments are required: --output" in capsys.readouterr().err
+    seen.clear()
+    assert main(["hello", "--output", "x", "--plan", "p", "--loud"], commands=(toy,)) == 2   # refused before it runs
+    assert "the plan says how loud: leave out --loud" in capsys.readouterr().err and seen == {}
+    assert main(["hello", "--output", "x", "--plan", "p"], commands=(toy,)) == 5 and seen["plan"] == "p"
     subs = build_parser()._subparsers._group_actions[0].choices
     assert list(subs) == [c.name for c in COMMANDS]
     paths = {"input", "output", "model", "config", "config_file", "manifests", "log_dir", "working_dir", "compare",
@@ -410,12 +420,18 @@ def test_flags_that_do_not_go_together_are_refused_before_anything_is_read_or_wr
         with pytest.raises(ConfigError, match=f"per_class .--per-class. or rows .--rows.*{said}"):
             service.sample(str(tmp_path / "missing.csv"), str(out), **sizes)   # refused before the input is read
         assert not out.exists()
-    assert main(["explain", "--model", str(tmp_path / "m1"), "--compare", str(tmp_path / "m0"), str(tmp_path / "m2"),
-                 "--input", str(table), "--output", str(out)]) == 2
-    assert "--compare OLD NEW explains NEW; leave --model out" in capsys.readouterr().err and not out.exists()
+    for which in (["--model", str(tmp_path / "m1"), "--compare", str(tmp_path / "m0"), str(tmp_path / "m2")], []):
+        with pytest.raises(SystemExit) as exc:   # --compare OLD NEW explains NEW: one of the two, as argparse says
+            main(["explain", *which, "--input", str(table), "--output", str(out)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and not out.exists()
+        assert ("argument --compare: not allowed with argument --model" if which else
+                "one of the arguments --model --compare is required") in err
     config = tmp_path / "job.yaml"
     config.write_text(f"data: {{path: {tmp_path}}}\noutput: {out}\n")
     assert main(["choose-k", "--config", str(config), "--features", "a"]) == 2
     assert "leave out --features" in capsys.readouterr().err
     assert main(["choose-k", "--config", str(config), "--epochs", "5"]) == 2
     assert "write --set model.epochs=... instead of --epochs" in capsys.readouterr().err and not out.exists()
+    assert main(["choose-k", "--config", str(config), "--no-standardize"]) == 2   # a flag's no- form is given too
+    assert "write --set model.standardize=..." in capsys.readouterr().err and not out.exists()

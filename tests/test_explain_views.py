@@ -192,9 +192,10 @@ def test_explain_cli_rows_ids_and_compare(five, tmp_path, capsys):
         assert main(base + ["--model", str(tmp_path / "new"), "--out", str(tmp_path / "c")] + args) == 2
         assert says in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
-    assert main(base + ["--model", str(tmp_path / "old"), "--compare", str(tmp_path / "old"), str(tmp_path / "new"),
-                        "--out", str(tmp_path / "c")]) == 2
-    assert "--compare OLD NEW explains NEW" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(base + ["--model", str(tmp_path / "old"), "--compare", str(tmp_path / "old"), str(tmp_path / "new"),
+                     "--out", str(tmp_path / "c")])
+    assert "argument --compare: not allowed with argument --model" in capsys.readouterr().err
 
 
 def test_a_wide_models_page_carries_its_most_important_terms_only(five, tmp_path, monkeypatch):

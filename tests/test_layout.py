@@ -335,6 +335,20 @@ def test_the_cli_is_a_thin_layer_over_the_front_door():
         assert callable(getattr(service, name)), name
 
 
+def test_the_doors_on_ray_are_named_alike_for_the_run_and_the_type_checker():
+    """``service.ON_RAY`` (what ``service`` imports on first use) and its ``TYPE_CHECKING`` block
+    (what type checkers and the API reference read) name the same doors from the same modules,
+    and each is listed in ``service.__all__``."""
+    from neurcam_dist import service
+    tree = ast.parse(Path(service.__file__).read_text())
+    block = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+             and node.test.id == "TYPE_CHECKING"]
+    assert len(block) == 1, "service.py: one `if TYPE_CHECKING:` block"
+    checked = {alias.name: node.module for node in block[0].body if isinstance(node, ast.ImportFrom)
+               for alias in node.names}
+    assert checked == service.ON_RAY and set(service.ON_RAY) <= set(service.__all__), (checked, service.ON_RAY)
+
+
 # other spellings of the front door's two ideas (docs/architecture.md, "Glossary"): the rows a
 # command reads are its ``input``, where it writes its ``output``
 NOT_THE_GLOSSARY = {"data": "input", "input_path": "input", "in_path": "input", "out": "output", "out_dir": "output",
@@ -363,22 +377,28 @@ def test_the_front_door_names_input_and_output_one_way():
 
 
 def test_the_front_door_takes_a_place_as_one_type():
-    """Every entry point's ``input``, ``output`` and ``model`` is a ``uris.Where`` (text, a
-    ``Path`` or a ``Location``) in its signature, not ``str`` in one and ``Path`` in another."""
+    """Every entry point's ``input``, ``output``, ``model`` and ``log_dir`` is a ``uris.Where``
+    (text, a ``Path`` or a ``Location``) in its signature, not ``str`` in one and ``Path`` in
+    another; so is the place the estimator and an explanation are saved to and read from."""
     import inspect
 
-    from neurcam_dist import service
+    from neurcam_dist import NeurCAM, service
+    from neurcam_dist.explain import Explanation
+    from neurcam_dist.explain.report import write_report
+    doors = {f"service.{name}": getattr(service, name) for name in service.__all__}
+    doors.update({"NeurCAM.save": NeurCAM.save, "NeurCAM.load": NeurCAM.load, "Explanation.to_json": Explanation.to_json,
+                  "Explanation.from_json": Explanation.from_json, "Explanation.to_parquet": Explanation.to_parquet,
+                  "write_report": write_report})
     places, bad = 0, []
-    for name in service.__all__:
-        thing = getattr(service, name)
-        if not inspect.isfunction(thing):
+    for name, thing in doors.items():
+        if not inspect.ismethod(thing) and not inspect.isfunction(thing):
             continue
         for p in inspect.signature(thing).parameters.values():
-            if p.name in ("input", "output", "model"):
+            if p.name in ("input", "output", "model", "log_dir", "path", "directory"):
                 places += 1
                 if not str(p.annotation).startswith("Where"):
-                    bad.append(f"service.{name}({p.name}: {p.annotation})")
-    assert places >= 20 and not bad, "annotate with uris.Where:\n" + "\n".join(bad)
+                    bad.append(f"{name}({p.name}: {p.annotation})")
+    assert places >= 28 and not bad, "annotate with uris.Where:\n" + "\n".join(bad)
 
 
 def test_below_the_door_a_place_is_a_location_made_once():

@@ -397,3 +397,13 @@ def test_the_front_door_takes_paths_and_locations_where_it_takes_text(tmp_path):
                                 "output": tmp_path / "ray-run"})
     assert any(line.startswith("data: 300 rows") for line in checked)
     assert service.load_model(Location(model)).n_clusters_ == service.load_fitted(model).n_clusters == 3
+
+
+def test_a_location_s_parent_is_the_folder_that_holds_it():
+    """``Location.parent``: the folder a one-file output (``predict`` to CSV, ``export`` to SQL)
+    is checked in, for a local path and an object store's key alike, its text not expanded again."""
+    from neurcam_dist.uris import Location
+    assert [Location(t).parent.text for t in ("s3://b/run/q.sql", "s3://b/run/", "s3://b", "out/q.sql", "q.sql",
+                                              "file:///a/q.sql")] == ["s3://b/run", "s3://b", "s3://b", "out", ".", "/a"]
+    literal = Location(Path("/tmp/$HOME/q.sql"))   # a path object is taken as it is, and so is its parent
+    assert literal.parent.text == "/tmp/$HOME" and literal.parent.is_uri is False

@@ -220,24 +220,16 @@ def find_vocabulary(given) -> dict | None:
     entries = [given] if isinstance(given, (str, os.PathLike)) else list(given)
     if len(entries) != 1 or any(c in str(entries[0]) for c in "*?["):
         return None
-    root = str(entries[0])
+    from ..storage.published import read_text
+    where = Location(entries[0]) / VOCABULARY_FILE   # a local folder or an object store's, read one way
     try:
-        if is_uri(root):
-            from ..storage.published import read_text
-            text = read_text(Location(root) / VOCABULARY_FILE)
-        else:
-            local = local_path(root)
-            path = os.path.join(local, VOCABULARY_FILE)
-            if not os.path.isfile(path):
-                return None
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-    except (FileNotFoundError, OSError):
+        text = read_text(where)
+    except OSError:   # no vocabulary there (not found; a folder of that name)
         return None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise DataError(f"{root}/{VOCABULARY_FILE} is not valid JSON ({exc}): rerun neurcam featurize-text") from None
+        raise DataError(f"{where} is not valid JSON ({exc}): rerun neurcam featurize-text") from None
 
 
 def refuse_output_inside(out: Location, src: Source, what: str = "output") -> None:

@@ -302,7 +302,7 @@ def _check_input(fitted: FittedNet, src, footers: list, wanted: list[str], id_co
 
 def predict_parquet(model, input_path, output: Where, *, id_column: str | None = "id",
                     carry: list[str] | None = None, batch_size: int = 4096, concurrency: int = 2,
-                    log_dir=None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
+                    log_dir: Location | None = None, log=lambda msg: None, progress_seconds: float | None = None) -> dict:
     """Score Parquet input into Parquet shards under ``output`` (atomically: the directory appears
     complete or not at all; a previous output is replaced only on success). On an object store
     (``output`` a URI) the shards go under a new version prefix and a manifest makes them the
@@ -353,7 +353,7 @@ def predict_parquet(model, input_path, output: Where, *, id_column: str | None =
         log(f"scoring {n_rows:,} rows from {len(footers)} file(s) in this process (small input: Ray not needed)")
         write_dataset(output, write, marker=PREDICTIONS_MARKER)
         return summary
-    with stderr_to_log(Location(log_dir), "predict", "Ray's", log) if log_dir is not None else nullcontext():
+    with stderr_to_log(log_dir, "predict", "Ray's", log) if log_dir is not None else nullcontext():
         with ray_for(min_cpus=concurrency + 1):   # the scoring actors, plus a CPU for the reads
             log(f"scoring {n_rows:,} rows from {len(footers)} file(s) with Ray Data, "
                 f"{data_mod.reading.pool_size(concurrency)} scoring actor(s)")

@@ -51,13 +51,13 @@ class Trial:
     model: dict = field(default_factory=dict)   # the trial's full model section (as validated, or as given)
     metrics: dict = field(default_factory=dict)
     error: str | None = None
-    output: str | None = None
+    output: Location | None = None   # a finished trial's folder (``OUTPUT/trials/NAME/TRIAL``)
     reason: str | None = None        # a failed trial's own error (class: message), when it was one of ours
 
     @property
     def model_path(self) -> Location:
         """The trial's model (``OUTPUT/trials/NAME/TRIAL/model``)."""
-        return Location(self.output) / "model"
+        return self.output / "model"
 
     def failure(self) -> str:
         """Why the trial failed, in one line: the service's own error as raised, else the line
@@ -323,8 +323,9 @@ def collect(grid, base: ModelConfig) -> list[Trial]:
         except ValueError:  # parameters the model refused: record them as given
             model = {**base.model_dump(), **params}
         if res.error is None and m.get("done"):
-            metrics = json.loads(read_text(Location(m["output"]) / "metrics.json"))
-            trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=m["output"]))
+            where = Location(m["output"])   # text in Tune's report: a place once here
+            metrics = json.loads(read_text(where / "metrics.json"))
+            trials.append(Trial(metrics["trial_id"], params, "ok", model, metrics, output=where))
         else:
             err = res.error if res.error is not None else "the trial ended without its final report"
             cause = find_cause(err, NeurcamError) if isinstance(err, BaseException) else None

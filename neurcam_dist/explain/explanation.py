@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import DataError, ModelFileError
 from ..numerics import fmt, softmax
 from ..storage import atomic_directory, write_text_atomic
-from ..uris import Location
+from ..uris import Location, Where
 from .grids import interp_main, interp_pair
 
 SCHEMA = "neurcam-dist/explanation"
@@ -228,16 +228,17 @@ class Explanation:
                    model_card=dict(d.get("model_card", {})), cluster_ids=d.get("cluster_ids"),
                    examples=d.get("examples"), stability=d.get("stability"), comparison=d.get("comparison"))
 
-    def to_json(self, path) -> None:
-        """Write ``to_dict`` to ``path`` atomically."""
+    def to_json(self, path: Where) -> None:
+        """Write ``to_dict`` to ``path`` atomically (a local file, or an object store's key)."""
         write_text_atomic(Location(path), json.dumps(self.to_dict()))
 
     @classmethod
-    def from_json(cls, path) -> "Explanation":
-        """The explanation written by ``to_json``."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
+    def from_json(cls, path: Where) -> "Explanation":
+        """The explanation written by ``to_json`` (a local file, or an object store's key)."""
+        from ..storage.published import read_text
+        return cls.from_dict(json.loads(read_text(Location(path))))
 
-    def to_parquet(self, directory) -> None:
+    def to_parquet(self, directory: Where) -> None:
         """``terms.parquet`` (one row per term and cluster: importance), ``grids.parquet`` (one row per
         grid point) and ``values.parquet`` (one row per grid cell and cluster), written atomically."""
         import pandas as pd

@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 import numpy as np
 
 from ..storage import atomic_directory
-from ..uris import Location
+from ..uris import Location, Where
 from .evaluation import mix_text
 from .examples import change_words, value_text
 from .explanation import Explanation, Term, cluster_summary, fmt
@@ -776,7 +776,7 @@ def html_report(expl: Explanation, figures: dict[str, bytes] | None = None, titl
     return "\n".join(parts)
 
 
-def write_report(expl: Explanation, directory) -> Path | str:
+def write_report(expl: Explanation, directory: Where) -> Path | str:
     """explanation.json, Parquet tables, PNG plots and report.html into ``directory`` (atomically;
     on an object store, published through a manifest). Returns the report's path."""
     directory = Location(directory)

@@ -7,13 +7,13 @@ from .common import say, temp_logs
 from ..uris import Location, Where
 
 
-def featurize_text(*, log_dir: str | None = None, log=None, **job) -> None:
+def featurize_text(*, log_dir: Where | None = None, log=None, **job) -> None:
     """Documents to term-frequency columns over a fitted vocabulary (and sentence embeddings with
     ``embed``) on Ray Data, written as Parquet shards with ``_vocabulary.json`` beside them.
 
     Parameters
     ----------
-    log_dir : str, optional
+    log_dir : str or PathLike, optional
         Where Ray's own lines go (default: ``neurcam-logs`` in the system's temporary folder).
     log : callable, optional
         Where the progress lines go (default: the ``[neurcam]`` console).

@@ -135,7 +135,7 @@ def _check_export(model: str, data: str, table: str | None, fmt: str, output: st
     from ..storage import check_room, check_writable, refuse_overwrite
     target = Location(output)
     refuse_overwrite(target, inputs=[data, model], ours=_written_by_export)
-    room = target if target.is_uri else Location(target.path.parent)   # one file: the folder that takes it
+    room = target if target.is_uri else target.parent   # one file: the folder that takes it
     check_writable(room, "--output")
     check_room(room, 16 * 2**20)   # a query: ~1 MB
     return target

@@ -19,14 +19,14 @@ class PredictSettings:
     input: object
     output: Location
     id_column: str | None            # None: no id (the rows are numbered), or, with ``id_given`` False, not yet chosen
-    log_dir: str
+    log_dir: Location
     tracking_uri: str | None = None
     id_given: bool = True            # False: ``predict`` chooses the id by the model (``rows_id``)
 
 
 def predict_settings(*, config: str | None = None, overrides: dict | None = None, model: Where | None = None,
                      input: Where | list[str] | None = None, output: Where | None = None, id_column: str | None = None, no_id: bool = False,
-                     log_dir: str | None = None) -> PredictSettings:
+                     log_dir: Where | None = None) -> PredictSettings:
     """``predict``'s model, input, output, id column and log folder: as given, else from the job
     config ``config`` (the model ``models:/NAME@champion`` with ``tracking.model_name``, else
     ``OUTPUT/model``; the input ``data.path``, its latest snapshot with ``recluster:``; the output
@@ -56,7 +56,7 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
         if missing:
             raise ConfigError(f"predict needs {', '.join(missing)} (or --config to take them from a job config)")
         return PredictSettings(model=model, input=input, output=Location(output), id_column=None if no_id else id_column,
-                               log_dir=log_dir or temp_logs(), id_given=no_id or id_column is not None)
+                               log_dir=Location(log_dir or temp_logs()), id_given=no_id or id_column is not None)
     from ..config import load_config
     cfg = load_config(config, overrides or {})
     out = cfg.output_location()   # the model, the predictions and the logs below it
@@ -72,7 +72,7 @@ def predict_settings(*, config: str | None = None, overrides: dict | None = None
             input, _ = pick_snapshot(cfg.data.path, cfg.recluster.snapshot)
     return PredictSettings(model=model, input=input, output=Location(output) if output else out / "predictions",
                            id_column=None if no_id else id_column or cfg.data.id,
-                           log_dir=log_dir or str(out / "logs"), tracking_uri=tracking_uri,
+                           log_dir=Location(log_dir) if log_dir else out / "logs", tracking_uri=tracking_uri,
                            id_given=no_id or id_column is not None or cfg.data.id is not None)
 
 
@@ -113,7 +113,7 @@ def predict(settings: PredictSettings, *, carry: list[str] | None = None, batch_
     if to_csv:   # one file: its folder must take it, and an existing file must be scores neurcam wrote
         refuse_overwrite(settings.output, inputs=[settings.input] if isinstance(settings.input, str) else [],
                          ours=lambda head: b"cluster,probability" in head.split(b"\n")[0])
-    check_writable(Location(settings.output.path.parent) if to_csv else settings.output, "--output")
+    check_writable(settings.output.parent if to_csv else settings.output, "--output")
     log = log or say
     fitted = load_fitted(settings.model)
     table = isinstance(settings.input, (str, os.PathLike)) and is_csv(settings.input)

@@ -301,12 +301,12 @@ def fetch(uri: str, dest) -> Path:
 
 
 def read_text(path: Location) -> str:
-    """A file's text, local or through a published output's manifest."""
+    """A file's text (UTF-8), local or through a published output's manifest."""
     if not path.is_uri:
-        return path.path.read_text()
+        return path.path.read_text(encoding="utf-8")
     try:
         with tempfile.TemporaryDirectory(prefix="neurcam-fetch-") as tmp:
-            return fetch(str(path), tmp).read_text()
+            return fetch(str(path), tmp).read_text(encoding="utf-8")
     except NotPublishedError:  # a plain object (a record written with one PUT, such as recluster.json)
         from pyarrow.fs import FileType
         fs, target = path.filesystem()
