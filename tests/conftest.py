@@ -130,6 +130,20 @@ def free_port() -> int:
             return port
 
 
+def run_example(thing, name: str, given: dict | None = None) -> dict:
+    """Run ``thing``'s Examples section as doctest does (whitespace normalized, ``...`` matching),
+    with ``given`` names in scope; fail when it has none or prints something else. Returns the
+    names the example left (its folder, its result), for a test that then reads what it wrote."""
+    import doctest
+    tests = [t for t in doctest.DocTestFinder(recurse=False).find(thing, name, globs=dict(given or {})) if t.examples]
+    assert tests, f"{name} has no Examples section"
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+    for test in tests:
+        runner.run(test, clear_globs=False)
+    assert runner.summarize(verbose=False).failed == 0, f"{name}'s example printed something else (above)"
+    return tests[-1].globs
+
+
 @contextmanager
 def started_ray_head(d: Path, token: str | None):
     """A Ray head on 127.0.0.1 with the dashboard's job server, its log in ``d``; Ray's token

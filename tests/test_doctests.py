@@ -4,14 +4,15 @@ entry points (fit, choose_k, explain, monitor, export, predict), the data makers
 the config and record helpers (load_config, parse_overrides, validate, history, history_table,
 unreachable), the model loader (load_model, with load_fitted), the demo's config and data place,
 the manifests' check, predict's settings and the registry's promote; on the session's Ray,
-``train``, ``search``, ``choose_k_on_ray``, ``recluster``, ``demo`` and ``featurize_text``; and
+``train``, ``search``, ``choose_k_on_ray`` (run by ``test_tune``, which then reads what it wrote:
+``RUN_BY``), ``recluster``, ``demo`` and ``featurize_text``; and
 ``submit``, to a Ray head with its job server that this module starts (``open_ray_head``).
 A public entry point listed here without an example fails."""
-import doctest
-
 import pytest
 
 from neurcam_dist import Explanation, NeurCAM, choose_k, service
+
+from .conftest import run_example
 
 DOCUMENTED = {"NeurCAM": NeurCAM, "NeurCAM.monitor": NeurCAM.monitor, "Explanation": Explanation,
               "choose_k": choose_k, **{f"service.{name}": getattr(service, name) for name in (
@@ -24,16 +25,24 @@ ON_RAY = {"service.train", "service.search", "service.choose_k_on_ray", "service
 ON_A_HEAD = {"service.submit"}   # its example's ``address``: a Ray head's job server (``open_ray_head``)
 
 
-@pytest.mark.parametrize("name", sorted(DOCUMENTED))
+# examples whose run a test elsewhere makes, and then reads what it wrote (one run, not two)
+RUN_BY = {"service.choose_k_on_ray": "test_tune.py::test_choose_k_on_ray_s_example_runs_one_trial_per_k_and_seed"}
+
+
+@pytest.mark.parametrize("name", sorted(set(DOCUMENTED) - set(RUN_BY)))
 def test_the_example_runs_as_written(name, request):
     given = {}
     if name in ON_RAY:
         request.getfixturevalue("ray_cluster")   # the session's Ray (capped), not one of their own
     if name in ON_A_HEAD:
         given["address"] = request.getfixturevalue("open_ray_head")["jobs"]
-    tests = [t for t in doctest.DocTestFinder(recurse=False).find(DOCUMENTED[name], name, globs=given) if t.examples]
-    assert tests, f"{name} has no Examples section"
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
-    for test in tests:
-        runner.run(test)
-    assert runner.summarize(verbose=False).failed == 0, f"{name}'s example printed something else (above)"
+    run_example(DOCUMENTED[name], name, given)
+
+
+def test_an_example_run_elsewhere_is_run_there():
+    """Each example left out above is run, by name, by the test that reads its output."""
+    from pathlib import Path
+    for name, where in RUN_BY.items():
+        module, test = where.split("::")
+        assert f"run_example(service.{name.split('.')[1]}, \"{name}\")" in (Path(__file__).parent / module).read_text()
+        assert f"def {test}" in (Path(__file__).parent / module).read_text(), where

@@ -13,7 +13,7 @@ from neurcam_dist.cli import main
 from neurcam_dist.config import ConfigError, parse_config
 from neurcam_dist.data.synthetic import write_shards
 
-from .conftest import free_port
+from .conftest import free_port, run_example
 
 SMALL_MODEL = {"n_clusters": 3, "hidden": [16, 16], "n_bases": 4, "warmup_epochs": 3, "distill_epochs": 1,
                "epochs": 6, "epsilon": 0.3, "batch_size": 64, "lr": 5e-3, "early_stopping": False}
@@ -226,25 +226,27 @@ def test_the_training_and_search_pages_python_blocks_run_as_written_on_the_digit
     assert res.estimator.predict(X).shape == (1797,) and res.tracking is None
 
 
-def test_choose_k_on_ray_runs_one_trial_per_k_and_seed_and_writes_the_choice(shards, tmp_path, ray_cluster, capsys):
-    """``neurcam choose-k --config``: a Tune search over (K, seed) on every row, the K measured on
-    the driver and one proposed; the choice beside the trials in the config's output."""
+def test_choose_k_on_ray_s_example_runs_one_trial_per_k_and_seed_and_writes_the_choice(ray_cluster, tmp_path, capsys):
+    """``service.choose_k_on_ray``'s Example (``neurcam choose-k --config``), run as written on the
+    session's Ray: a Tune search over (K, seed) on every row, each K measured on the driver and one
+    proposed; the choice beside the trials in the config's output; of the config's ``search:``
+    only its concurrency counts. Then ``choose-k --config`` refuses a single seed and a model flag."""
     import yaml
-    # search: gives nothing but its concurrency (two trials at once, each on 1 of the session's 4 CPUs)
-    config = job(shards, tmp_path / "out", {"seeds": 7, "m": [1.05, 1.1], "max_concurrent_trials": 2})
-    config["model"].update(early_stopping=True, epochs=40, warmup_epochs=10)
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(config))
-    assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--k", "2-3", "--seeds", "2"]) == 0
-    out = capsys.readouterr().out
-    choice = json.loads((tmp_path / "out" / "choice" / "choice.json").read_text())
-    assert [r["k"] for r in choice["table"]] == [2, 3] and choice["seeds"] == 2 and "on every row" in choice["rule"]
     from neurcam_dist.choosing import propose
-    assert choice["k"] == propose([dict(r) for r in choice["table"]], 2)[0] and f"proposed K = {choice['k']}" in out
+    seen = run_example(service.choose_k_on_ray, "service.choose_k_on_ray")
+    out, proposed = seen["d"] / "k", seen["choice"]
+    choice = json.loads((out / "choice" / "choice.json").read_text())
+    assert [r["k"] for r in choice["table"]] == [2, 3] and choice["seeds"] == 2 and "on every row" in choice["rule"]
+    assert choice["k"] == proposed.k == propose([dict(r) for r in choice["table"]], 2)[0]
+    assert f"proposed K = {choice['k']}" in "\n".join(proposed.lines())   # what the CLI prints
     assert {r["k"]: r["silhouette"] for r in choice["table"]}[choice["k"]] == max(r["silhouette"] for r in choice["table"])
     assert all(r["clusters_used"] == r["k"] and 0 <= r["stability"] <= 1 for r in choice["table"])
-    trials = [p for p in (tmp_path / "out" / "trials").glob("*/*") if (p / "model").exists()]
+    trials = [p for p in (out / "trials").glob("*/*") if (p / "model").exists()]
     assert len(trials) == 4                                 # 2 K x 2 seeds, nothing of search: m
-    assert f"Proposed K = {choice['k']}" in (tmp_path / "out" / "choice" / "choice.html").read_text()
+    assert f"Proposed K = {choice['k']}" in (out / "choice" / "choice.html").read_text()
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"data": {"path": str(seen["d"] / "data")}, "model": {"n_clusters": 2},
+                                                     "output": str(out)}))
     assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--seeds", "1"]) == 2
+    assert "seeds must be 2 or more" in capsys.readouterr().err
     assert main(["choose-k", "--config", str(tmp_path / "c.yaml"), "--n-pairs", "2"]) == 2
     assert "--set model.n_pairs=" in capsys.readouterr().err

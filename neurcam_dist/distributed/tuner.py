@@ -362,15 +362,16 @@ def choose_k_on_ray(config, *, k="2-12", seeds: int = 3, name: str | None = None
 
     Examples
     --------
-    Each trial's ``model.n_clusters`` is its K (the config's own is replaced):
+    Each trial's ``model.n_clusters`` is its K (the config's own is replaced), and of the
+    ``search:`` section only its concurrency counts (its ``m`` list is not searched here):
 
     >>> import tempfile; from pathlib import Path; from neurcam_dist import service
     >>> from neurcam_dist.data.synthetic import write_shards
     >>> d = Path(tempfile.mkdtemp()); _ = write_shards(d / "data", 400, n_features=4, repr_dim=0, n_clusters=3)
     >>> choice = service.choose_k_on_ray({"data": {"path": str(d / "data"), "label": "label", "id": "id"},
     ...                                   "output": str(d / "k"), "train": {"num_workers": 1},
-    ...                                   "search": {"max_concurrent_trials": 2},
-    ...                                   "model": {"n_clusters": 2, "epochs": 4, "warmup_epochs": 2, "hidden": [8]}},
+    ...                                   "search": {"max_concurrent_trials": 2, "m": [1.05, 1.1]},
+    ...                                   "model": {"n_clusters": 2, "epochs": 16, "warmup_epochs": 4, "hidden": [8]}},
     ...                                  k="2-3", seeds=2)  # doctest: +ELLIPSIS
     [neurcam] ...
     >>> choice.k in (2, 3), (d / "k" / "choice" / "choice.json").is_file()

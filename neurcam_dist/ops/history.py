@@ -208,10 +208,10 @@ def fingerprint(data_path: str) -> str:
     resolves it): their paths below it, sizes and modification times (an unchanged snapshot has
     the same one; a rewritten or added file changes it)."""
     from ..data import resolve
-    src = resolve(data_path)
+    src, root = resolve(data_path), str(data_path)
     h = hashlib.sha256()
     for f, stamp in sorted(src.stamp().items()):
-        h.update(f"{f[len(str(data_path)):] if f.startswith(str(data_path)) else f}\0{stamp}\n".encode())
+        h.update(f"{f.removeprefix(root)}\0{stamp}\n".encode())
     return h.hexdigest()
 
 
